@@ -1,0 +1,43 @@
+# Two commands, each doing its own set-up (virtual environment, pinned requirements, Jupyter kernel):
+#   make book   execute every chapter and render the book to _build/html
+#   make test   run the test suite, including a full strict book build
+SHELL := /bin/bash
+.SHELLFLAGS := -eo pipefail -c
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+JB_FLAGS := -W -n --keep-going --builder html
+# pip notes about local index folders are noise on the project machines
+QUIET_PIP := { grep -v "^WARNING: Location '" || true; }
+
+.PHONY: book test setup sync clean
+
+setup: $(STAMP)
+
+$(STAMP): requirements.txt pyproject.toml
+	@echo "== setting up $(VENV) =="
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q -r requirements.txt 2>&1 | $(QUIET_PIP)
+	$(PY) -m pip install -q --no-deps -e . 2>&1 | $(QUIET_PIP)
+	$(PY) -c "import dsh, torch, sympy, jupyter_book; print('dsh', dsh.__version__, '| torch', torch.__version__)"
+	$(PY) -m ipykernel install --sys-prefix --name python3 --display-name "Python 3 (dsh)" >/dev/null
+	@touch $@
+
+book: $(STAMP)
+	@echo "== executing the chapters and building the book =="
+	rm -rf _build/html _build/.doctrees _build/jupyter_execute
+	PATH="$(abspath $(VENV))/bin:$$PATH" MPLBACKEND=Agg $(VENV)/bin/jupyter-book build . $(JB_FLAGS)
+	@echo "book: $(abspath _build/html/index.html)"
+
+test: $(STAMP)
+	@echo "== tests =="
+	PATH="$(abspath $(VENV))/bin:$$PATH" MPLBACKEND=Agg $(PY) -m pytest -q
+	$(MAKE) --no-print-directory book
+
+# regenerate the paired notebooks from the markdown chapters (outputs stripped)
+sync: $(STAMP)
+	for f in chapters/*.md; do $(VENV)/bin/jupytext --to ipynb "$$f"; done
+
+clean:
+	rm -rf _build $(VENV)

@@ -1,0 +1,71 @@
+"""The book's structure: paired chapters, parameters cells, table of contents, papermill."""
+
+import json
+import pathlib
+import shutil
+import subprocess
+import sys
+
+import jupytext
+import nbformat
+import pytest
+import yaml
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+CHAPTERS = sorted((ROOT / "chapters").glob("*.md"))
+
+
+def test_there_are_chapters():
+    assert len(CHAPTERS) >= 3
+
+
+@pytest.mark.parametrize("md", CHAPTERS, ids=lambda p: p.name)
+def test_chapter_pair_in_sync(md):
+    ipynb = md.with_suffix(".ipynb")
+    assert ipynb.exists(), f"{ipynb.name} missing: run `make sync`"
+    text = jupytext.read(md)
+    nb = nbformat.read(ipynb, as_version=4)
+    a = [(c.cell_type, c.source.strip()) for c in text.cells]
+    b = [(c.cell_type, c.source.strip()) for c in nb.cells]
+    assert a == b, f"{md.name} and {ipynb.name} differ: run `make sync`"
+    for c in nb.cells:
+        if c.cell_type == "code":
+            assert c.outputs == [] and c.execution_count is None, f"{ipynb.name} has outputs committed"
+    params = [c for c in nb.cells if "parameters" in c.metadata.get("tags", [])]
+    assert len(params) == 1, f"{ipynb.name} needs exactly one cell tagged 'parameters'"
+
+
+def test_toc_lists_existing_files_and_every_chapter():
+    toc = yaml.safe_load((ROOT / "_toc.yml").read_text())
+    files = [toc["root"]]
+    for part in toc.get("parts", []):
+        files += [c["file"] for c in part["chapters"]]
+    for f in files:
+        assert (ROOT / f"{f}.md").exists(), f
+    for md in CHAPTERS:
+        assert f"chapters/{md.stem}" in files, f"{md.name} is not in _toc.yml"
+
+
+def _papermill(nb, out, *params):
+    cmd = [sys.executable, "-m", "papermill", str(nb), str(out), "--cwd", str(nb.parent)]
+    for k, v in params:
+        cmd += ["-p", k, str(v)]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+
+
+@pytest.mark.skipif(shutil.which("jupyter") is None and not pathlib.Path(sys.prefix, "bin", "jupyter").exists(),
+                    reason="jupyter not installed")
+def test_papermill_runs_a_chapter_with_parameters(tmp_path):
+    out = tmp_path / "out.ipynb"
+    r = _papermill(ROOT / "chapters" / "06_sft_dft.ipynb", out, ("n_attempts_symbolic", 2))
+    assert r.returncode == 0, r.stderr[-3000:]
+    nb = json.loads(out.read_text())
+    injected = [c for c in nb["cells"] if "injected-parameters" in c["metadata"].get("tags", [])]
+    assert injected and "n_attempts_symbolic = 2" in "".join(injected[0]["source"])
+
+
+def test_papermill_bad_parameter_names_it(tmp_path):
+    out = tmp_path / "out.ipynb"
+    r = _papermill(ROOT / "chapters" / "01_decision_sampling.ipynb", out, ("n_monte_carlo", -5))
+    assert r.returncode != 0
+    assert "n_monte_carlo must be an integer >= 1" in r.stderr + r.stdout

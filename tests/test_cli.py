@@ -1,0 +1,50 @@
+"""The command line: python -m dsh."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from dsh import theory as th
+
+
+def run(*args):
+    return subprocess.run([sys.executable, "-m", "dsh", *args], capture_output=True, text=True, timeout=300)
+
+
+def test_help_lists_commands():
+    r = run("--help")
+    assert r.returncode == 0
+    for cmd in ("accuracy", "simulate", "table"):
+        assert cmd in r.stdout
+
+
+def test_accuracy_json():
+    r = run("accuracy", "--p-s", "0.5", "--p-dc", "0.9", "--p-dw", "0.6", "--json")
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["predicted_accuracy"] == pytest.approx(0.45 / 0.65)
+
+
+@pytest.mark.parametrize("args,name", [
+    (("accuracy", "--p-s", "1.5", "--p-dc", "0.9", "--p-dw", "0.6"), "p_s"),
+    (("simulate", "--p-s", "0.5", "--p-dc", "0.9", "--p-dw", "0.6", "--n", "0"), "n"),
+])
+def test_bad_input_one_line_error(args, name):
+    r = run(*args)
+    assert r.returncode == 2
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"error: {name} must be")
+    assert "Traceback" not in r.stderr
+
+
+def test_simulate_matches_formula():
+    r = run("simulate", "--p-s", "0.3", "--p-dc", "0.8", "--p-dw", "0.7", "--n", "50000", "--json")
+    out = json.loads(r.stdout)
+    assert abs(out["observed_accuracy"] - out["predicted_accuracy"]) < 0.01
+
+
+def test_table_json_is_the_computed_table():
+    r = run("table", "--json")
+    assert json.loads(r.stdout) == json.loads(json.dumps(th.comparison_table()))
