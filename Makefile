@@ -27,7 +27,7 @@ $(STAMP): requirements.txt pyproject.toml
 book: $(STAMP)
 	@echo "== executing the chapters and building the book =="
 	rm -rf _build/html _build/.doctrees _build/jupyter_execute
-	PATH="$(abspath $(VENV))/bin:$$PATH" MPLBACKEND=Agg $(VENV)/bin/jupyter-book build . $(JB_FLAGS)
+	PATH="$(abspath $(VENV))/bin:$$PATH" $(VENV)/bin/jupyter-book build . $(JB_FLAGS)
 	@echo "book: $(abspath _build/html/index.html)"
 
 test: $(STAMP)
