@@ -79,16 +79,19 @@ def simulate(p_s: float, p_dC: float, p_dW: float, n: int, seed: int = 0,
     K = v.positive_int("max_attempts", max_attempts)
     v.length("seed", seed)
     rng = np.random.default_rng(seed)
-    cand = np.full((n, K), -1, dtype=np.int8)
+    cols = []  # one column per attempt, only while some response is still running
     active = np.ones(n, dtype=bool)
     stopped = np.zeros(n, dtype=bool)
-    for k in range(K):
+    for _ in range(K):
         correct = rng.random(n) < p_s
         u = rng.random(n)
-        cand[active, k] = correct[active]
+        col = np.full(n, -1, dtype=np.int8)
+        col[active] = correct[active]
+        cols.append(col)
         stop = np.where(correct, u < p_dC, u >= p_dW)
         stopped |= active & stop
         active &= ~stop
         if not active.any():
             break
+    cand = np.stack(cols, axis=1)
     return SimulatedResponses(candidates=cand, stopped=stopped)
