@@ -48,6 +48,41 @@ def _cmd_table(args) -> int:
     return 0
 
 
+def _cmd_calibrate(args) -> int:
+    from .calibration import calibrate, format_table, read_jsonl
+    from .parse import DEFAULT_MARKERS
+
+    records = read_jsonl(args.file)
+    markers = DEFAULT_MARKERS + tuple(args.marker or ())
+    result = calibrate(records, drop_truncated=args.drop_truncated, n_bootstrap=args.bootstrap,
+                       seed=args.seed, markers=markers)
+    print(json.dumps(result) if args.json else format_table(result))
+    return 0
+
+
+def _cmd_data(args) -> int:
+    from pathlib import Path
+
+    from .data import TraceConfig, make_splits, prompt_records, sft_records, write_jsonl
+
+    cfg = TraceConfig(granularity=args.granularity, style=args.style, retry_fraction=args.retry_fraction,
+                      max_attempts=args.max_attempts)
+    out = Path(args.out)
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"out must be a directory; {out} is a file")
+    splits = make_splits(n_train=args.n_train, n_test=args.n_test, seed=args.seed)
+    files = [write_jsonl(sft_records(splits["train"], cfg, args.seed), out / f"train_{args.style}_{args.granularity}.jsonl"),
+             write_jsonl(prompt_records(splits["test"]), out / "test.jsonl")]
+    if args.verl:
+        from .verl import write_parquet
+
+        files += [write_parquet(splits["train"], out / "verl_train.parquet", "train"),
+                  write_parquet(splits["test"], out / "verl_test.parquet", "test")]
+    for f in files:
+        print(f)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m dsh", description=(
         "The Two-Stage Decision-Sampling hypothesis: theory checks and measurement tools."))
@@ -67,6 +102,28 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--seed", type=int, default=0)
     s.add_argument("--json", action="store_true")
     s.set_defaults(func=_cmd_simulate)
+
+    c = sub.add_parser("calibrate", help="p_s, p_dC, p_dW and predicted vs observed accuracy from a JSONL file")
+    c.add_argument("file", metavar="FILE.jsonl",
+                   help='records {"question", "answer", "response"[, "level", "truncated"]}, one per line')
+    c.add_argument("--json", action="store_true", help="print one JSON object {overall, by_level}")
+    c.add_argument("--drop-truncated", action="store_true", help="drop records with truncated: true (as the paper)")
+    c.add_argument("--bootstrap", type=int, default=100, help="bootstrap resamples (default 100)")
+    c.add_argument("--seed", type=int, default=0)
+    c.add_argument("--marker", action="append", help="an extra reflection marker (repeatable)")
+    c.set_defaults(func=_cmd_calibrate)
+
+    d = sub.add_parser("data", help="write the multiplication data (SFT traces, test prompts, verl parquet)")
+    d.add_argument("--out", required=True, help="output directory")
+    d.add_argument("--n-train", type=int, default=20_000)
+    d.add_argument("--n-test", type=int, default=100)
+    d.add_argument("--style", default="reflection", help="reflection or no_reflection")
+    d.add_argument("--granularity", default="digit", help="digit or compact")
+    d.add_argument("--retry-fraction", type=float, default=0.5)
+    d.add_argument("--max-attempts", type=int, default=3)
+    d.add_argument("--seed", type=int, default=0)
+    d.add_argument("--verl", action="store_true", help="also write verl parquet files")
+    d.set_defaults(func=_cmd_data)
 
     t = sub.add_parser("table", help="Appendix D's SFT / DFT / RL comparison table, computed in SymPy")
     t.add_argument("--json", action="store_true")

@@ -1,0 +1,171 @@
+"""Data: problems, splits, traces (deterministic, leak-free, genuine checks, errors that propagate)."""
+
+import json
+
+import pandas as pd
+import pytest
+
+from dsh import data, parse, verl
+
+
+def test_splits_are_the_papers_and_deterministic():
+    s1 = data.make_splits(seed=0)
+    s2 = data.make_splits(seed=0)
+    assert s1 == s2
+    assert len(s1["train"]) == 20_000 and len(s1["test"]) == 700
+    levels = pd.Series([p.level for p in s1["train"]]).value_counts().to_dict()
+    assert levels == {"4x5": 10_000, "5x4": 10_000}
+    tl = pd.Series([p.level for p in s1["test"]]).value_counts().to_dict()
+    assert tl == {f"3x{n}": 100 for n in range(3, 10)}
+    for p in s1["train"][:500] + s1["test"]:
+        m, n = data.parse_level(p.level)
+        assert 10 ** (m - 1) <= p.a < 10 ** m and 10 ** (n - 1) <= p.b < 10 ** n
+    assert data.make_splits(seed=1)["train"] != s1["train"]
+
+
+def test_no_test_problem_in_training_even_when_levels_overlap():
+    s = data.make_splits(n_train=3000, train_levels=["2x2"], n_test=500, test_levels=["2x2"], seed=5)
+    assert not ({(p.a, p.b) for p in s["train"]} & {(p.a, p.b) for p in s["test"]})
+
+
+def test_question_format():
+    p = data.Problem(123, 4567)
+    assert p.question == "Calculate 123 * 4567. Think step by step."
+    assert p.answer == 123 * 4567 and p.level == "3x4"
+
+
+@pytest.mark.parametrize("granularity", data.GRANULARITIES)
+def test_no_reflection_trace_is_correct_and_single(granularity):
+    for p in data.make_splits(n_train=50, n_test=5)["train"]:
+        t = data.make_trace(p, data.TraceConfig(granularity=granularity, style="no_reflection"))
+        assert t.attempt_answers == (p.answer,) and t.decisions == ("STOP",)
+        assert t.text.endswith(f"The answer is {p.answer}.")
+        assert "Check" not in t.text
+
+
+@pytest.mark.parametrize("granularity", data.GRANULARITIES)
+def test_reflection_traces_end_correct_with_genuine_checks(granularity):
+    cfg = data.TraceConfig(granularity=granularity, retry_fraction=1.0, extra_error_rate=0.6, max_attempts=4)
+    seen = set()
+    for i, p in enumerate(data.make_splits(n_train=200, n_test=5)["train"]):
+        t = data.make_trace(p, cfg, seed=i)
+        assert t.attempt_answers[-1] == p.answer
+        assert all(x != p.answer for x in t.attempt_answers[:-1])
+        assert t.decisions[-1] == "STOP" and set(t.decisions[:-1]) <= {"RESAMPLE"}
+        assert 2 <= len(t.attempt_answers) <= 4
+        for e in t.errors[:-1]:
+            seen.add(e["type"])
+        # the check really computes: it fails exactly on the wrong attempts
+        for ans in t.attempt_answers:
+            _, ok = data.render_check(p.a, p.b, ans)
+            assert ok == (ans == p.answer)
+    assert seen == {"digit", "carry", "shift"}
+
+
+def test_errors_propagate_like_a_slip_of_the_pen():
+    a, b = 7563, 31284
+    att = data.long_multiplication(a, b, {"type": "digit", "partial": 1, "step": 2, "delta": 3})
+    assert att.result - a * b == 3 * 10 ** 2 * 10 ** 1
+    att = data.long_multiplication(a, b, {"type": "shift", "partial": 2, "shift": 3})
+    assert att.result - a * b == a * 2 * (10 ** 3 - 10 ** 2)
+    att = data.long_multiplication(a, b, {"type": "carry", "partial": 0, "step": 0})
+    assert att.result - a * b == -1 * 10 ** 1     # 3*4=12: the carry 1 into the tens is lost
+    assert data.long_multiplication(a, b).result == a * b
+
+
+def test_trace_determinism_and_mix():
+    cfg = data.TraceConfig(retry_fraction=0.5)
+    probs = data.make_splits(n_train=400, n_test=1)["train"]
+    t1 = [data.make_trace(p, cfg, seed=0).text for p in probs]
+    t2 = [data.make_trace(p, cfg, seed=0).text for p in probs]
+    assert t1 == t2
+    frac = sum(len(data.make_trace(p, cfg).attempt_answers) > 1 for p in probs) / len(probs)
+    assert 0.4 < frac < 0.6
+    assert all(len(data.make_trace(p, data.TraceConfig(max_attempts=1)).attempt_answers) == 1 for p in probs[:50])
+
+
+def test_digit_format_is_the_measured_one():
+    t = data.make_trace(data.Problem(756, 3128), data.TraceConfig(style="no_reflection", granularity="digit"))
+    first = t.text.splitlines()[0]
+    assert first.startswith("756*8: 6*8=48 w8 c4, 5*8+4=44 w4 c4, 7*8+4=60 w0 c6 -> 6048")
+
+
+def test_sft_and_prompt_records():
+    probs = data.make_splits(n_train=4, n_test=1)["train"]
+    recs = data.sft_records(probs)
+    assert recs[0]["prompt"] == [{"role": "user", "content": probs[0].question}]
+    assert recs[0]["completion"][0]["role"] == "assistant"
+    assert recs[0]["answer"] == str(probs[0].answer)
+    pr = data.prompt_records(probs)
+    assert pr[0]["answer"] == str(probs[0].answer) and pr[0]["level"] == probs[0].level
+
+
+def test_chat_prompt_uses_the_template():
+    class Tok:
+        def apply_chat_template(self, msgs, tokenize, add_generation_prompt):
+            assert not tokenize and add_generation_prompt
+            return "<|user|>" + msgs[0]["content"] + "<|assistant|>"
+    assert data.chat_prompt(Tok(), "Q") == "<|user|>Q<|assistant|>"
+
+
+def test_verl_parquet_and_reward(tmp_path):
+    probs = data.make_splits(n_train=10, n_test=2)["test"]
+    path = verl.write_parquet(probs, tmp_path / "test.parquet", split="test")
+    df = pd.read_parquet(path)
+    assert list(df.columns) == ["data_source", "prompt", "ability", "reward_model", "extra_info"]
+    row = df.iloc[0]
+    assert row["reward_model"]["style"] == "rule"
+    assert row["reward_model"]["ground_truth"] == str(probs[0].answer)
+    assert list(row["prompt"])[0]["content"] == probs[0].question
+    p = probs[0]
+    t = data.make_trace(p, data.TraceConfig(retry_fraction=1.0), seed=1)
+    assert verl.compute_score("dsh/multiplication", t.text, str(p.answer), {"a": p.a, "b": p.b}) == 1.0
+    assert verl.compute_score("dsh/multiplication", t.text, str(p.answer + 1)) == 0.0
+    assert verl.compute_score("x", "no number here", "12") == 0.0
+    with pytest.raises(ValueError, match="^path must end in .parquet"):
+        verl.write_parquet(probs, tmp_path / "x.csv")
+    assert not list(tmp_path.glob(".*tmp"))
+
+
+def test_write_jsonl_is_atomic(tmp_path):
+    class Boom:
+        def __iter__(self):
+            yield {"x": 1}
+            raise RuntimeError("disk full")
+    with pytest.raises(RuntimeError):
+        data.write_jsonl(Boom(), tmp_path / "out.jsonl")
+    assert list(tmp_path.iterdir()) == []
+    data.write_jsonl([{"x": 1}], tmp_path / "ok.jsonl")
+    assert json.loads((tmp_path / "ok.jsonl").read_text()) == {"x": 1}
+
+
+@pytest.mark.parametrize("kwargs,name", [
+    (dict(granularity="bits"), "granularity"), (dict(style="cot"), "style"),
+    (dict(retry_fraction=2.0), "retry_fraction"), (dict(max_attempts=0), "max_attempts"),
+    (dict(error_weights={"typo": 1.0}), "error_weights"), (dict(checks=("sevens",)), "checks"),
+    (dict(markers=()), "markers"),
+])
+def test_bad_trace_config(kwargs, name):
+    with pytest.raises(ValueError, match=f"^{name} must be"):
+        data.TraceConfig(**kwargs)
+
+
+def test_bad_levels_and_counts():
+    with pytest.raises(ValueError, match="^level must look like '3x5'"):
+        data.draw_problems("three by five", 3)
+    with pytest.raises(ValueError, match="^level must"):
+        data.make_splits(test_levels=["0x3"])
+    with pytest.raises(ValueError, match="^n_train must be"):
+        data.make_splits(n_train=-1)
+
+
+def test_parse_recovers_generated_structure_exactly():
+    for g in data.GRANULARITIES:
+        for st in data.STYLES:
+            cfg = data.TraceConfig(granularity=g, style=st, retry_fraction=0.8, extra_error_rate=0.5, max_attempts=4)
+            for i, p in enumerate(data.make_splits(n_train=120, n_test=10, seed=3)["train"]):
+                t = data.make_trace(p, cfg, seed=i)
+                r = parse.parse_response(t.text, p.a, p.b)
+                assert tuple(r.candidates) == t.attempt_answers
+                assert tuple(r.decisions) == t.decisions
+                assert r.final_answer == p.answer
