@@ -226,6 +226,8 @@ def draw_error(a: int, b: int, rng: random.Random, error_weights: dict, checks=C
     for _ in range(tries):
         t = rng.choices(types, weights)[0]
         i = rng.randrange(nb)
+        if t == "digit" and int(str(b)[::-1][i]) < 2:
+            continue  # a slip in a trivial partial product (x0, x1) is not a realistic one
         if t == "digit":
             err = {"type": "digit", "partial": i, "step": rng.randrange(na), "delta": rng.choice([1, 2, 3, 7, 8, 9])}
         elif t == "carry":
@@ -429,6 +431,9 @@ def _atomic_write(path: Path, write) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     os.close(fd)
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(tmp, 0o666 & ~umask)
     try:
         write(tmp)
         os.replace(tmp, path)

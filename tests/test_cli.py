@@ -16,7 +16,7 @@ def run(*args):
 def test_help_lists_commands():
     r = run("--help")
     assert r.returncode == 0
-    for cmd in ("accuracy", "simulate", "table"):
+    for cmd in ("accuracy", "simulate", "table", "calibrate", "data"):
         assert cmd in r.stdout
 
 
@@ -48,3 +48,19 @@ def test_simulate_matches_formula():
 def test_table_json_is_the_computed_table():
     r = run("table", "--json")
     assert json.loads(r.stdout) == json.loads(json.dumps(th.comparison_table()))
+
+
+def test_data_command_writes_files(tmp_path):
+    r = run("data", "--out", str(tmp_path / "d"), "--n-train", "20", "--n-test", "2", "--verl", "--seed", "3")
+    assert r.returncode == 0, r.stderr
+    names = sorted(p.name for p in (tmp_path / "d").iterdir())
+    assert names == ["test.jsonl", "train_reflection_digit.jsonl", "verl_test.parquet", "verl_train.parquet"]
+    lines = (tmp_path / "d" / "train_reflection_digit.jsonl").read_text().splitlines()
+    assert len(lines) == 20 and json.loads(lines[0])["completion"][0]["role"] == "assistant"
+    assert len((tmp_path / "d" / "test.jsonl").read_text().splitlines()) == 14
+
+
+def test_data_command_bad_style_writes_nothing(tmp_path):
+    r = run("data", "--out", str(tmp_path / "d"), "--style", "cot")
+    assert r.returncode == 2 and r.stderr.startswith("error: style must be one of")
+    assert not (tmp_path / "d").exists()
