@@ -62,7 +62,6 @@ def embedded_model_dir(progress: bool = True) -> Path:
                                                      quantization_config=GgufConfig(dequantize=True))
         if getattr(model.config, "quantization_config", None) is not None:
             del model.config.quantization_config
-        model.config.torch_dtype = "float32"
         model.save_pretrained(tmp, safe_serialization=True)
         tok.save_pretrained(tmp)
         (tmp / "dsh_source.json").write_text(json.dumps({"source": EMBEDDED_PACKAGE, "file": EMBEDDED_FILE}))

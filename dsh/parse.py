@@ -1,7 +1,7 @@
 """Attempts and decisions in a response (paper, Remark "Operational Identification of Decision Actions").
 
-A *candidate* is an integer a response commits to: "the answer is N", "a * b = N" (the question's own
-operands, in either order), "\\boxed{N}", "**N**"; numbers may carry thousands separators. Candidates
+A *candidate* is an integer a response commits to: "the answer is N", "a * b = N" (also "equals N",
+"is N"; the question's own operands, in either order), "\\boxed{N}", "**N**"; numbers may carry thousands separators. Candidates
 with no reflection marker between them restate one attempt's answer; the attempt's answer is the last
 of them. After each attempt the decision is RESAMPLE when a reflection marker follows and a new attempt
 (another candidate) comes after it, and STOP otherwise. The final answer is the last candidate.
@@ -85,7 +85,7 @@ def find_candidates(text: str, a: int | None = None, b: int | None = None) -> li
         ops = {(str(a), str(b)), (str(b), str(a))}
         for x, y in ops:
             pats.append(re.compile(r"(?<![\d,])" + re.escape(x) + r"\s*(?:\*|x|\u00d7|\\times)\s*" + re.escape(y)
-                                   + r"\s*=\s*(" + _NUM + r")"))
+                                   + r"\s*(?:=|equals|is)\s*(" + _NUM + r")(?!\d)(?!\.\d)", re.IGNORECASE))
     for pat in pats:
         for m in pat.finditer(text):
             val = _to_int(m.group(1))

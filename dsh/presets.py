@@ -1,0 +1,76 @@
+"""Training presets, in one place, as plain data: ``PRESETS[preset][method] -> overrides``.
+
+- ``ci``: minutes on 2 CPU cores with the embedded model: a handful of steps on short problems.
+- ``gpu-small``: the embedded model on one H100, each stage under 10 minutes, digit-level traces
+  (the only format a 135M model learns, shared/notes/small-model-findings.md).
+- ``paper``: the paper's hyperparameters (Appendix "Model and Training Details"); the verl -> TRL
+  mapping is in the training chapter.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from .train import FIELDS, METHODS, TrainConfig
+
+_CI_SFT = dict(n_train=24, train_levels=("2x2", "2x3"), granularity="digit", max_steps=4,
+               per_device_train_batch_size=2, learning_rate=1e-4, lr_scheduler_type="constant",
+               max_length=768, save_steps=2, logging_steps=1, report_to=("tensorboard",))
+_GPU_SFT = dict(n_train=12_000, granularity="digit", num_train_epochs=2, per_device_train_batch_size=32,
+                learning_rate=2e-4, lr_scheduler_type="cosine", warmup_ratio=0.02, max_length=1600,
+                save_steps=200, logging_steps=10)
+
+PRESETS: dict[str, dict[str, dict]] = {
+    "ci": {
+        "sft": dict(_CI_SFT),
+        "sft_reflection": dict(_CI_SFT, retry_fraction=0.5),
+        "dft": dict(_CI_SFT, learning_rate=2e-4),
+        "grpo": dict(n_train=16, train_levels=("1x1", "1x2"), max_steps=2, per_device_train_batch_size=4,
+                     num_generations=4, max_completion_length=48, learning_rate=1e-5, beta=0.001,
+                     lr_scheduler_type="constant", save_steps=1, logging_steps=1),
+    },
+    "gpu-small": {
+        "sft": dict(_GPU_SFT),
+        "sft_reflection": dict(_GPU_SFT, retry_fraction=0.5, max_length=2400),
+        "dft": dict(_GPU_SFT, retry_fraction=0.5, max_length=2400),
+        "grpo": dict(n_train=2048, max_steps=60, per_device_train_batch_size=64, num_generations=8,
+                     generation_batch_size=512, max_completion_length=1600, learning_rate=1e-6,
+                     lr_scheduler_type="constant", weight_decay=0.01, beta=0.001, save_steps=20, logging_steps=1),
+    },
+    "paper": {
+        # LLaMA-Factory SFT: Adam, batch 128, lr 1e-5, 4 epochs, 20,000 examples
+        "sft": dict(n_train=20_000, granularity="compact", optim="adamw_torch", weight_decay=0.0,
+                    per_device_train_batch_size=4, gradient_accumulation_steps=32, learning_rate=1e-5,
+                    num_train_epochs=4.0, gradient_checkpointing=True, max_length=8192, save_steps=500),
+        # verl GRPO: lr 1e-6, 512 prompts x 8 rollouts, PPO mini-batch 128 prompts, KL 0.001 low_var_kl,
+        # max prompt 1024, max response 8192, 2 epochs, gradient checkpointing
+        "grpo": dict(n_train=20_000, learning_rate=1e-6, lr_scheduler_type="constant", weight_decay=0.01,
+                     max_grad_norm=1.0, num_generations=8, generation_batch_size=4096,
+                     per_device_train_batch_size=8, gradient_accumulation_steps=128, beta=0.001,
+                     use_bias_correction_kl=False, epsilon=0.2, loss_type="dapo", max_completion_length=8192,
+                     num_train_epochs=2.0, gradient_checkpointing=True, temperature=1.0, save_steps=20),
+    },
+}
+PRESETS["paper"]["sft_reflection"] = dict(PRESETS["paper"]["sft"])
+PRESETS["paper"]["dft"] = dict(PRESETS["paper"]["sft"])
+
+
+def resolve(method: str, preset: str = "ci", **overrides) -> TrainConfig:
+    """TrainConfig for ``method`` under ``preset`` with ``overrides``; unknown names raise a one-line
+    ValueError listing the valid ones, before any model is loaded."""
+    if preset not in PRESETS:
+        raise ValueError(f"preset must be one of {', '.join(PRESETS)}; got {preset!r}")
+    if method not in METHODS:
+        raise ValueError(f"method must be one of {', '.join(METHODS)}; got {method!r}")
+    unknown = sorted(set(overrides) - set(FIELDS))
+    if unknown:
+        raise ValueError(f"unknown field(s) {', '.join(unknown)}; valid fields: {', '.join(FIELDS)}")
+    values = {**PRESETS[preset][method], **{k: x for k, x in overrides.items() if x is not None}}
+    values["method"] = method
+    values.setdefault("output_dir", f"runs/{preset}/{method}")
+    return TrainConfig(**values)
+
+
+def describe(cfg: TrainConfig) -> dict:
+    """The configuration as a plain dict (for printing)."""
+    return dataclasses.asdict(cfg)
