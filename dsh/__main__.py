@@ -119,6 +119,17 @@ def _cmd_train(args) -> int:
     return 0
 
 
+def _cmd_evaluate(args) -> int:
+    from .evaluate import evaluate
+
+    levels = [x.strip() for x in args.levels.split(",") if x.strip()]
+    path = evaluate(model=args.model, out=args.out, levels=levels, n_per_level=args.n,
+                    temperature=args.temperature, max_new_tokens=args.max_new_tokens, seed=args.seed,
+                    batch_size=args.batch_size, backend=args.backend)
+    print(path)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m dsh", description=(
         "The Two-Stage Decision-Sampling hypothesis: theory checks and measurement tools."))
@@ -170,6 +181,18 @@ def build_parser() -> argparse.ArgumentParser:
     tr.add_argument("--resume", action="store_true", help="continue the run in --output-dir from its last checkpoint")
     tr.add_argument("--dry-run", action="store_true", help="print the resolved dsh and TRL configurations and stop")
     tr.set_defaults(func=_cmd_train)
+
+    ev = sub.add_parser("evaluate", help="one sample per test question; JSONL that `dsh calibrate` reads")
+    ev.add_argument("--model", default="embedded", help="'embedded', a Hugging Face id, a local path or a run directory")
+    ev.add_argument("--out", default="generations.jsonl", help="output JSONL (an existing file is resumed)")
+    ev.add_argument("--levels", default="3x3,3x4,3x5,3x6,3x7,3x8,3x9")
+    ev.add_argument("--n", type=int, default=100, help="questions per level (paper: 100)")
+    ev.add_argument("--temperature", type=float, default=1.0)
+    ev.add_argument("--max-new-tokens", type=int, default=8192)
+    ev.add_argument("--seed", type=int, default=0)
+    ev.add_argument("--batch-size", type=int, default=16)
+    ev.add_argument("--backend", default="auto", help="auto, hf or vllm")
+    ev.set_defaults(func=_cmd_evaluate)
 
     t = sub.add_parser("table", help="Appendix D's SFT / DFT / RL comparison table, computed in SymPy")
     t.add_argument("--json", action="store_true")

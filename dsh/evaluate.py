@@ -1,0 +1,148 @@
+"""Evaluation (paper, Appendix "Evaluation Protocol"): one sample per test question at temperature 1.0.
+
+Writes JSON lines that ``python -m dsh calibrate`` reads as they are: question, answer, response,
+level, truncated, prompt_tokens, completion_tokens (and index). An interrupted evaluation resumes:
+records already in the output file are kept and not generated again. Backends: Hugging Face batched
+generation (left padding; static KV cache on GPU, 4.6x faster in shared/notes/h100-baseline.md) and
+vLLM when it is installed and a GPU is present.
+"""
+
+from __future__ import annotations
+
+import json
+import zlib
+from pathlib import Path
+
+from . import _validate as v
+from .data import TEST_LEVELS, chat_prompt, draw_problems, parse_level
+
+BACKENDS = ("auto", "hf", "vllm")
+
+
+def test_problems(levels=TEST_LEVELS, n_per_level: int = 100, seed: int = 0):
+    """The held-out test problems (the same draw as ``dsh.data.make_splits`` with this seed)."""
+    out = []
+    for lv in levels:
+        out += draw_problems(parse_level(lv), n_per_level, seed=seed + 1_000_003)
+    return out
+
+
+def _done(path: Path) -> dict:
+    done = {}
+    if path.exists():
+        with open(path) as f:
+            for line in f:
+                try:
+                    r = json.loads(line)
+                    done[(r["level"], r["index"])] = r
+                except (json.JSONDecodeError, KeyError):
+                    continue  # a line cut by an interruption is generated again
+    return done
+
+
+def evaluate(model: str = "embedded", out: str = "generations.jsonl", levels=TEST_LEVELS, n_per_level: int = 100,
+             temperature: float = 1.0, max_new_tokens: int = 8192, seed: int = 0, batch_size: int = 16,
+             backend: str = "auto", progress: bool = True) -> Path:
+    """Generate one response per test question and append it to ``out`` (resumable)."""
+    levels = [f"{m}x{n}" for m, n in (parse_level(lv) for lv in levels)]
+    n_per_level = v.positive_int("n_per_level", n_per_level)
+    if v.real("temperature", temperature) < 0:
+        raise ValueError(f"temperature must be a number >= 0 (0: greedy), got {temperature!r}")
+    max_new_tokens = v.positive_int("max_new_tokens", max_new_tokens)
+    v.length("seed", seed)
+    batch_size = v.positive_int("batch_size", batch_size)
+    v.choice("backend", backend, BACKENDS)
+    from .models import resolve_model
+
+    loc = resolve_model(model)  # a bad model fails here, before anything is written
+    out = Path(out)
+    if out.exists() and not out.is_file():
+        raise ValueError(f"out must be a file path; {out} is a directory")
+    problems = []
+    for lv in levels:
+        for i, p in enumerate(draw_problems(lv, n_per_level, seed=seed + 1_000_003)):
+            problems.append((lv, i, p))
+    done = _done(out)
+    todo = [(lv, i, p) for lv, i, p in problems if (lv, i) not in done]
+    if not todo:
+        return out
+    if done:  # rewrite without any partial last line before appending
+        keep = [done[(lv, i)] for lv, i, _ in problems if (lv, i) in done]
+        from .data import write_jsonl
+
+        write_jsonl(keep, out)
+    import torch
+
+    use_vllm = backend == "vllm" or (backend == "auto" and torch.cuda.is_available() and _has_vllm())
+    gen = _generate_vllm if use_vllm else _generate_hf
+    out.parent.mkdir(parents=True, exist_ok=True)
+    gen(loc, todo, out, temperature, max_new_tokens, seed, batch_size, progress)
+    return out
+
+
+def _has_vllm() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("vllm") is not None
+
+
+def _record(lv, i, p, text, n_prompt, n_completion, truncated):
+    return {"question": p.question, "answer": p.answer, "response": text, "level": lv, "index": i,
+            "truncated": bool(truncated), "prompt_tokens": int(n_prompt), "completion_tokens": int(n_completion)}
+
+
+def _generate_hf(loc, todo, out, temperature, max_new_tokens, seed, batch_size, progress):
+    import torch
+    from tqdm.auto import tqdm
+
+    from .models import load
+
+    model, tok = load(loc)
+    model.eval()
+    eot = set(model.generation_config.eos_token_id or [])
+    cuda = next(model.parameters()).is_cuda
+    kwargs = dict(max_new_tokens=max_new_tokens, pad_token_id=tok.pad_token_id)
+    if temperature > 0:
+        kwargs.update(do_sample=True, temperature=temperature, top_p=1.0, top_k=0)
+    else:
+        kwargs.update(do_sample=False)
+    if cuda:
+        kwargs["cache_implementation"] = "static"
+    bar = tqdm(total=len(todo), desc="evaluate", disable=not progress)
+    with open(out, "a") as f:
+        for start in range(0, len(todo), batch_size):
+            chunk = todo[start:start + batch_size]
+            prompts = [chat_prompt(tok, p.question) for _, _, p in chunk]
+            enc = tok(prompts, return_tensors="pt", padding=True).to(model.device)
+            torch.manual_seed((seed * 1_000_003 + chunk[0][1] + 7919 * zlib.crc32(chunk[0][0].encode())) % 2 ** 63)
+            with torch.no_grad():
+                o = model.generate(**enc, **kwargs)
+            new = o[:, enc["input_ids"].shape[1]:]
+            for row, (lv, i, p), mask in zip(new, chunk, enc["attention_mask"]):
+                ids = row.tolist()
+                n = len(ids)
+                for j, t in enumerate(ids):
+                    if t in eot or t == tok.pad_token_id:
+                        n = j
+                        break
+                truncated = n == len(ids) and len(ids) >= max_new_tokens
+                text = tok.decode(ids[:n], skip_special_tokens=True)
+                f.write(json.dumps(_record(lv, i, p, text, int(mask.sum()), n, truncated)) + "\n")
+            f.flush()
+            bar.update(len(chunk))
+    bar.close()
+
+
+def _generate_vllm(loc, todo, out, temperature, max_new_tokens, seed, batch_size, progress):  # pragma: no cover - GPU only
+    from vllm import LLM, SamplingParams
+
+    llm = LLM(model=loc, seed=seed)
+    tok = llm.get_tokenizer()
+    params = SamplingParams(temperature=temperature, top_p=1.0, top_k=-1, max_tokens=max_new_tokens, seed=seed)
+    prompts = [chat_prompt(tok, p.question) for _, _, p in todo]
+    results = llm.generate(prompts, params, use_tqdm=progress)
+    with open(out, "a") as f:
+        for (lv, i, p), r in zip(todo, results):
+            c = r.outputs[0]
+            f.write(json.dumps(_record(lv, i, p, c.text, len(r.prompt_token_ids), len(c.token_ids),
+                                       c.finish_reason == "length")) + "\n")
