@@ -7,7 +7,8 @@
     run_dir/run_config.json   resolved configuration (and the TRL one)
     run_dir/metrics.jsonl     one JSON object per logging step
     run_dir/runs/             TensorBoard events
-    run_dir/checkpoint-N/     checkpoints (resume continues from the last one)
+    run_dir/checkpoint-N/     checkpoints (resume continues from the last one; deleted when the run
+                              finishes unless keep_checkpoints)
     run_dir/final/            the final model (LoRA merged), loadable with dsh.models.load(run_dir)
     run_dir/summary.json      wall time, steps, first/last loss, tokens/s, peak memory, hardware, commit
 """
@@ -81,6 +82,7 @@ class TrainConfig:
     logging_steps: int = 1
     save_steps: int = 50
     save_total_limit: int | None = 2
+    keep_checkpoints: bool = False              # False: delete checkpoints once the run has finished
     resume: bool = False
     report_to: tuple = ("tensorboard",)
     trust_remote_code: bool = False
@@ -340,4 +342,9 @@ def train(cfg: TrainConfig) -> dict:
         "hardware": hardware(), "commit": _git_commit(), "n_records": len(records),
     }
     (run / "summary.json").write_text(json.dumps(summary, indent=1))
+    if not cfg.keep_checkpoints:  # a finished run needs only final/ (a 7B checkpoint with Adam is ~100 GB)
+        import shutil
+
+        for ck in run.glob("checkpoint-*"):
+            shutil.rmtree(ck, ignore_errors=True)
     return summary

@@ -147,6 +147,7 @@ def test_resume_after_kill_reaches_the_same_final_step(tmp_path):
     assert summary["global_step"] == 6
     assert summary["resumed_from"].endswith("checkpoint-2") or summary["resumed_from"].endswith("checkpoint-4")
     assert (run / "final" / "model.safetensors").is_file()
+    assert not list(run.glob("checkpoint-*"))        # removed once the run finished
 
 
 def test_evaluate_resumes_and_feeds_calibrate(ci_runs, tmp_path):
