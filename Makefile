@@ -38,7 +38,7 @@ test: $(STAMP)
 
 # regenerate the paired notebooks from the markdown chapters (outputs stripped)
 sync: $(STAMP)
-	for f in chapters/*.md; do $(VENV)/bin/jupytext --to ipynb "$$f"; done
+	for f in chapters/*.md; do $(VENV)/bin/jupytext --update --to ipynb "$$f"; done
 
 clean:
 	rm -rf _build $(VENV)

@@ -130,6 +130,17 @@ def _cmd_evaluate(args) -> int:
     return 0
 
 
+def _cmd_pipeline(args) -> int:
+    from .pipeline import run_pipeline
+
+    overrides = _parse_overrides(args.set)
+    summary = run_pipeline(preset=args.preset, results_dir=args.results_dir or f"results/{args.preset}",
+                           runs_dir=args.runs_dir or f"runs/{args.preset}", model=args.model,
+                           overrides=overrides or None, seed=args.seed)
+    print(json.dumps({k: summary[k] for k in ("preset", "stages", "wall_s", "accuracy")}, indent=1))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m dsh", description=(
         "The Two-Stage Decision-Sampling hypothesis: theory checks and measurement tools."))
@@ -193,6 +204,15 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--batch-size", type=int, default=16)
     ev.add_argument("--backend", default="auto", help="auto, hf or vllm")
     ev.set_defaults(func=_cmd_evaluate)
+
+    pl = sub.add_parser("pipeline", help="train every stage, evaluate and calibrate: one results folder")
+    pl.add_argument("--preset", default="ci", help="ci, gpu-small or paper")
+    pl.add_argument("--model", default="embedded")
+    pl.add_argument("--results-dir", help="small artifacts for the book (default results/PRESET)")
+    pl.add_argument("--runs-dir", help="model runs (default runs/PRESET)")
+    pl.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a TrainConfig field of every stage")
+    pl.add_argument("--seed", type=int, default=0)
+    pl.set_defaults(func=_cmd_pipeline)
 
     t = sub.add_parser("table", help="Appendix D's SFT / DFT / RL comparison table, computed in SymPy")
     t.add_argument("--json", action="store_true")

@@ -97,6 +97,10 @@ def _generate_hf(loc, todo, out, temperature, max_new_tokens, seed, batch_size, 
 
     from .models import load
 
+    if not progress:
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()
     model, tok = load(loc)
     model.eval()
     eot = set(model.generation_config.eos_token_id or [])

@@ -1,0 +1,60 @@
+"""The pipeline (train -> evaluate -> calibrate into one results folder) and the report tables."""
+
+import json
+
+import pytest
+
+from dsh import pipeline, report
+
+
+@pytest.fixture(scope="module")
+def small_pipeline(tmp_path_factory):
+    root = tmp_path_factory.mktemp("pipe")
+    kw = dict(preset="ci", results_dir=str(root / "results"), runs_dir=str(root / "runs"),
+              stages=("base", "sft"), overrides={"max_steps": 2},
+              eval_overrides={"levels": ("2x2", "3x3"), "n_per_level": 2, "max_new_tokens": 16, "batch_size": 4},
+              progress=False)
+    summary = pipeline.run_pipeline(**kw)
+    return root, kw, summary
+
+
+def test_results_folder(small_pipeline):
+    root, _, summary = small_pipeline
+    res = root / "results"
+    assert sorted(p.name for p in (res / "generations").iterdir()) == ["base.jsonl", "sft.jsonl"]
+    assert json.loads((res / "summary.json").read_text())["stages"] == ["base", "sft"]
+    assert summary["training"]["sft"]["global_step"] == 2
+    assert set(summary["accuracy"]["sft"]) == {"2x2", "3x3"}
+    assert summary["hardware"]["cpus"] >= 1 and "wall_s" in summary
+    loaded = pipeline.load_results(res)
+    t = report.table1(loaded)
+    assert list(t.index) == ["Base", "SFT (no reflection)"] and list(t.columns) == ["2x2", "3x3"]
+    assert report.echo_table(loaded).shape[0] == 2
+    verdicts = pipeline.claims(loaded)
+    assert [c["verdict"] for c in verdicts] == ["cannot tell"] * 3
+
+
+def test_finished_stages_are_reused_and_mismatches_refused(small_pipeline):
+    root, kw, _ = small_pipeline
+    mtime = (root / "runs" / "sft" / "final" / "model.safetensors").stat().st_mtime
+    again = pipeline.run_pipeline(**kw)
+    assert again["timings_s"]["train_sft"] < 5
+    assert (root / "runs" / "sft" / "final" / "model.safetensors").stat().st_mtime == mtime
+    with pytest.raises(ValueError, match="holds a finished run with another configuration"):
+        pipeline.run_pipeline(**{**kw, "overrides": {"max_steps": 3}})
+
+
+def test_paper_tables_are_the_papers():
+    t = report.paper_table1()
+    assert t.loc["RL", "3x9"] == "34.0 (24.7, 43.3)"
+    assert list(report.kang_table().columns) == ["llama3_1_8b", "qwen2_5_7b"]
+
+
+def test_bad_pipeline_input(tmp_path):
+    with pytest.raises(ValueError, match="^preset must be one of ci, gpu-small, paper"):
+        pipeline.run_pipeline("fast", results_dir=str(tmp_path / "r"), runs_dir=str(tmp_path / "x"))
+    with pytest.raises(ValueError, match=r"^stages\[i\] must be one of base, sft"):
+        pipeline.run_pipeline("ci", results_dir=str(tmp_path / "r"), runs_dir=str(tmp_path / "x"), stages=("ppo",))
+    assert not (tmp_path / "r").exists()
+    with pytest.raises(ValueError, match="^results_dir must be a folder written by dsh pipeline"):
+        pipeline.load_results(tmp_path)
