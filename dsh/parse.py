@@ -138,3 +138,23 @@ def operands(question) -> tuple[int | None, int | None]:
     if not m:
         return None, None
     return _to_int(m.group(1)), _to_int(m.group(2))
+
+
+def decision_spans(text, a: int | None = None, b: int | None = None, markers=DEFAULT_MARKERS) -> list[tuple[int, int]]:
+    """Character spans of the RESAMPLE decisions: for every attempt followed by another one, the text from
+    the first reflection marker after its answer to the end of the line (or sentence) of the last marker
+    before the next attempt. (A STOP decision is the end-of-turn token, outside the text.)"""
+    parsed = parse_response(text, a, b, markers)
+    rx = _marker_regex(markers)
+    if rx is None or not isinstance(text, str):
+        return []
+    spans = []
+    for att, nxt in zip(parsed.attempts, parsed.attempts[1:]):
+        found = list(rx.finditer(text, att.end, nxt.start))
+        if found:
+            # from the first marker to the end of the line (or sentence) of the last one
+            end = found[-1].end()
+            stop = [i for i in (text.find("\n", end, nxt.start), text.find(". ", end, nxt.start)) if i >= 0]
+            end = min(stop) + 1 if stop else end
+            spans.append((found[0].start(), min(end, nxt.start)))
+    return spans
