@@ -160,7 +160,7 @@ def length_sweep(model, ref_model, tokenizer, levels=("1x1", "2x2", "3x3", "4x4"
     """Attribution ratios against the attempt length L_k, varied through the operand sizes of
     two-attempt reflection traces (the first attempt wrong, then RESAMPLE, then the right one and STOP).
     With ``checks=("nines",)`` only errors that casting out nines detects are drawn (digit, carry)."""
-    from tqdm.auto import tqdm
+    from tqdm import tqdm
 
     from .data import TraceConfig, draw_problems, make_trace
 

@@ -93,7 +93,7 @@ def _record(lv, i, p, text, n_prompt, n_completion, truncated):
 
 def _generate_hf(loc, todo, out, temperature, max_new_tokens, seed, batch_size, progress):
     import torch
-    from tqdm.auto import tqdm
+    from tqdm import tqdm
 
     from .models import load
 

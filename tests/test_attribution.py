@@ -76,7 +76,10 @@ def test_attribute_report(tiny):
     model, ref, _, seg, _ = tiny
     a = at.attribute(model, ref, seg, "reward")
     k1 = at.attribute(model, ref, seg, "kl_k1")
+    sft = at.attribute(model, ref, seg, "sft")
     assert a.norm_sample == pytest.approx(k1.norm_sample)       # grad k1 = grad log pi, token by token
+    assert a.norm_decision == pytest.approx(sft.norm_decision)  # SFT = the reward part with A = -1
+    assert a.cosine == pytest.approx(sft.cosine)
     assert a.n_sample_tokens == int(seg.sample_mask.sum()) and a.n_decision_tokens == int(seg.decision_mask.sum())
     assert set(a.groups) <= set(at.GROUPS) and "attention" in a.groups and "head" in a.groups
     assert -1 <= a.cosine <= 1 and a.ratio > 0
