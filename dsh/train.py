@@ -46,7 +46,7 @@ class TrainConfig:
     retry_fraction: float = 0.5
     max_attempts: int = 3
     dft_style: str = "reflection"          # traces used by DFT: reflection or no_reflection
-    max_length: int | None = 2048          # SFT: longest tokenized example kept (None: no limit)
+    max_length: int | None = 2048          # SFT: examples are truncated to this many tokens (None: no limit)
     # optimization
     learning_rate: float = 1e-5
     lr_scheduler_type: str = "cosine"
