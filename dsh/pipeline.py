@@ -152,6 +152,11 @@ def run_pipeline(preset: str = "ci", results_dir: str = "results/ci", runs_dir: 
     calib = {}
     for name in chosen:
         gen = results / "generations" / f"{name}.jsonl"
+        source = results / "generations" / f"{name}.source.json"
+        ident = _model_identity(models_of[name], settings, seed)
+        if gen.exists() and (not source.is_file() or json.loads(source.read_text()) != ident):
+            gen.unlink()  # generations of another model (a retrained stage) or other settings: start over
+        source.write_text(json.dumps(ident))
         t0 = time.time()
         evaluate(models_of[name], out=str(gen), levels=settings.levels, n_per_level=settings.n_per_level,
                  temperature=settings.temperature, max_new_tokens=settings.max_new_tokens, seed=seed,
@@ -174,6 +179,17 @@ def run_pipeline(preset: str = "ci", results_dir: str = "results/ci", runs_dir: 
     }
     (results / "summary.json").write_text(json.dumps(summary, indent=1))
     return summary
+
+
+def _model_identity(model: str, settings: EvalSettings, seed: int) -> dict:
+    """What a generations file was made from: the model (its weights file's size and modification time
+    for a run directory) and the evaluation settings."""
+    ident = {"model": model, "settings": json.loads(json.dumps(dataclasses.asdict(settings))), "seed": seed}
+    weights = Path(model) / "final" / "model.safetensors"
+    if weights.is_file():
+        st = weights.stat()
+        ident["weights"] = [st.st_size, st.st_mtime_ns]
+    return ident
 
 
 def load_results(results_dir) -> dict:

@@ -21,7 +21,7 @@ def small_pipeline(tmp_path_factory):
 def test_results_folder(small_pipeline):
     root, _, summary = small_pipeline
     res = root / "results"
-    assert sorted(p.name for p in (res / "generations").iterdir()) == ["base.jsonl", "sft.jsonl"]
+    assert sorted(p.name for p in (res / "generations").glob("*.jsonl")) == ["base.jsonl", "sft.jsonl"]
     assert json.loads((res / "summary.json").read_text())["stages"] == ["base", "sft"]
     assert summary["training"]["sft"]["global_step"] == 2
     assert set(summary["accuracy"]["sft"]) == {"2x2", "3x3"}
@@ -42,6 +42,18 @@ def test_finished_stages_are_reused_and_mismatches_refused(small_pipeline):
     assert (root / "runs" / "sft" / "final" / "model.safetensors").stat().st_mtime == mtime
     with pytest.raises(ValueError, match="holds a finished run with another configuration"):
         pipeline.run_pipeline(**{**kw, "overrides": {"max_steps": 3}})
+
+
+def test_generations_of_a_changed_model_are_redone(small_pipeline):
+    root, kw, _ = small_pipeline
+    gen = root / "results" / "generations" / "sft.jsonl"
+    gen.write_text(gen.read_text().replace('"level"', '"stale": true, "level"', 1))
+    again = pipeline.run_pipeline(**kw)          # same model, same settings: the file is kept as it is
+    assert '"stale": true' in gen.read_text() and again["timings_s"]["evaluate_sft"] < 5
+    weights = root / "runs" / "sft" / "final" / "model.safetensors"
+    weights.touch()                               # the stage's model changed
+    pipeline.run_pipeline(**kw)
+    assert '"stale": true' not in gen.read_text() and len(gen.read_text().splitlines()) == 4
 
 
 def test_paper_tables_are_the_papers():
