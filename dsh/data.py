@@ -88,6 +88,12 @@ def draw_problems(level, count: int, seed: int = 0, exclude=frozenset()) -> list
     return out
 
 
+def test_problems(levels=TEST_LEVELS, n_per_level: int = 100, seed: int = 0) -> list[Problem]:
+    """The held-out test problems: ``n_per_level`` per level, in level order (the draw that
+    :func:`make_splits` holds out of training and that ``dsh.evaluate`` asks)."""
+    return [p for lv in levels for p in draw_problems(lv, n_per_level, seed=seed + 1_000_003)]
+
+
 def make_splits(n_train: int = 20_000, train_levels=TRAIN_LEVELS, n_test: int = 100,
                 test_levels=TEST_LEVELS, seed: int = 0) -> dict[str, list[Problem]]:
     """The paper's data: ``n_train`` training problems split evenly over ``train_levels`` and
@@ -99,7 +105,7 @@ def make_splits(n_train: int = 20_000, train_levels=TRAIN_LEVELS, n_test: int = 
     test_levels = [parse_level(x) for x in test_levels]
     if not train_levels:
         raise ValueError("train_levels must name at least one level such as '4x5'")
-    test = [p for lv in test_levels for p in draw_problems(lv, n_test, seed=seed + 1_000_003)]
+    test = test_problems(test_levels, n_test, seed)
     held_out = {(p.a, p.b) for p in test}
     per = [n_train // len(train_levels) + (1 if i < n_train % len(train_levels) else 0) for i in range(len(train_levels))]
     train = []

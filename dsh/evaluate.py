@@ -14,17 +14,9 @@ import zlib
 from pathlib import Path
 
 from . import _validate as v
-from .data import TEST_LEVELS, chat_prompt, draw_problems, parse_level
+from .data import TEST_LEVELS, chat_prompt, parse_level, test_problems
 
 BACKENDS = ("auto", "hf", "vllm")
-
-
-def test_problems(levels=TEST_LEVELS, n_per_level: int = 100, seed: int = 0):
-    """The held-out test problems (the same draw as ``dsh.data.make_splits`` with this seed)."""
-    out = []
-    for lv in levels:
-        out += draw_problems(parse_level(lv), n_per_level, seed=seed + 1_000_003)
-    return out
 
 
 def _done(path: Path) -> dict:
@@ -58,10 +50,8 @@ def evaluate(model: str = "embedded", out: str = "generations.jsonl", levels=TES
     out = Path(out)
     if out.exists() and not out.is_file():
         raise ValueError(f"out must be a file path; {out} is a directory")
-    problems = []
-    for lv in levels:
-        for i, p in enumerate(draw_problems(lv, n_per_level, seed=seed + 1_000_003)):
-            problems.append((lv, i, p))
+    problems = [(levels[k // n_per_level], k % n_per_level, p)
+                for k, p in enumerate(test_problems(levels, n_per_level, seed))]
     done = _done(out)
     todo = [(lv, i, p) for lv, i, p in problems if (lv, i) not in done]
     if not todo:
@@ -73,17 +63,13 @@ def evaluate(model: str = "embedded", out: str = "generations.jsonl", levels=TES
         write_jsonl(keep, out)
     import torch
 
-    use_vllm = backend == "vllm" or (backend == "auto" and torch.cuda.is_available() and _has_vllm())
+    from .models import vllm_available
+
+    use_vllm = backend == "vllm" or (backend == "auto" and torch.cuda.is_available() and vllm_available())
     gen = _generate_vllm if use_vllm else _generate_hf
     out.parent.mkdir(parents=True, exist_ok=True)
     gen(loc, todo, out, temperature, max_new_tokens, seed, batch_size, progress)
     return out
-
-
-def _has_vllm() -> bool:
-    import importlib.util
-
-    return importlib.util.find_spec("vllm") is not None
 
 
 def _record(lv, i, p, text, n_prompt, n_completion, truncated):

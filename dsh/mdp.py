@@ -271,6 +271,15 @@ def kl_penalties(mdp: FiniteTwoStageMDP, theta, theta_ref, traj: Trajectory):
     return [float(s.logp - r.logp) for s, r in zip(st, rst)], st
 
 
+def _to_go(d, gamma: float = 1.0) -> list[float]:
+    """sum_{t' >= t} gamma^(t'-t) d_t' for every t."""
+    out, acc = [0.0] * len(d), 0.0
+    for i in reversed(range(len(d))):
+        acc = d[i] + gamma * acc
+        out[i] = acc
+    return out
+
+
 def kl_gradient(mdp: FiniteTwoStageMDP, theta, theta_ref, gamma: float = 1.0) -> GradientDecomposition:
     """Theorem 3.2 on the finite MDP: grad E[KL] by autograd and by sum_t gamma^t grad log pi Q^KL,
     where Q^KL(h_t, a_t) = E[sum_{t' >= t} gamma^(t'-t) d_t' | h_t, a_t] (the direct term
@@ -279,12 +288,7 @@ def kl_gradient(mdp: FiniteTwoStageMDP, theta, theta_ref, gamma: float = 1.0) ->
     theta_ref = theta_ref.detach()
 
     def returns(steps, traj):
-        d, _ = kl_penalties(mdp, theta.detach(), theta_ref, traj)
-        out, acc = [0.0] * len(d), 0.0
-        for i in reversed(range(len(d))):
-            acc = d[i] + gamma * acc
-            out[i] = acc
-        return out
+        return _to_go(kl_penalties(mdp, theta.detach(), theta_ref, traj)[0], gamma)
 
     return _decompose(mdp, theta, gamma, returns, lambda th: expected_kl(mdp, th, theta_ref, gamma))
 
@@ -305,10 +309,7 @@ def option_bellman_kl(mdp: FiniteTwoStageMDP, theta, theta_ref) -> list[tuple[fl
     info = []  # per trajectory: list of (key_attempt, key_decision, d_sample, d_decision, togo_first, togo_dec)
     for tr, st in zip(mdp.trajectories, steps):
         d, _ = kl_penalties(mdp, theta, theta_ref, tr)
-        togo, acc = [0.0] * len(d), 0.0
-        for i in reversed(range(len(d))):
-            acc += d[i]
-            togo[i] = acc
+        togo = _to_go(d)
         rows = []
         for k in range(1, st[-1].k + 1):
             idx = [i for i, s in enumerate(st) if s.k == k]

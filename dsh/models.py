@@ -130,6 +130,11 @@ def end_of_turn_ids(tok) -> list[int]:
     return sorted(i for i in ids if i is not None)
 
 
+def vllm_available() -> bool:
+    """Whether vLLM is installed (it is used for generation on a GPU when it is)."""
+    return importlib.util.find_spec("vllm") is not None
+
+
 def load(model: str = EMBEDDED, dtype=None, device: str | None = None, trust_remote_code: bool = False):
     """Load ``(model, tokenizer)``. ``dtype``: a torch dtype or None (float32 on CPU, bfloat16 on GPU)."""
     import torch

@@ -149,12 +149,6 @@ def _cuda() -> bool:
         return False
 
 
-def _vllm_installed() -> bool:
-    import importlib.util
-
-    return importlib.util.find_spec("vllm") is not None
-
-
 def to_trl_config(cfg: TrainConfig):
     """The TRL configuration (``SFTConfig`` or ``GRPOConfig``) for ``cfg``; loads no model."""
     from trl import GRPOConfig, SFTConfig
@@ -177,7 +171,9 @@ def to_trl_config(cfg: TrainConfig):
     cache = cfg.cache_implementation
     if cache == "auto":
         cache = "static" if cuda else None
-    use_vllm = (cuda and _vllm_installed()) if cfg.use_vllm is None else cfg.use_vllm
+    from .models import vllm_available
+
+    use_vllm = (cuda and vllm_available()) if cfg.use_vllm is None else cfg.use_vllm
     return GRPOConfig(
         **common, num_generations=cfg.num_generations, max_completion_length=cfg.max_completion_length,
         temperature=cfg.temperature, top_p=1.0, top_k=0, beta=cfg.beta, epsilon=cfg.epsilon,
