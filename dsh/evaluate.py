@@ -2,9 +2,12 @@
 
 Writes JSON lines that ``python -m dsh calibrate`` reads as they are: question, answer, response,
 level, truncated, prompt_tokens, completion_tokens (and index). An interrupted evaluation resumes:
-records already in the output file are kept and not generated again. Backends: Hugging Face batched
-generation (left padding; static KV cache on GPU, 4.6x faster in shared/notes/h100-baseline.md) and
-vLLM when it is installed and a GPU is present.
+records already in the output file are kept and not generated again.
+
+Backends (``backend="auto"`` picks the first that applies): vLLM when it is installed and a GPU is
+present; ``dsh`` (:mod:`dsh.engine`: continuous batching over a pre-allocated KV cache, the decoding
+step captured in a CUDA graph on GPU) for llama-family models; ``hf`` (``model.generate`` in batches
+with left padding, static KV cache on GPU) for any other model. ``dsh bench`` measures them side by side.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ from pathlib import Path
 from . import _validate as v
 from .data import TEST_LEVELS, chat_prompt, parse_level, test_problems
 
-BACKENDS = ("auto", "hf", "vllm")
+BACKENDS = ("auto", "dsh", "hf", "vllm")
 
 
 def _done(path: Path) -> dict:
@@ -35,7 +38,10 @@ def _done(path: Path) -> dict:
 def evaluate(model: str = "embedded", out: str = "generations.jsonl", levels=TEST_LEVELS, n_per_level: int = 100,
              temperature: float = 1.0, max_new_tokens: int = 8192, seed: int = 0, batch_size: int = 16,
              backend: str = "auto", progress: bool = True) -> Path:
-    """Generate one response per test question and append it to ``out`` (resumable)."""
+    """Generate one response per test question and append it to ``out`` (resumable).
+
+    ``batch_size``: rows decoded at once (the engine's slots; on a GPU capped to what the KV cache
+    can hold in memory)."""
     levels = [f"{m}x{n}" for m, n in (parse_level(lv) for lv in levels)]
     n_per_level = v.positive_int("n_per_level", n_per_level)
     if v.real("temperature", temperature) < 0:
@@ -65,10 +71,22 @@ def evaluate(model: str = "embedded", out: str = "generations.jsonl", levels=TES
 
     from .models import vllm_available
 
+    if backend == "vllm" and not vllm_available():
+        raise ValueError("backend 'vllm' needs the vllm package; choose backend auto, dsh or hf")
     use_vllm = backend == "vllm" or (backend == "auto" and torch.cuda.is_available() and vllm_available())
-    gen = _generate_vllm if use_vllm else _generate_hf
     out.parent.mkdir(parents=True, exist_ok=True)
-    gen(loc, todo, out, temperature, max_new_tokens, seed, batch_size, progress)
+    if use_vllm:
+        _generate_vllm(loc, todo, out, temperature, max_new_tokens, seed, batch_size, progress)
+        return out
+    from .engine import supports
+    from .models import load
+
+    model, tok = load(loc)
+    why = supports(model)
+    if backend == "dsh" and why:
+        raise ValueError(f"backend 'dsh' cannot run {model}: {why}; choose backend auto or hf")
+    gen = _generate_hf if backend == "hf" or why else _generate_engine
+    gen(model, tok, todo, out, temperature, max_new_tokens, seed, batch_size, progress)
     return out
 
 
@@ -77,17 +95,33 @@ def _record(lv, i, p, text, n_prompt, n_completion, truncated):
             "truncated": bool(truncated), "prompt_tokens": int(n_prompt), "completion_tokens": int(n_completion)}
 
 
-def _generate_hf(loc, todo, out, temperature, max_new_tokens, seed, batch_size, progress):
+def _generate_engine(model, tok, todo, out, temperature, max_new_tokens, seed, batch_size, progress):
+    """All questions through one :class:`dsh.engine.Engine`; records are written as rows finish."""
+    from .engine import Engine, fit_slots
+
+    prompts = [tok(chat_prompt(tok, p.question))["input_ids"] for _, _, p in todo]
+    max_len = max(map(len, prompts)) + max_new_tokens
+    slots = fit_slots(model, min(batch_size, len(todo)), max_len)
+    engine = Engine(model, model.generation_config.eos_token_id, slots=slots, max_len=max_len)
+    with open(out, "a") as f:
+        def write(j, g):
+            lv, i, p = todo[j]
+            text = tok.decode(g.text_tokens, skip_special_tokens=True)
+            f.write(json.dumps(_record(lv, i, p, text, len(prompts[j]), len(g.text_tokens), not g.stopped)) + "\n")
+            f.flush()
+
+        engine.generate(prompts, max_new_tokens, temperature=temperature, seed=seed, progress=progress,
+                        callback=write)
+
+
+def _generate_hf(model, tok, todo, out, temperature, max_new_tokens, seed, batch_size, progress):
     import torch
     from tqdm import tqdm
-
-    from .models import load
 
     if not progress:
         from transformers.utils import logging as hf_logging
 
         hf_logging.disable_progress_bar()
-    model, tok = load(loc)
     model.eval()
     eot = set(model.generation_config.eos_token_id or [])
     cuda = next(model.parameters()).is_cuda

@@ -47,6 +47,8 @@ class TrainConfig:
     max_attempts: int = 3
     dft_style: str = "reflection"          # traces used by DFT: reflection or no_reflection
     max_length: int | None = 2048          # SFT: examples are truncated to this many tokens (None: no limit)
+    padding_free: bool = False             # SFT: pack each micro-batch into one row, attention per example
+                                           # (dsh.packing); TRL then truncates nothing (max_length: memory only)
     # optimization
     learning_rate: float = 1e-5
     lr_scheduler_type: str = "cosine"
@@ -77,6 +79,8 @@ class TrainConfig:
     generation_batch_size: int | None = None
     cache_implementation: str | None = "auto"   # "auto": static on GPU, default on CPU
     use_vllm: bool | None = None                # None: on when vLLM is installed and CUDA is available
+    generation_backend: str = "auto"            # GRPO rollouts: dsh (dsh.engine), trl (model.generate), or
+                                                # auto (vLLM when in use, else dsh where the model allows, else trl)
     vllm_mode: str = "colocate"
     # run
     logging_steps: int = 1
@@ -123,6 +127,9 @@ class TrainConfig:
         v.choice("loss_type", self.loss_type, ("grpo", "dapo", "dr_grpo", "bnpo"))
         v.choice("vllm_mode", self.vllm_mode, ("colocate", "server"))
         v.choice("cache_implementation", self.cache_implementation, ("auto", "static", "dynamic", None))
+        v.choice("generation_backend", self.generation_backend, ("auto", "dsh", "trl"))
+        if not isinstance(self.padding_free, bool):
+            raise ValueError(f"padding_free must be true or false, got {self.padding_free!r}")
         if self.method == "grpo":
             if self.num_generations < 2:
                 raise ValueError("num_generations must be an integer >= 2 for GRPO (advantages are relative to the group)")
@@ -166,7 +173,8 @@ def to_trl_config(cfg: TrainConfig):
         include_num_input_tokens_seen=True,  # TensorBoard events go to output_dir/runs/
     )
     if cfg.method != "grpo":
-        return SFTConfig(**common, max_length=cfg.max_length, loss_type="dft" if cfg.method == "dft" else "nll",
+        return SFTConfig(**common, max_length=None if cfg.padding_free else cfg.max_length,
+                         padding_free=cfg.padding_free, loss_type="dft" if cfg.method == "dft" else "nll",
                          completion_only_loss=True)
     cache = cfg.cache_implementation
     if cache == "auto":
@@ -259,6 +267,12 @@ def _metrics_callback(path: Path):
     return JsonlMetrics()
 
 
+def _real_tokens(trainer) -> int | None:
+    """Non-padding tokens the trainer saw (TRL logs them as ``num_tokens``), or None."""
+    logged = [h["num_tokens"] for h in trainer.state.log_history if "num_tokens" in h]
+    return int(logged[-1]) if logged else None
+
+
 def prepare_run_dir(cfg: TrainConfig) -> Path:
     """Create the run directory, refusing to overwrite a previous run unless ``resume``."""
     run = Path(cfg.output_dir)
@@ -296,6 +310,11 @@ def train(cfg: TrainConfig) -> dict:
                                                  trust_remote_code=cfg.trust_remote_code)
     model.generation_config.eos_token_id = end_of_turn_ids(tok)
     model.generation_config.pad_token_id = tok.pad_token_id
+    packed = cfg.padding_free and cfg.method != "grpo"
+    if packed:
+        from .packing import register
+
+        model.set_attn_implementation(register())
     peft_config = None
     if cfg.lora:
         from peft import LoraConfig
@@ -307,8 +326,18 @@ def train(cfg: TrainConfig) -> dict:
     if cfg.method == "grpo":
         from trl import GRPOTrainer
 
-        trainer = GRPOTrainer(model=model, reward_funcs=[correctness_reward], args=trl_cfg, train_dataset=ds,
-                              processing_class=tok, peft_config=peft_config, callbacks=callbacks)
+        from .rollout import make_trainer_class
+
+        cls = GRPOTrainer if cfg.generation_backend == "trl" else make_trainer_class()
+        trainer = cls(model=model, reward_funcs=[correctness_reward], args=trl_cfg, train_dataset=ds,
+                      processing_class=tok, peft_config=peft_config, callbacks=callbacks)
+        trainer.rollout_backend = cfg.generation_backend
+        if cfg.generation_backend == "dsh":
+            from .rollout import engine_unsuitable
+
+            why = engine_unsuitable(trainer)
+            if why:
+                raise ValueError(f"generation_backend 'dsh' cannot be used: {why}; use 'auto' or 'trl'")
     else:
         from trl import SFTTrainer
 
@@ -323,6 +352,8 @@ def train(cfg: TrainConfig) -> dict:
     m = trainer.model
     if cfg.lora:
         m = m.merge_and_unload()
+    if packed:
+        m.set_attn_implementation("sdpa")
     m.save_pretrained(final, safe_serialization=True)
     tok.padding_side = "left"
     tok.save_pretrained(final)
@@ -336,6 +367,10 @@ def train(cfg: TrainConfig) -> dict:
         "tokens_per_s": (ntok / wall) if ntok else None,
         "peak_gpu_memory_gb": (torch.cuda.max_memory_allocated() / 2 ** 30) if torch.cuda.is_available() else None,
         "hardware": hardware(), "commit": _git_commit(), "n_records": len(records),
+        "padding_free": packed,
+        "generation_backend": (("dsh" if getattr(trainer, "_engine", None) is not None else
+                                "vllm" if trl_cfg.use_vllm else "trl") if cfg.method == "grpo" else None),
+        "real_tokens": _real_tokens(trainer),
     }
     (run / "summary.json").write_text(json.dumps(summary, indent=1))
     if not cfg.keep_checkpoints:  # a finished run needs only final/ (a 7B checkpoint with Adam is ~100 GB)
