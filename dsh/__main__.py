@@ -141,6 +141,26 @@ def _cmd_pipeline(args) -> int:
     return 0
 
 
+def _cmd_bench(args) -> int:
+    from .bench import format_table, run
+
+    import contextlib
+
+    parts = [x.strip() for x in args.parts.split(",") if x.strip()]
+    # with --json, stdout carries the JSON only: what the trainers print goes to stderr
+    with contextlib.redirect_stdout(sys.stderr) if args.json else contextlib.nullcontext():
+        result = run(model=args.model, size=args.size, parts=parts, out=args.out, seed=args.seed,
+                     progress=not args.json)
+    if args.json:
+        print(format_table(result), file=sys.stderr)
+        print(json.dumps(result))
+    else:
+        print(format_table(result))
+        if args.out:
+            print(args.out)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m dsh", description=(
         "The Two-Stage Decision-Sampling hypothesis: theory checks and measurement tools."))
@@ -202,7 +222,7 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--max-new-tokens", type=int, default=8192)
     ev.add_argument("--seed", type=int, default=0)
     ev.add_argument("--batch-size", type=int, default=16)
-    ev.add_argument("--backend", default="auto", help="auto, hf or vllm")
+    ev.add_argument("--backend", default="auto", help="auto, dsh, hf or vllm")
     ev.set_defaults(func=_cmd_evaluate)
 
     pl = sub.add_parser("pipeline", help="train every stage, evaluate and calibrate: one results folder")
@@ -213,6 +233,15 @@ def build_parser() -> argparse.ArgumentParser:
     pl.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a TrainConfig field of every stage")
     pl.add_argument("--seed", type=int, default=0)
     pl.set_defaults(func=_cmd_pipeline)
+
+    b = sub.add_parser("bench", help="dsh's generation, SFT and GRPO paths against the libraries' defaults")
+    b.add_argument("--model", default="embedded")
+    b.add_argument("--size", default="auto", help="auto (gpu on CUDA, else cpu), cpu or gpu")
+    b.add_argument("--parts", default="generation,sft,grpo", help="comma-separated: generation, sft, grpo")
+    b.add_argument("--out", help="write the JSON result here (e.g. book/results/bench-h100/bench.json)")
+    b.add_argument("--seed", type=int, default=0)
+    b.add_argument("--json", action="store_true", help="print the JSON result (the table goes to stderr)")
+    b.set_defaults(func=_cmd_bench)
 
     t = sub.add_parser("table", help="Appendix D's SFT / DFT / RL comparison table, computed in SymPy")
     t.add_argument("--json", action="store_true")

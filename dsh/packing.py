@@ -75,6 +75,12 @@ def varlen_attention_forward(module, query, key, value, attention_mask, dropout:
     T = query.shape[2]
     cu, max_len = _boundaries(kwargs, T, query.device) if query.shape[0] == 1 and key.shape[2] == T else (None, 0)
     if cu is None:
+        if attention_mask is not None and attention_mask.dim() == 2:  # a padding mask (flash style): make it 4-D
+            q_len, k_len = query.shape[2], key.shape[2]
+            i = torch.arange(q_len, device=query.device)[:, None] + (k_len - q_len)
+            j = torch.arange(k_len, device=query.device)[None]
+            # causal and not padding; a padding query sees itself, so no row is empty (no NaN)
+            attention_mask = ((j <= i)[None, None] & attention_mask[:, None, None, -k_len:].bool()) | (j == i)[None, None]
         return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout,
                                       scaling=scaling, **kwargs)
     if dropout:

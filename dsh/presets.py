@@ -1,8 +1,9 @@
 """Training presets, in one place, as plain data: ``PRESETS[preset][method] -> overrides``.
 
 - ``ci``: minutes on 2 CPU cores with the embedded model: a handful of steps on short problems.
-- ``gpu-small``: the embedded model on one H100, each stage under 10 minutes, digit-level traces
-  (the only format a 135M model learns, shared/notes/small-model-findings.md).
+- ``gpu-small``: the embedded model on one H100, digit-level traces (the only format a 135M model
+  learns at this size), padding-free SFT, GRPO rollouts through :mod:`dsh.engine`; micro-batch and
+  accumulation derived from the token budget of an 80 GB GPU (:func:`dsh.scale.fit_batch`).
 - ``paper``: the paper's hyperparameters (Appendix "Model and Training Details"); the verl -> TRL
   mapping is in the training chapter.
 """
@@ -11,14 +12,39 @@ from __future__ import annotations
 
 import dataclasses
 
+from .scale import EMBEDDED_SHAPE, fit_batch
 from .train import FIELDS, METHODS, TrainConfig
 
 _CI_SFT = dict(n_train=24, train_levels=("2x2", "2x3"), granularity="digit", max_steps=4,
                per_device_train_batch_size=2, learning_rate=1e-4, lr_scheduler_type="constant",
                max_length=768, save_steps=2, logging_steps=1, report_to=("tensorboard",))
-_GPU_SFT = dict(n_train=12_000, granularity="digit", num_train_epochs=2, per_device_train_batch_size=32,
-                learning_rate=2e-4, lr_scheduler_type="cosine", warmup_ratio=0.02, max_length=1600,
-                save_steps=200, logging_steps=10)
+
+# gpu-small: batch sizes derived from the token budget of one 80 GB GPU (dsh.scale.fit_batch), never typed:
+# the number of rows an optimizer step sees is the design choice, the micro-batch follows from memory.
+GPU_GB = 80.0
+GPU_SFT_ROWS = 32              # examples per optimizer step
+GPU_GRPO_ROWS = 64             # completions per optimizer step
+GPU_GRPO_GENERATION = 512      # completions per rollout batch (64 prompts x 8)
+GPU_PROMPT_TOKENS = 64         # budget for a chat-formatted question (they take ~40 tokens)
+
+
+def _gpu_sft(max_length: int, **extra) -> dict:
+    micro, accum = fit_batch(GPU_SFT_ROWS, max_length, gpu_gb=GPU_GB)
+    return dict(n_train=12_000, granularity="digit", num_train_epochs=2, per_device_train_batch_size=micro,
+                gradient_accumulation_steps=accum, padding_free=True, learning_rate=2e-4,
+                lr_scheduler_type="cosine", warmup_ratio=0.02, max_length=max_length, save_steps=200,
+                logging_steps=10, **extra)
+
+
+def _gpu_grpo(max_completion_length: int) -> dict:
+    row = GPU_PROMPT_TOKENS + max_completion_length
+    kv_gb = GPU_GRPO_GENERATION * row * EMBEDDED_SHAPE.kv_bytes_per_token() / 1e9   # the rollout engine's cache
+    micro, accum = fit_batch(GPU_GRPO_ROWS, row, fixed_gb=kv_gb + 2 * EMBEDDED_SHAPE.n_params / 1e9, gpu_gb=GPU_GB)
+    return dict(n_train=2048, max_steps=60, per_device_train_batch_size=micro, gradient_accumulation_steps=accum,
+                num_generations=8, generation_batch_size=GPU_GRPO_GENERATION,
+                max_completion_length=max_completion_length, learning_rate=1e-6, lr_scheduler_type="constant",
+                weight_decay=0.01, beta=0.001, save_steps=20, logging_steps=1)
+
 
 PRESETS: dict[str, dict[str, dict]] = {
     "ci": {
@@ -30,12 +56,10 @@ PRESETS: dict[str, dict[str, dict]] = {
                      lr_scheduler_type="constant", save_steps=1, logging_steps=1),
     },
     "gpu-small": {
-        "sft": dict(_GPU_SFT),
-        "sft_reflection": dict(_GPU_SFT, retry_fraction=0.5, max_length=2400),
-        "dft": dict(_GPU_SFT, retry_fraction=0.5, max_length=2400),
-        "grpo": dict(n_train=2048, max_steps=60, per_device_train_batch_size=64, num_generations=8,
-                     generation_batch_size=512, max_completion_length=1600, learning_rate=1e-6,
-                     lr_scheduler_type="constant", weight_decay=0.01, beta=0.001, save_steps=20, logging_steps=1),
+        "sft": _gpu_sft(1600),
+        "sft_reflection": _gpu_sft(2400, retry_fraction=0.5),
+        "dft": _gpu_sft(2400, retry_fraction=0.5),
+        "grpo": _gpu_grpo(1600),
     },
     "paper": {
         # LLaMA-Factory SFT: Adam, batch 128, lr 1e-5, 4 epochs, 20,000 examples

@@ -46,10 +46,27 @@ def make_trainer_class():
         """GRPOTrainer sampling its completions with dsh.engine (module docstring)."""
 
         _engine = None
-        rollout_backend = "dsh"
+        rollout_backend = "dsh"      # dsh, auto (dsh where possible, else TRL's path) or trl
+        generation_seconds = 0.0     # wall time spent generating rollouts (for dsh bench)
 
         def _generate_single_turn(self, prompt_ids, images, multimodal_fields, num_generations,
                                   has_tool_images=False):
+            import time
+
+            import torch
+
+            t0 = time.perf_counter()
+            try:
+                return self._rollouts(prompt_ids, images, multimodal_fields, num_generations, has_tool_images)
+            finally:
+                if torch.cuda.is_available():
+                    torch.cuda.synchronize()
+                self.generation_seconds += time.perf_counter() - t0
+
+        def _rollouts(self, prompt_ids, images, multimodal_fields, num_generations, has_tool_images):
+            if self.rollout_backend == "trl":
+                return super()._generate_single_turn(prompt_ids, images, multimodal_fields, num_generations,
+                                                     has_tool_images)
             why = engine_unsuitable(self)
             if images is not None and any(im is not None for im in images):
                 why = "the prompts hold images"

@@ -324,13 +324,11 @@ def train(cfg: TrainConfig) -> dict:
     callbacks = [_metrics_callback(run / "metrics.jsonl")]
     ds = Dataset.from_list(records)
     if cfg.method == "grpo":
-        from trl import GRPOTrainer
-
         from .rollout import make_trainer_class
 
-        cls = GRPOTrainer if cfg.generation_backend == "trl" else make_trainer_class()
-        trainer = cls(model=model, reward_funcs=[correctness_reward], args=trl_cfg, train_dataset=ds,
-                      processing_class=tok, peft_config=peft_config, callbacks=callbacks)
+        trainer = make_trainer_class()(model=model, reward_funcs=[correctness_reward], args=trl_cfg,
+                                       train_dataset=ds, processing_class=tok, peft_config=peft_config,
+                                       callbacks=callbacks)
         trainer.rollout_backend = cfg.generation_backend
         if cfg.generation_backend == "dsh":
             from .rollout import engine_unsuitable
@@ -371,6 +369,7 @@ def train(cfg: TrainConfig) -> dict:
         "generation_backend": (("dsh" if getattr(trainer, "_engine", None) is not None else
                                 "vllm" if trl_cfg.use_vllm else "trl") if cfg.method == "grpo" else None),
         "real_tokens": _real_tokens(trainer),
+        "generation_s": getattr(trainer, "generation_seconds", None),
     }
     (run / "summary.json").write_text(json.dumps(summary, indent=1))
     if not cfg.keep_checkpoints:  # a finished run needs only final/ (a 7B checkpoint with Adam is ~100 GB)

@@ -111,6 +111,7 @@ def test_ci_grpo_moves_the_policy(ci_runs):
     cfg = json.loads((root / "grpo" / "run_config.json").read_text())
     assert cfg["trl"]["beta"] == 0.001 and cfg["trl"]["use_bias_correction_kl"] is False
     assert cfg["trl"]["temperature"] == 1.0
+    assert s["generation_backend"] == "dsh" and s["generation_s"] > 0     # rollouts through dsh.engine
 
 
 def test_lora_option(tmp_path):
@@ -176,7 +177,7 @@ def test_evaluate_resumes_and_feeds_calibrate(ci_runs, tmp_path):
     (dict(model="/no/such/model"), "does not exist"),
     (dict(levels=["3x3", "three"]), "^level must look like '3x5'"),
     (dict(n_per_level=0), "^n_per_level must be"),
-    (dict(backend="tgi"), "^backend must be one of auto, hf, vllm"),
+    (dict(backend="tgi"), "^backend must be one of auto, dsh, hf, vllm"),
 ])
 def test_evaluate_bad_input_writes_nothing(tmp_path, kwargs, msg):
     out = tmp_path / "gen.jsonl"

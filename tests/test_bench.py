@@ -1,0 +1,60 @@
+"""`python -m dsh bench` on CPU: every part measured side by side, written as JSON, in under 2 minutes."""
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from dsh import bench
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_bench_cli_on_cpu(tmp_path):
+    out = tmp_path / "bench.json"
+    t = time.time()
+    r = subprocess.run([sys.executable, "-m", "dsh", "bench", "--json", "--out", str(out)], capture_output=True,
+                       text=True, env=dict(os.environ, PYTHONPATH=str(ROOT)), timeout=600)
+    wall = time.time() - t
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert wall < 120, wall
+    res = json.loads(r.stdout)
+    assert res == json.loads(out.read_text())
+    assert res["size"] == "cpu" and res["commit"] and res["hardware"]["torch"]
+    assert res["device"]["bandwidth_bytes_per_s"] > 1e8 and res["device"]["matmul_peak_flops"] > 1e8
+    gen = {x["path"]: x for x in res["generation"]}
+    assert set(gen) == {"transformers generate (default cache)", "dsh engine"}
+    for x in gen.values():
+        assert x["useful_tokens"] > 0 and x["tokens_per_s"] > 0
+        assert 0 < x["share_of_ceiling"] <= 1                 # nothing beats the bandwidth bound
+    assert res["generation"][0]["ratio_to_default"] == 1.0
+    sft = res["sft"]
+    assert len(sft) == 2 and sft[1]["padding_share"] == pytest.approx(0, abs=1e-9) and sft[0]["padding_share"] > 0
+    assert all(0 < x["mfu"] < 1 and x["real_tokens"] > 0 for x in sft)
+    grpo = res["grpo"]
+    assert [x["backend_used"] for x in grpo] == ["trl", "dsh"]
+    assert all(0 < x["generation_s_per_step"] < x["seconds_per_step"] for x in grpo)
+    table = r.stderr[r.stderr.index("dsh bench ("):]
+    for x in bench.table(res):
+        assert x["path"][:69] in table
+
+
+def test_kv_ceiling_arithmetic():
+    # 512 rows at 1000 tokens of context, 23,040 bytes a token, 0.27 GB of weights, 3 TB/s
+    c = bench.kv_ceiling({"bandwidth": 3e12, "weight_bytes": 0.27e9, "batch": 512, "context": 1000,
+                          "kv_bytes_per_token": 23_040})
+    assert c == pytest.approx(3e12 / (0.27e9 / 512 + 1000 * 23_040))
+    assert 100_000 < c < 200_000
+
+
+def test_bad_input_before_any_work(tmp_path):
+    with pytest.raises(ValueError, match="^size must be one of auto, cpu, gpu"):
+        bench.run(size="tpu")
+    with pytest.raises(ValueError, match="^parts\\[i\\] must be one of generation, sft, grpo"):
+        bench.run(parts=["generation", "ppo"])
+    with pytest.raises(ValueError, match="is a directory"):
+        bench.run(out=str(tmp_path))

@@ -1,0 +1,146 @@
+"""dsh.engine against model.generate: the same greedy tokens on the embedded model, the same sampling
+distribution on a tiny model, reproducible from its seed, and clear errors."""
+
+import math
+
+import pytest
+import torch
+from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
+
+from dsh import data, evaluate, models
+from dsh.engine import Engine, kv_bytes_per_token, supports
+
+
+@pytest.fixture(scope="module")
+def embedded():
+    return models.load("embedded")
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    """A 2-layer llama with grouped-query attention (4 heads over 2 KV heads) and peaked logits."""
+    torch.manual_seed(0)
+    cfg = LlamaConfig(vocab_size=12, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64, eos_token_id=11,
+                      pad_token_id=0, bos_token_id=1)
+    m = LlamaForCausalLM(cfg).eval()
+    with torch.no_grad():
+        m.lm_head.weight.mul_(60.0)  # far from uniform, so a wrong distribution shows
+    return m
+
+
+def _hf_greedy(model, tok, prompts, max_new):
+    eos = set(model.generation_config.eos_token_id)
+    enc = tok([tok.decode(p) for p in prompts], return_tensors="pt", padding=True, add_special_tokens=False)
+    assert [x[m.bool()].tolist() for x, m in zip(enc["input_ids"], enc["attention_mask"])] == prompts
+    with torch.no_grad():
+        o = model.generate(**enc, max_new_tokens=max_new, do_sample=False, pad_token_id=tok.pad_token_id)
+    out = []
+    for row in o[:, enc["input_ids"].shape[1]:].tolist():
+        seq = []
+        for t in row:
+            seq.append(t)
+            if t in eos:
+                break
+        out.append(seq)
+    return out
+
+
+def test_greedy_equals_generate_on_the_embedded_model(embedded):
+    """Fails if any cache write, RoPE position, GQA grouping, the length buckets or the refilling of
+    freed slots were wrong: every token of every row must equal model.generate's."""
+    model, tok = embedded
+    qs = [p.question for p in data.test_problems(["2x2", "3x3", "3x7"], 2, 0)]
+    prompts = [tok(data.chat_prompt(tok, q))["input_ids"] for q in qs]
+    prompts[1] = prompts[1] + tok(" Show each digit.")["input_ids"]          # unequal prompt lengths
+    ref = _hf_greedy(model, tok, prompts, 40)
+    eng = Engine(model, model.generation_config.eos_token_id, slots=4, max_len=160, bucket=16, sync_every=5)
+    got = eng.generate(prompts, 40, temperature=0)                             # 6 prompts through 4 slots
+    assert [g.tokens for g in got] == ref
+    assert all(g.stopped == (g.tokens[-1] in model.generation_config.eos_token_id) for g in got)
+
+
+def _frequencies(rows, position, vocab):
+    c = torch.zeros(vocab)
+    for r in rows:
+        if len(r) > position:
+            c[r[position]] += 1
+    return c
+
+
+def test_sampling_follows_the_models_distribution(tiny):
+    """Token frequencies of the engine against the exact first-token distribution and against
+    model.generate's third tokens (two-sample chi-square); fails for a wrong temperature, a sampler
+    that favours the argmax, or KV positions that drift."""
+    prompt, n, T = [1, 5, 7, 2], 3000, 0.8
+    eng = Engine(tiny, [11], slots=256, max_len=16, bucket=8, sync_every=2)
+    rows = [g.tokens for g in eng.generate([prompt] * n, 3, temperature=T, seed=1)]
+    with torch.no_grad():
+        p = torch.softmax(tiny(torch.tensor([prompt])).logits[0, -1] / T, -1)
+    obs = _frequencies(rows, 0, 12)
+    keep = p * n >= 5
+    chi2 = (((obs - n * p) ** 2) / (n * p))[keep].sum().item()
+    dof = int(keep.sum()) - 1
+    assert dof >= 2, p
+    assert chi2 < dof + 4 * math.sqrt(2 * dof) + 6, (obs, n * p)
+    torch.manual_seed(2)
+    with torch.no_grad():
+        o = tiny.generate(torch.tensor([prompt] * n), max_new_tokens=3, do_sample=True, temperature=T, top_k=0,
+                          top_p=1.0, pad_token_id=0, eos_token_id=11)
+    ref = [r[4:] for r in o.tolist()]
+    a, b = _frequencies(rows, 2, 12), _frequencies(ref, 2, 12)
+    both = (a + b) >= 10
+    chi2 = (((a - b) ** 2) / (a + b))[both].sum().item()
+    dof = int(both.sum()) - 1
+    assert dof >= 2
+    assert chi2 < dof + 4 * math.sqrt(2 * dof) + 6, (a, b)
+    # a too-high temperature is detected by the same statistic
+    hot = [g.tokens for g in eng.generate([prompt] * n, 1, temperature=3.0, seed=1)]
+    obs = _frequencies(hot, 0, 12)
+    assert (((obs - n * p) ** 2) / (n * p))[keep].sum().item() > dof + 4 * math.sqrt(2 * dof) + 6
+
+
+def test_same_seed_same_outputs_and_limits(tiny):
+    eng = Engine(tiny, [11], slots=8, max_len=24, bucket=8, sync_every=3)
+    prompts = [[1, 2, 3], [4, 5], [6, 7, 8, 9]] * 5
+    a = eng.generate(prompts, 10, seed=7)
+    b = eng.generate(prompts, 10, seed=7)
+    c = eng.generate(prompts, 10, seed=8)
+    assert [g.tokens for g in a] == [g.tokens for g in b]
+    assert [g.tokens for g in a] != [g.tokens for g in c]
+    for g in a:
+        assert 1 <= len(g.tokens) <= 10
+        assert g.stopped == (g.tokens[-1] == 11) and 11 not in g.tokens[:-1]
+        assert len(g.text_tokens) == len(g.tokens) - g.stopped
+        assert g.stopped or len(g.tokens) == 10
+
+
+def test_evaluate_backends_agree_when_greedy(tmp_path):
+    import json
+
+    outs = {}
+    for backend in ("dsh", "hf"):
+        path = evaluate.evaluate("embedded", out=str(tmp_path / f"{backend}.jsonl"), levels=["3x3"], n_per_level=3,
+                                 temperature=0.0, max_new_tokens=20, batch_size=2, backend=backend, progress=False)
+        outs[backend] = sorted((json.loads(x) for x in path.read_text().splitlines()), key=lambda r: r["index"])
+    assert outs["dsh"] == outs["hf"]
+
+
+def test_bad_input(tiny):
+    with pytest.raises(ValueError, match="^model is not supported by dsh.engine: model_type 'gpt2'"):
+        Engine(GPT2LMHeadModel(GPT2Config(n_layer=1, n_embd=16, n_head=2, vocab_size=10)), [0])
+    assert supports(tiny) is None
+    with pytest.raises(ValueError, match="^eos_token_ids must name at least one"):
+        Engine(tiny, [])
+    with pytest.raises(ValueError, match="^slots must be an integer >= 1"):
+        Engine(tiny, [11], slots=0)
+    with pytest.raises(ValueError, match="^cuda_graphs must be False"):
+        Engine(tiny, [11], cuda_graphs=True)
+    eng = Engine(tiny, [11], slots=2, max_len=8)
+    with pytest.raises(ValueError, match="^max_len=8 is too small for prompt 0"):
+        eng.generate([[1, 2, 3]], 6)
+    with pytest.raises(ValueError, match="^temperature must be a number >= 0"):
+        eng.generate([[1]], 2, temperature=-1)
+    with pytest.raises(ValueError, match="^prompts must be non-empty"):
+        eng.generate([[]], 2)
+    assert kv_bytes_per_token(tiny) == 2 * 2 * 2 * 8 * 4       # layers x (k, v) x kv heads x head_dim x fp32
