@@ -2,8 +2,8 @@
 
 ``model.generate`` decodes a small model such as the embedded SmolLM2-135M slowly on a GPU: every
 decoding step launches hundreds of small kernels from Python, so a step costs ~70-90 ms whatever the
-batch (measured on an H100, README "Timings"). :class:`Engine` is a small decode loop that removes that
-cost and the waste around it:
+batch (measured on an H100; README, "Which engine runs where"). :class:`Engine` is a small decode
+loop that removes that cost and the waste around it:
 
 - a KV cache allocated once, ``[layers, slots, kv_heads, max_len, head_dim]``, one slot per row;
 - continuous batching: a row that finishes frees its slot, which is refilled with a waiting prompt

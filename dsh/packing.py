@@ -3,8 +3,10 @@
 With TRL's ``padding_free=True`` the collator concatenates the examples of a micro-batch into one row
 of ``sum(lengths)`` tokens, restarts ``position_ids`` at 0 for each example and passes the example
 boundaries as ``cu_seq_lens_q`` / ``cu_seq_lens_k`` (cumulative lengths). Attention must then be
-causal *within* each example only. transformers' ``sdpa`` gets that right by building a dense
-block-diagonal mask of ``tokens x tokens`` (slow: 0.9 % MFU measured on an H100, README "Timings").
+causal *within* each example only. transformers' ``sdpa`` is no answer: on an H100 packed
+training with it ran at 0.9 % MFU (a dense ``tokens x tokens`` mask; README, "Which engine runs
+where"), and with transformers 5.23 on CPU its loss on a packed row of three examples was 1.25
+where the padded batch gives 1.84.
 :data:`VARLEN` is an attention implementation registered with transformers' ``AttentionInterface``
 that uses the boundaries directly:
 
