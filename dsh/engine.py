@@ -59,12 +59,10 @@ def supports(model) -> str | None:
 
 def kv_bytes_per_token(model) -> int:
     """Bytes of KV cache one token of context takes in ``model`` (all layers, keys and values, in
-    the model's dtype): layers x 2 x kv_heads x head_dim x bytes per element."""
-    cfg = model.config
-    heads = cfg.num_attention_heads
-    kv = getattr(cfg, "num_key_value_heads", None) or heads
-    head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // heads
-    return cfg.num_hidden_layers * 2 * kv * head_dim * next(model.parameters()).element_size()
+    the model's dtype): :meth:`dsh.scale.ModelShape.kv_bytes_per_token` of its config."""
+    from .scale import ModelShape
+
+    return ModelShape.from_config(model.config, n_params=0).kv_bytes_per_token(next(model.parameters()).element_size())
 
 
 def fit_slots(model, wanted: int, max_len: int, memory_fraction: float = 0.5) -> int:
