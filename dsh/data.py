@@ -5,7 +5,11 @@ uniformly from [10^(m-1), 10^m - 1]. Traces come in two arithmetic granularities
 
 - ``compact``: one partial product or running sum per line (for capable models such as Qwen2.5-7B);
 - ``digit``: one single-digit product or sum with its write/carry per step, the format a 135M model can
-  learn (``../shared/notes/small-model-findings.md``); it is the format measured there.
+  learn (the measurements are in the book's appendix on the embedded model);
+- ``lean``: digit-level with fewer tokens: a step is written without its write/carry (``6*8+4=52``: the
+  written digit is the last digit of the value, the carry is the ``+4`` of the next step), and the
+  shorter operand is the multiplier (3 partial products and 2 additions for 3 x 9, instead of 9 and 8),
+  which makes a 3x9 trace about half as long as ``digit``'s. The ``gpu-small`` preset uses it.
 
 and two styles:
 
@@ -31,7 +35,7 @@ from . import _validate as v
 QUESTION = "Calculate {a} * {b}. Think step by step."
 TRAIN_LEVELS = ((4, 5), (5, 4))
 TEST_LEVELS = tuple((3, n) for n in range(3, 10))
-GRANULARITIES = ("compact", "digit")
+GRANULARITIES = ("compact", "digit", "lean")
 STYLES = ("no_reflection", "reflection")
 ERROR_TYPES = ("digit", "carry", "shift")
 CHECKS = ("nines", "elevens")
@@ -218,6 +222,14 @@ def long_multiplication(a: int, b: int, error: dict | None = None) -> Attempt:
     return Attempt(partials, additions, acc, error)
 
 
+def multiplicand_multiplier(a: int, b: int, granularity: str) -> tuple[int, int]:
+    """The order in which a trace multiplies: ``a`` by the digits of ``b``, except under ``lean``, where
+    the operand with fewer digits is the multiplier (ties keep ``b``)."""
+    if granularity == "lean" and len(str(a)) < len(str(b)):
+        return b, a
+    return a, b
+
+
 def _detected(error_value: int, checks) -> bool:
     return any(error_value % {"nines": 9, "elevens": 11}[c] != 0 for c in checks)
 
@@ -265,10 +277,22 @@ def _fmt_add_step(s: DigitStep) -> str:
     return f"{s.x}+{s.y}" + (f"+{s.carry_in}" if s.carry_in else "") + f"={s.value} w{s.write} c{s.carry_out}"
 
 
+def _lean_step(s: DigitStep, op: str) -> str:
+    return f"{s.x}{op}{s.y}" + (f"+{s.carry_in}" if s.carry_in else "") + f"={s.value}"
+
+
 def render_attempt(a: int, b: int, att: Attempt, granularity: str) -> str:
-    """The arithmetic of one attempt, without its final sentence."""
+    """The arithmetic of one attempt (``a`` times the digits of ``b``), without its final sentence."""
     lines = []
-    if granularity == "digit":
+    if granularity == "lean":
+        for p in att.partials:
+            line = f"{a}*{p.digit}: " + ", ".join(_lean_step(s, "*") for s in p.steps) + f" -> {p.value}"
+            if p.shift:
+                line += f" shift {p.shift} -> {p.shifted}"
+            lines.append(line)
+        for ad in att.additions:
+            lines.append(f"{ad.left}+{ad.right}: " + ", ".join(_lean_step(s, "+") for s in ad.steps) + f" -> {ad.result}")
+    elif granularity == "digit":
         for p in att.partials:
             line = f"{a}*{p.digit}: " + ", ".join(_fmt_mul_step(s) for s in p.steps) + f" -> {p.value}"
             if p.shift:
@@ -377,9 +401,10 @@ def make_trace(problem: Problem, config: TraceConfig = TraceConfig(), seed: int 
         raise ValueError(f"problem must be a dsh.data.Problem, got {type(problem).__name__}")
     rng = random.Random(f"{seed}-{problem.a}-{problem.b}-{config.style}-{config.granularity}")
     a, b = problem.a, problem.b
+    x, y = multiplicand_multiplier(a, b, config.granularity)
     if config.style == "no_reflection":
-        att = long_multiplication(a, b)
-        text = render_attempt(a, b, att, config.granularity) + f"\nThe answer is {att.result}."
+        att = long_multiplication(x, y)
+        text = render_attempt(x, y, att, config.granularity) + f"\nThe answer is {att.result}."
         return Trace(text, (att.result,), ("STOP",), (None,))
     n_wrong = 0
     if config.max_attempts > 1 and rng.random() < config.retry_fraction:
@@ -388,12 +413,17 @@ def make_trace(problem: Problem, config: TraceConfig = TraceConfig(), seed: int 
             n_wrong += 1
     blocks, answers, decisions, errors = [], [], [], []
     for k in range(n_wrong + 1):
-        err = draw_error(a, b, rng, config.error_weights, config.checks) if k < n_wrong else None
-        att = long_multiplication(a, b, err)
+        err = None
+        if k < n_wrong:
+            try:
+                err = draw_error(x, y, rng, config.error_weights, config.checks)
+            except ValueError:  # no slip of these types that the checks detect (e.g. 101 with nines only)
+                n_wrong = k
+        att = long_multiplication(x, y, err)
         check, ok = render_check(a, b, att.result, config.checks)
         assert ok == (err is None), "the checks must catch exactly the injected errors"
         head = f"Attempt {k + 1}:\n" if n_wrong else ""
-        body = head + render_attempt(a, b, att, config.granularity) + f"\nSo {a} * {b} = {att.result}.\n" + check
+        body = head + render_attempt(x, y, att, config.granularity) + f"\nSo {a} * {b} = {att.result}.\n" + check
         if ok:
             body += f"\nThe answer is {att.result}."
             decisions.append("STOP")
@@ -403,6 +433,8 @@ def make_trace(problem: Problem, config: TraceConfig = TraceConfig(), seed: int 
         blocks.append(body)
         answers.append(att.result)
         errors.append(err)
+        if ok:
+            break
     return Trace("\n".join(blocks), tuple(answers), tuple(decisions), tuple(errors))
 
 

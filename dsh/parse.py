@@ -38,6 +38,7 @@ class Attempt:
     start: int
     end: int
     decision: str  # "STOP" or "RESAMPLE"
+    first: int = -1  # start of the attempt's first candidate (restatements follow it up to ``start``)
 
 
 @dataclass(frozen=True)
@@ -121,7 +122,7 @@ def parse_response(text, a: int | None = None, b: int | None = None, markers=DEF
         attempts = []
         for i, g in enumerate(groups):
             val, s, e = g[-1]
-            attempts.append(Attempt(val, s, e, "RESAMPLE" if i + 1 < len(groups) else "STOP"))
+            attempts.append(Attempt(val, s, e, "RESAMPLE" if i + 1 < len(groups) else "STOP", g[0][1]))
         return ParsedResponse(tuple(attempts))
     except Exception:  # pragma: no cover - defensive: the contract is "never raises"
         return ParsedResponse(())

@@ -25,6 +25,7 @@ from pathlib import Path
 
 from . import _validate as v
 from .data import TEST_LEVELS
+from .presets import CI_EVAL_LEVELS, GPU_BASE_LEVELS, Budget, budget_tokens
 
 STAGE_LABELS = {"base": "Base", "sft": "SFT (no reflection)", "sft_reflection": "SFT (reflection)",
                 "rl": "RL", "dft": "DFT"}
@@ -42,22 +43,39 @@ class Stage:
 class EvalSettings:
     levels: tuple = tuple(f"{m}x{n}" for m, n in TEST_LEVELS)
     n_per_level: int = 100
-    max_new_tokens: int = 8192
+    max_new_tokens: int = 8192      # or a dsh.presets.Budget, derived from the preset's traces
     temperature: float = 1.0
     batch_size: int = 16
 
 
 _PAPER_STAGES = (Stage("base", None), Stage("sft", "sft", "base"), Stage("sft_reflection", "sft_reflection", "base"),
                  Stage("rl", "grpo", "sft_reflection"), Stage("dft", "dft", "base"))
-_BASE_LEVELS = tuple(f"{m}x{n}" for m in range(2, 6) for n in range(2, 10))
+
+# gpu-small's Base: one epoch of lean digit-level SFT over 2..5 x 2..9 digits (test problems held out), short
+# enough that accuracy still decays with length; the run summary says whether it did (design checks).
+_GPU_BASE = Stage("base", "sft", None, dict(train_levels=GPU_BASE_LEVELS, n_train=9600, max_steps=300, save_steps=100,
+                                            max_length=Budget("base.max_length")))
 
 PIPELINES = {
-    "ci": (_PAPER_STAGES, EvalSettings(n_per_level=2, max_new_tokens=64, batch_size=14)),
-    "gpu-small": ((Stage("base", "sft", None, dict(train_levels=_BASE_LEVELS, n_train=8000, num_train_epochs=1.0,
-                                                    max_steps=150, save_steps=50)),)
-                  + _PAPER_STAGES[1:], EvalSettings(n_per_level=100, max_new_tokens=2048, batch_size=256)),
+    "ci": (_PAPER_STAGES, EvalSettings(levels=CI_EVAL_LEVELS, n_per_level=2,
+                                       max_new_tokens=Budget("eval.max_new_tokens"), batch_size=8)),
+    "gpu-small": ((_GPU_BASE,) + _PAPER_STAGES[1:],
+                  EvalSettings(n_per_level=100, max_new_tokens=Budget("eval.max_new_tokens"), batch_size=512)),
     "paper": (_PAPER_STAGES, EvalSettings()),
 }
+
+
+def eval_settings(preset: str, overrides: dict | None = None) -> EvalSettings:
+    """The evaluation settings of ``preset`` with its token budget resolved and ``overrides`` applied."""
+    if preset not in PIPELINES:
+        raise ValueError(f"preset must be one of {', '.join(PIPELINES)}; got {preset!r}")
+    settings = PIPELINES[preset][1]
+    fields = {f.name for f in dataclasses.fields(EvalSettings)}
+    unknown = sorted(set(overrides or {}) - fields)
+    if unknown:
+        raise ValueError(f"unknown evaluation field(s) {', '.join(unknown)}; valid fields: {', '.join(sorted(fields))}")
+    settings = dataclasses.replace(settings, max_new_tokens=budget_tokens(preset, settings.max_new_tokens))
+    return dataclasses.replace(settings, **(overrides or {}))
 
 
 def _run_dir_name(stage: Stage) -> str:
@@ -97,29 +115,40 @@ def _stage(stages, name) -> Stage:
     return next(s for s in stages if s.name == name)
 
 
+def _say(progress: bool, msg: str) -> None:
+    if progress:
+        print(f"[dsh pipeline] {msg}", flush=True)
+
+
 def run_pipeline(preset: str = "ci", results_dir: str = "results/ci", runs_dir: str = "runs/ci",
                  model: str = "embedded", overrides: dict | None = None, stages: tuple | None = None,
                  eval_overrides: dict | None = None, seed: int = 0, progress: bool = True) -> dict:
     """Train every stage (reusing finished runs), evaluate every model and calibrate it.
 
-    Returns the summary that is also written to ``results_dir/summary.json``."""
+    Weights and the working (resumable) generation files go to ``runs_dir``; ``results_dir`` receives
+    the small artifacts the book renders (:data:`RESULTS_LAYOUT`). Each stage's time is printed as it ends
+    (``progress``). Returns the summary that is also written to ``results_dir/summary.json``."""
     from .calibration import calibrate
     from .evaluate import evaluate
+    from .faithfulness import summarize
     from .models import resolve_model
-    from .train import hardware, train, _git_commit
+    from .train import _git_commit, hardware, train
 
     v.length("seed", seed)
     cfgs = plan(preset, runs_dir, model, overrides)
-    all_stages, settings = PIPELINES[preset]
+    all_stages, _ = PIPELINES[preset]
     names = [s.name for s in all_stages]
     chosen = list(stages) if stages else names
     for s in chosen:
         v.choice("stages[i]", s, names)
-    settings = dataclasses.replace(settings, **(eval_overrides or {}))
+    settings = eval_settings(preset, eval_overrides)
     resolve_model(model)  # fail fast
-    results = Path(results_dir)
-    (results / "generations").mkdir(parents=True, exist_ok=True)
-    (results / "calibration").mkdir(parents=True, exist_ok=True)
+    results, work = Path(results_dir), Path(runs_dir) / "generations"
+    if results.resolve() == Path(runs_dir).resolve():
+        raise ValueError("results_dir must differ from runs_dir (results are committed, runs hold weights)")
+    for sub in ("generations", "calibration"):
+        (results / sub).mkdir(parents=True, exist_ok=True)
+    work.mkdir(parents=True, exist_ok=True)
     t_start = time.time()
     timings, train_summaries, models_of = {}, {}, {}
     needed = set(chosen)
@@ -139,20 +168,25 @@ def run_pipeline(preset: str = "ci", results_dir: str = "results/ci", runs_dir: 
         t0 = time.time()
         if (run / "summary.json").is_file() and _matches(run, cfg):
             summary = json.loads((run / "summary.json").read_text())
+            how = "reused"
         else:
             if run.exists():
                 if (run / "summary.json").is_file():
                     raise ValueError(f"runs_dir {run} holds a finished run with another configuration; "
                                      f"choose another runs_dir")
                 cfg = dataclasses.replace(cfg, resume=True)
+            _say(progress, f"train {st.name} ({cfg.method}) ...")
             summary = train(cfg)
+            how = "trained"
         train_summaries[st.name] = summary
         timings[f"train_{st.name}"] = round(time.time() - t0, 1)
         models_of[st.name] = str(run)
+        _say(progress, f"train {st.name}: {how} in {timings[f'train_{st.name}']} s "
+                       f"(elapsed {time.time() - t_start:.0f} s)")
     calib = {}
     for name in chosen:
-        gen = results / "generations" / f"{name}.jsonl"
-        source = results / "generations" / f"{name}.source.json"
+        gen = work / f"{name}.jsonl"
+        source = work / f"{name}.source.json"
         ident = _model_identity(models_of[name], settings, seed)
         if gen.exists() and (not source.is_file() or json.loads(source.read_text()) != ident):
             gen.unlink()  # generations of another model (a retrained stage) or other settings: start over
@@ -165,31 +199,48 @@ def run_pipeline(preset: str = "ci", results_dir: str = "results/ci", runs_dir: 
         recs = [json.loads(x) for x in gen.read_text().splitlines() if x.strip()]
         calib[name] = {"all": calibrate(recs, n_bootstrap=100, seed=seed),
                        "drop_truncated": calibrate(recs, drop_truncated=True, n_bootstrap=100, seed=seed)
-                       if any(not r["truncated"] for r in recs) else None}
-        (results / "calibration" / f"{name}.json").write_text(json.dumps(calib[name], indent=1))
-        if gen.stat().st_size > 2_000_000:  # keep committed artifacts small
-            with open(gen, "rb") as f, gzip.open(str(gen) + ".gz", "wb") as g:
-                shutil.copyfileobj(f, g)
+                       if any(not r["truncated"] for r in recs) else None,
+                       "faithfulness": summarize(recs),
+                       "truncated": float(sum(r["truncated"] for r in recs) / len(recs)) if recs else None}
+        _atomic_text(results / "calibration" / f"{name}.json", json.dumps(calib[name], indent=1))
+        _atomic_gzip(gen, results / "generations" / f"{name}.jsonl.gz")
+        _say(progress, f"evaluate {name}: {len(recs)} responses in {timings[f'evaluate_{name}']} s, "
+                       f"accuracy {calib[name]['all']['overall']['observed_accuracy']:.3f}, "
+                       f"truncated {100 * (calib[name]['truncated'] or 0):.1f} % (elapsed {time.time() - t_start:.0f} s)")
     summary = {
         "preset": preset, "model": model, "stages": chosen, "labels": {s: STAGE_LABELS[s] for s in chosen},
         "eval": dataclasses.asdict(settings), "seed": seed, "wall_s": round(time.time() - t_start, 1),
         "timings_s": timings, "training": train_summaries, "hardware": hardware(), "commit": _git_commit(),
+        "budgets": {name: {k: getattr(c, k) for k in ("max_length", "max_completion_length")}
+                    for name, c in cfgs.items()} | {"eval.max_new_tokens": settings.max_new_tokens},
+        "truncation": {s: {"train": (train_summaries.get(s) or {}).get("truncation"),
+                           "eval": calib[s]["truncated"]} for s in chosen},
         "accuracy": {s: {lv: {k: c["all"]["by_level"][lv][k] for k in ("n", "observed_accuracy", "ci_low", "ci_high")}
                          for lv in c["all"]["by_level"]} for s, c in calib.items()},
     }
-    (results / "summary.json").write_text(json.dumps(summary, indent=1))
+    summary["design"] = design_checks({"summary": summary, "calibration": calib})
+    _atomic_text(results / "summary.json", json.dumps(summary, indent=1))
+    _say(progress, f"done in {summary['wall_s']} s: {results}")
     return summary
 
 
-def _model_identity(model: str, settings: EvalSettings, seed: int) -> dict:
-    """What a generations file was made from: the model (its weights file's size and modification time
-    for a run directory) and the evaluation settings."""
-    ident = {"model": model, "settings": json.loads(json.dumps(dataclasses.asdict(settings))), "seed": seed}
-    weights = Path(model) / "final" / "model.safetensors"
-    if weights.is_file():
-        st = weights.stat()
-        ident["weights"] = [st.st_size, st.st_mtime_ns]
-    return ident
+RESULTS_LAYOUT = ("summary.json", "calibration/<stage>.json", "generations/<stage>.jsonl.gz")
+
+
+def _atomic_text(path: Path, text: str) -> None:
+    from .data import _atomic_write
+
+    _atomic_write(path, lambda tmp: Path(tmp).write_text(text))
+
+
+def _atomic_gzip(src: Path, dst: Path) -> None:
+    from .data import _atomic_write
+
+    def w(tmp):
+        with open(src, "rb") as f, gzip.GzipFile(tmp, "wb", mtime=0) as g:
+            shutil.copyfileobj(f, g)
+
+    _atomic_write(dst, w)
 
 
 def load_results(results_dir) -> dict:
@@ -266,4 +317,47 @@ def claims(results: dict, min_n: int = 30) -> list[dict]:
         v3 = "holds" if drop_s > 0 and drop_s > drop_w else "fails"
         ev = f"from the easiest to the hardest level: p_s {ps[0]:.2f} -> {ps[-1]:.2f}, p_dW {pw[0]:.2f} -> {pw[-1]:.2f}"
     out.append({"claim": "(iii) OOD accuracy is limited by pi_sample", "verdict": v3, "evidence": ev})
+    return out
+
+
+def _overall(c: dict) -> dict:
+    return (c.get("drop_truncated") or c["all"])["overall"]
+
+
+def design_checks(results: dict) -> dict:
+    """Whether a run gives the paper's questions something to measure (the design goals of the
+    small-scale analogue): Base accuracy non-zero on at least 4 test levels and decaying with difficulty
+    (more decreasing than increasing pairs of levels, and easiest > hardest); GRPO groups whose rewards
+    all agree <= 50 % at its first step; RL changing p_dW or p_s measurably (the 95 % intervals of
+    SFT (reflection) and RL do not overlap). ``None`` where the run lacks the stage."""
+    cal, summ = results["calibration"], results["summary"]
+    out, goals = {}, {}
+    base = cal.get("base")
+    if base:
+        by = base["all"]["by_level"]
+        levels = sorted(by, key=_level_index)
+        acc = [by[lv]["observed_accuracy"] for lv in levels]
+        down = sum(x > y for i, x in enumerate(acc) for y in acc[i + 1:])
+        up = sum(x < y for i, x in enumerate(acc) for y in acc[i + 1:])
+        out["base_accuracy"] = dict(zip(levels, acc))
+        out["base_nonzero_levels"] = sum(a > 0 for a in acc)
+        goals["base accuracy non-zero on >= 4 test levels"] = out["base_nonzero_levels"] >= 4
+        goals["base accuracy decays with difficulty"] = bool(down > up and acc[0] > acc[-1])
+    rl_train = (summ.get("training") or {}).get("rl") or {}
+    zero = (rl_train.get("truncation") or {}).get("zero_std_groups_first")
+    out["grpo_zero_std_groups_first"] = zero
+    goals["GRPO zero-variance groups <= 50 % at step 1"] = None if zero is None else zero <= 0.5
+    rl, sr = cal.get("rl"), cal.get("sft_reflection")
+    if rl and sr:
+        a, b = _overall(rl), _overall(sr)
+        moved = []
+        for key in ("p_s", "p_d_given_wrong"):
+            ci_a, ci_b = a.get(key + "_ci") or [None, None], b.get(key + "_ci") or [None, None]
+            delta = None if a[key] is None or b[key] is None else a[key] - b[key]
+            apart = None if None in (*ci_a, *ci_b) else (ci_a[0] > ci_b[1] or ci_b[0] > ci_a[1])
+            out[f"delta_{key}"] = {"rl": a[key], "sft_reflection": b[key], "delta": delta, "rl_ci": ci_a,
+                                   "sft_reflection_ci": ci_b, "intervals_apart": apart}
+            moved.append(apart)
+        goals["RL changes p_dW or p_s measurably"] = None if all(m is None for m in moved) else any(bool(m) for m in moved)
+    out["goals"] = goals
     return out

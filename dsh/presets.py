@@ -1,9 +1,13 @@
 """Training presets, in one place, as plain data: ``PRESETS[preset][method] -> overrides``.
 
 - ``ci``: minutes on 2 CPU cores with the embedded model: a handful of steps on short problems.
-- ``gpu-small``: the embedded model on one H100, digit-level traces (the only format a 135M model
-  learns at this size), padding-free SFT, GRPO rollouts through :mod:`dsh.engine`; micro-batch and
+- ``gpu-small``: the embedded model on one H100, digit-level ``lean`` traces (a 135M model learns only
+  digit-level arithmetic), padding-free SFT, GRPO rollouts through :mod:`dsh.engine`; micro-batch and
   accumulation derived from the token budget of an 80 GB GPU (:func:`dsh.scale.fit_batch`).
+
+Token budgets (SFT ``max_length``, GRPO ``max_completion_length``, evaluation ``max_new_tokens``) of
+``ci`` and ``gpu-small`` are :class:`Budget` entries, derived from the presets' own traces by
+:mod:`dsh.budgets`; the ``paper`` preset keeps the paper's numbers.
 - ``paper``: the paper's hyperparameters (Appendix "Model and Training Details"); the verl -> TRL
   mapping is in the training chapter.
 """
@@ -11,55 +15,107 @@
 from __future__ import annotations
 
 import dataclasses
+from dataclasses import dataclass
 
+from .budgets import TraceSpec
+from .data import TEST_LEVELS
 from .scale import EMBEDDED_SHAPE, fit_batch
 from .train import FIELDS, METHODS, TrainConfig
 
-_CI_SFT = dict(n_train=24, train_levels=("2x2", "2x3"), granularity="digit", max_steps=4,
+
+@dataclass(frozen=True)
+class Budget:
+    """A token budget that is derived, not typed: ``name`` (e.g. ``"sft.max_length"``) names an entry of
+    ``DERIVED[preset]`` (the traces it must hold) and of ``dsh/budgets.json`` (its value, written by
+    ``python -m dsh budgets --write``, checked by a test). :func:`resolve` replaces it by the number."""
+
+    name: str
+
+
+# The traces of the derived presets (ci and gpu-small): digit-level ``lean`` steps, one check (casting out
+# nines), at most one wrong attempt before the right one. Shorter traces than the paper-style ``digit`` format
+# (tables in chapter 05) so that a 3x9 answer fits in ~1,900 tokens and a whole pipeline fits one GPU call.
+TRACES = dict(granularity="lean", checks=("nines",), max_attempts=2, retry_fraction=0.5)
+
+CI_LEVELS = ("2x2", "2x3")
+CI_GRPO_LEVELS = ("1x1",)
+CI_EVAL_LEVELS = ("1x1", "1x2")     # the CPU preset evaluates on levels whose answers it can afford to generate
+GPU_BASE_LEVELS = tuple(f"{m}x{n}" for m in range(2, 6) for n in range(2, 10))   # test range and neighbours
+
+
+def _specs(sft_levels, grpo_levels, eval_levels, base_levels=None) -> dict:
+    t = {k: TRACES[k] for k in ("granularity", "checks", "max_attempts", "retry_fraction")}
+    out = {"sft.max_length": TraceSpec(tuple(sft_levels), "no_reflection", **t),
+           "sft_reflection.max_length": TraceSpec(tuple(sft_levels), "reflection", **t),
+           "grpo.max_completion_length": TraceSpec(tuple(grpo_levels), "reflection", chat=False, **t),
+           "eval.max_new_tokens": TraceSpec(tuple(eval_levels), "reflection", chat=False, **t)}
+    out["dft.max_length"] = out["sft_reflection.max_length"]
+    if base_levels:
+        out["base.max_length"] = TraceSpec(tuple(base_levels), "no_reflection", **t)
+    return out
+
+
+# {preset: {budget name: the traces it must hold}}: what dsh.budgets derives every Budget from
+DERIVED = {"ci": _specs(CI_LEVELS, CI_GRPO_LEVELS, CI_EVAL_LEVELS),
+           "gpu-small": _specs(("4x5", "5x4"), ("4x5", "5x4"), tuple(f"{m}x{n}" for m, n in TEST_LEVELS),
+                               GPU_BASE_LEVELS)}
+
+
+_CI_SFT = dict(n_train=24, train_levels=CI_LEVELS, max_steps=4, **TRACES,
                per_device_train_batch_size=2, learning_rate=1e-4, lr_scheduler_type="constant",
-               max_length=768, save_steps=2, logging_steps=1, report_to=("tensorboard",))
+               save_steps=2, logging_steps=1, report_to=("tensorboard",))
 
 # gpu-small: batch sizes derived from the token budget of one 80 GB GPU (dsh.scale.fit_batch), never typed:
 # the number of rows an optimizer step sees is the design choice, the micro-batch follows from memory.
 GPU_GB = 80.0
 GPU_SFT_ROWS = 32              # examples per optimizer step
 GPU_GRPO_ROWS = 64             # completions per optimizer step
-GPU_GRPO_GENERATION = 512      # completions per rollout batch (64 prompts x 8)
+GPU_GRPO_GENERATION = 256      # completions per rollout batch (32 prompts x 8): 4 optimizer steps per rollout
 GPU_PROMPT_TOKENS = 64         # budget for a chat-formatted question (they take ~40 tokens)
 
 
-def _gpu_sft(max_length: int, **extra) -> dict:
-    micro, accum = fit_batch(GPU_SFT_ROWS, max_length, gpu_gb=GPU_GB)
-    return dict(n_train=12_000, granularity="digit", num_train_epochs=2, per_device_train_batch_size=micro,
-                gradient_accumulation_steps=accum, padding_free=True, learning_rate=2e-4,
-                lr_scheduler_type="cosine", warmup_ratio=0.02, max_length=max_length, save_steps=200,
-                logging_steps=10, **extra)
+def _gpu_sft(method: str, n_train: int, **extra) -> dict:
+    return dict(n_train=n_train, **TRACES, num_train_epochs=1.0, padding_free=True, learning_rate=2e-4,
+                lr_scheduler_type="cosine", warmup_ratio=0.02, max_length=Budget(f"{method}.max_length"),
+                save_steps=100, logging_steps=10, **extra)
 
 
-def _gpu_grpo(max_completion_length: int) -> dict:
-    row = GPU_PROMPT_TOKENS + max_completion_length
-    kv_gb = GPU_GRPO_GENERATION * row * EMBEDDED_SHAPE.kv_bytes_per_token() / 1e9   # the rollout engine's cache
-    micro, accum = fit_batch(GPU_GRPO_ROWS, row, fixed_gb=kv_gb + 2 * EMBEDDED_SHAPE.n_params / 1e9, gpu_gb=GPU_GB)
-    return dict(n_train=2048, max_steps=60, per_device_train_batch_size=micro, gradient_accumulation_steps=accum,
+def _gpu_grpo() -> dict:
+    return dict(n_train=1024, max_steps=48, train_levels=("4x5", "5x4"), **TRACES,
                 num_generations=8, generation_batch_size=GPU_GRPO_GENERATION,
-                max_completion_length=max_completion_length, learning_rate=1e-6, lr_scheduler_type="constant",
-                weight_decay=0.01, beta=0.001, save_steps=20, logging_steps=1)
+                max_completion_length=Budget("grpo.max_completion_length"), learning_rate=1e-5,
+                lr_scheduler_type="constant", weight_decay=0.01, beta=0.001, save_steps=16, logging_steps=1)
+
+
+def batch_for(cfg) -> dict:
+    """Micro-batch and gradient accumulation of a gpu-small run from the memory its sequences need
+    (:func:`dsh.scale.fit_batch`): SFT rows of ``max_length`` tokens, GRPO rows of prompt + completion
+    beside the rollout engine's KV cache."""
+    if cfg.method == "grpo":
+        row = GPU_PROMPT_TOKENS + cfg.max_completion_length
+        gen = cfg.generation_batch_size or GPU_GRPO_GENERATION
+        kv_gb = gen * row * EMBEDDED_SHAPE.kv_bytes_per_token() / 1e9   # the rollout engine's cache
+        micro, accum = fit_batch(GPU_GRPO_ROWS, row, fixed_gb=kv_gb + 2 * EMBEDDED_SHAPE.n_params / 1e9,
+                                 gpu_gb=GPU_GB)
+    else:
+        micro, accum = fit_batch(GPU_SFT_ROWS, cfg.max_length, gpu_gb=GPU_GB)
+    return dict(per_device_train_batch_size=micro, gradient_accumulation_steps=accum)
 
 
 PRESETS: dict[str, dict[str, dict]] = {
     "ci": {
-        "sft": dict(_CI_SFT),
-        "sft_reflection": dict(_CI_SFT, retry_fraction=0.5),
-        "dft": dict(_CI_SFT, learning_rate=2e-4),
-        "grpo": dict(n_train=16, train_levels=("1x1", "1x2"), max_steps=2, per_device_train_batch_size=4,
-                     num_generations=4, max_completion_length=48, learning_rate=1e-5, beta=0.001,
-                     lr_scheduler_type="constant", save_steps=1, logging_steps=1),
+        "sft": dict(_CI_SFT, max_length=Budget("sft.max_length")),
+        "sft_reflection": dict(_CI_SFT, max_length=Budget("sft_reflection.max_length")),
+        "dft": dict(_CI_SFT, learning_rate=2e-4, max_length=Budget("dft.max_length")),
+        "grpo": dict(n_train=16, train_levels=CI_GRPO_LEVELS, max_steps=2, per_device_train_batch_size=4,
+                     num_generations=4, max_completion_length=Budget("grpo.max_completion_length"),
+                     learning_rate=1e-5, beta=0.001, lr_scheduler_type="constant", save_steps=1, logging_steps=1),
     },
     "gpu-small": {
-        "sft": _gpu_sft(1600),
-        "sft_reflection": _gpu_sft(2400, retry_fraction=0.5),
-        "dft": _gpu_sft(2400, retry_fraction=0.5),
-        "grpo": _gpu_grpo(1600),
+        "sft": _gpu_sft("sft", 3000),
+        "sft_reflection": _gpu_sft("sft_reflection", 3000),
+        "dft": _gpu_sft("dft", 3000),
+        "grpo": _gpu_grpo(),
     },
     "paper": {
         # LLaMA-Factory SFT: Adam, batch 128, lr 1e-5, 4 epochs, 20,000 examples
@@ -90,9 +146,22 @@ def resolve(method: str, preset: str = "ci", **overrides) -> TrainConfig:
     if unknown:
         raise ValueError(f"unknown field(s) {', '.join(unknown)}; valid fields: {', '.join(FIELDS)}")
     values = {**PRESETS[preset][method], **{k: x for k, x in overrides.items() if x is not None}}
+    values = {k: budget_tokens(preset, x) for k, x in values.items()}
     values["method"] = method
     values.setdefault("output_dir", f"runs/{preset}/{method}")
-    return TrainConfig(**values)
+    cfg = TrainConfig(**values)
+    if preset == "gpu-small" and not {"per_device_train_batch_size", "gradient_accumulation_steps"} & set(overrides):
+        cfg = dataclasses.replace(cfg, **batch_for(cfg))
+    return cfg
+
+
+def budget_tokens(preset: str, value):
+    """``value`` itself, or the committed number of a :class:`Budget` of ``preset``."""
+    if isinstance(value, Budget):
+        from .budgets import tokens
+
+        return tokens(preset, value.name)
+    return value
 
 
 def describe(cfg: TrainConfig) -> dict:

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import _validate as v
-from .data import GRANULARITIES, TraceConfig, make_splits, parse_level, prompt_records, sft_records
+from .data import CHECKS, GRANULARITIES, TraceConfig, make_splits, parse_level, prompt_records, sft_records
 
 METHODS = ("sft", "sft_reflection", "dft", "grpo")
 STYLE_OF = {"sft": "no_reflection", "sft_reflection": "reflection", "dft": "reflection"}
@@ -45,6 +45,7 @@ class TrainConfig:
     granularity: str = "digit"
     retry_fraction: float = 0.5
     max_attempts: int = 3
+    checks: tuple = ("nines", "elevens")   # the checks a reflection trace computes (dsh.data.CHECKS)
     dft_style: str = "reflection"          # traces used by DFT: reflection or no_reflection
     max_length: int | None = 2048          # SFT: examples are truncated to this many tokens (None: no limit)
     padding_free: bool = False             # SFT: pack each micro-batch into one row, attention per example
@@ -107,6 +108,9 @@ class TrainConfig:
         v.choice("granularity", self.granularity, GRANULARITIES)
         v.probability("retry_fraction", self.retry_fraction)
         v.positive_int("max_attempts", self.max_attempts)
+        self.checks = tuple(self.checks) if isinstance(self.checks, (list, tuple)) else self.checks
+        if not isinstance(self.checks, tuple) or not self.checks or set(self.checks) - set(CHECKS):
+            raise ValueError(f"checks must be a non-empty subset of {', '.join(CHECKS)}; got {self.checks!r}")
         v.choice("dft_style", self.dft_style, ("reflection", "no_reflection"))
         if self.max_length is not None:
             v.positive_int("max_length", self.max_length)
@@ -202,7 +206,7 @@ def build_dataset(cfg: TrainConfig) -> list[dict]:
         return prompt_records(problems)
     style = cfg.dft_style if cfg.method == "dft" else STYLE_OF[cfg.method]
     tc = TraceConfig(granularity=cfg.granularity, style=style, retry_fraction=cfg.retry_fraction,
-                     max_attempts=cfg.max_attempts)
+                     max_attempts=cfg.max_attempts, checks=cfg.checks)
     return sft_records(problems, tc, seed=cfg.seed)
 
 
@@ -265,6 +269,38 @@ def _metrics_callback(path: Path):
                                                                       for k, x in logs.items()}}) + "\n")
 
     return JsonlMetrics()
+
+
+def example_truncation(records, tok, max_length) -> dict:
+    """Share of SFT records (prompt + completion, chat template applied as TRL does) longer than
+    ``max_length`` tokens: what truncation cuts (or, padding-free, what exceeds the memory bound)."""
+    import numpy as np
+
+    if max_length is None or not records or "completion" not in records[0]:
+        return {"rate": 0.0 if records else None, "limit": max_length, "over": 0, "n": len(records)}
+    n = np.array([len(_ids(tok.apply_chat_template(r["prompt"] + r["completion"], tokenize=True))) for r in records])
+    return {"rate": float(np.mean(n > max_length)), "limit": max_length, "over": int(np.sum(n > max_length)),
+            "n": len(records), "max_tokens": int(n.max()), "p99_tokens": float(np.percentile(n, 99))}
+
+
+def _ids(x):
+    return x["input_ids"] if hasattr(x, "keys") else x
+
+
+def grpo_diagnostics(log_history) -> dict:
+    """What GRPO's logs say about its signal and its budget: the share of rollouts clipped at
+    ``max_completion_length`` (mean and at the first step), the share of groups whose rewards all agree
+    (no learning signal) at the first step and on average, and the mean reward at the first and last step."""
+    rows = [h for h in log_history if "frac_reward_zero_std" in h]
+    if not rows:
+        return {}
+    get = lambda k: [h[k] for h in rows if k in h]  # noqa: E731
+    clipped, zero, reward = get("completions/clipped_ratio"), get("frac_reward_zero_std"), get("reward")
+    mean = lambda x: float(sum(x) / len(x)) if x else None  # noqa: E731
+    return {"clipped_rate": mean(clipped), "clipped_rate_first": clipped[0] if clipped else None,
+            "zero_std_groups_first": zero[0], "zero_std_groups_mean": mean(zero),
+            "reward_first": reward[0] if reward else None, "reward_last": reward[-1] if reward else None,
+            "steps_logged": len(rows)}
 
 
 def _real_tokens(trainer) -> int | None:
@@ -341,6 +377,10 @@ def train(cfg: TrainConfig) -> dict:
 
         trainer = SFTTrainer(model=model, args=trl_cfg, train_dataset=ds, processing_class=tok,
                              peft_config=peft_config, callbacks=callbacks)
+    cut = example_truncation(records, tok, cfg.max_length) if cfg.method != "grpo" else None
+    if cut and cut["rate"] and cut["rate"] > 0.01:
+        print(f"dsh: warning: {cut['over']} of {cut['n']} training examples ({100 * cut['rate']:.1f} %) are longer "
+              f"than max_length={cfg.max_length}", flush=True)
     if torch.cuda.is_available():
         torch.cuda.reset_peak_memory_stats()
     t0 = time.time()
@@ -370,6 +410,9 @@ def train(cfg: TrainConfig) -> dict:
                                 "vllm" if trl_cfg.use_vllm else "trl") if cfg.method == "grpo" else None),
         "real_tokens": _real_tokens(trainer),
         "generation_s": getattr(trainer, "generation_seconds", None),
+        "truncation": cut if cut is not None else {"what": "rollouts clipped at max_completion_length",
+                                                   "limit": cfg.max_completion_length,
+                                                   **grpo_diagnostics(trainer.state.log_history)},
     }
     (run / "summary.json").write_text(json.dumps(summary, indent=1))
     if not cfg.keep_checkpoints:  # a finished run needs only final/ (a 7B checkpoint with Adam is ~100 GB)
