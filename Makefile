@@ -1,6 +1,8 @@
 # Two commands, each doing its own set-up (virtual environment, pinned requirements, Jupyter kernel):
 #   make book   execute every chapter and render the book to _build/html
 #   make test   run the test suite, including a full strict book build
+# On a GPU host without network (see README, "The experiment on one GPU"):
+#   make gpu-small BUNDLE=.gpu   every stage of the gpu-small pipeline into book/results/gpu-small-h100
 SHELL := /bin/bash
 .SHELLFLAGS := -eo pipefail -c
 PYTHON ?= python3
@@ -11,7 +13,10 @@ JB_FLAGS := -W -n --keep-going --builder html
 # pip notes about local index folders are noise on the project machines
 QUIET_PIP := { grep -v "^WARNING: Location '" || true; }
 
-.PHONY: book test setup sync clean
+.PHONY: book test setup sync clean gpu-small
+
+BUNDLE ?= .gpu
+RESULTS ?= book/results/gpu-small-h100
 
 setup: $(STAMP)
 
@@ -42,3 +47,7 @@ sync: $(STAMP)
 
 clean:
 	rm -rf _build $(VENV)
+
+# the whole gpu-small experiment on a GPU host (system python3 with torch + CUDA; no venv, no network)
+gpu-small:
+	python3 -m dsh.gpu_small --bundle $(BUNDLE) --results $(RESULTS)

@@ -134,10 +134,33 @@ def _cmd_pipeline(args) -> int:
     from .pipeline import run_pipeline
 
     overrides = _parse_overrides(args.set)
+    eval_overrides = _parse_overrides(args.eval_set)
+    stages = tuple(x.strip() for x in args.stages.split(",") if x.strip()) if args.stages else None
     summary = run_pipeline(preset=args.preset, results_dir=args.results_dir or f"results/{args.preset}",
                            runs_dir=args.runs_dir or f"runs/{args.preset}", model=args.model,
-                           overrides=overrides or None, seed=args.seed)
-    print(json.dumps({k: summary[k] for k in ("preset", "stages", "wall_s", "accuracy")}, indent=1))
+                           overrides=overrides or None, stages=stages, eval_overrides=eval_overrides or None,
+                           seed=args.seed, progress=not args.quiet)
+    print(json.dumps({k: summary[k] for k in ("preset", "stages", "wall_s", "timings_s", "design")}, indent=1))
+    return 0
+
+
+def _cmd_budgets(args) -> int:
+    from . import budgets
+
+    if args.write:
+        out = budgets.write(n_per_level=args.n)
+    else:
+        out = budgets.derive(n_per_level=args.n)
+        if args.check and out != budgets.load():
+            print("error: dsh/budgets.json is stale; run python -m dsh budgets --write", file=sys.stderr)
+            return 1
+    if args.json:
+        print(json.dumps(out))
+    else:
+        for preset, by_name in out.items():
+            for name, b in by_name.items():
+                print(f"{preset:10s} {name:28s} {b['tokens']:6d} tokens  (p99 of {b['longest_level']} "
+                      f"{b['levels'][b['longest_level']]['p99']:.0f} + margin {b['margin']})")
     return 0
 
 
@@ -196,7 +219,7 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--n-train", type=int, default=20_000)
     d.add_argument("--n-test", type=int, default=100)
     d.add_argument("--style", default="reflection", help="reflection or no_reflection")
-    d.add_argument("--granularity", default="digit", help="digit or compact")
+    d.add_argument("--granularity", default="digit", help="digit, lean or compact")
     d.add_argument("--retry-fraction", type=float, default=0.5)
     d.add_argument("--max-attempts", type=int, default=3)
     d.add_argument("--seed", type=int, default=0)
@@ -231,8 +254,19 @@ def build_parser() -> argparse.ArgumentParser:
     pl.add_argument("--results-dir", help="small artifacts for the book (default results/PRESET)")
     pl.add_argument("--runs-dir", help="model runs (default runs/PRESET)")
     pl.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a TrainConfig field of every stage")
+    pl.add_argument("--stages", help="comma-separated stages (default: every stage of the preset)")
+    pl.add_argument("--eval-set", action="append", metavar="KEY=VALUE",
+                    help="override an evaluation setting: levels, n_per_level, max_new_tokens, temperature, batch_size")
     pl.add_argument("--seed", type=int, default=0)
+    pl.add_argument("--quiet", action="store_true", help="no progress output")
     pl.set_defaults(func=_cmd_pipeline)
+
+    bu = sub.add_parser("budgets", help="token budgets of the ci and gpu-small presets, from their own traces")
+    bu.add_argument("--write", action="store_true", help="recompute and write dsh/budgets.json")
+    bu.add_argument("--check", action="store_true", help="exit 1 when dsh/budgets.json differs from a recomputation")
+    bu.add_argument("--n", type=int, default=200, help="traces per level (default 200)")
+    bu.add_argument("--json", action="store_true")
+    bu.set_defaults(func=_cmd_budgets)
 
     b = sub.add_parser("bench", help="dsh's generation, SFT and GRPO paths against the libraries' defaults")
     b.add_argument("--model", default="embedded")

@@ -6,7 +6,8 @@ wrong that were only unfinished. So every budget of the ``ci`` and ``gpu-small``
 the token-length distribution of the preset's own traces under the embedded model's tokenizer:
 
 - SFT ``max_length`` (prompt + completion, chat template applied as TRL does): the 99th percentile of the
-  stage's training traces, over its longest level, plus ``margin`` (below), rounded up to 64 tokens;
+  stage's training traces, over its longest level, plus ``margin`` (below), and at least the longest trace
+  drawn, rounded up to 64 tokens;
 - GRPO ``max_completion_length``: the same over the reflection traces of the RL stage's training levels
   (the responses a model trained on them writes when it is right);
 - evaluation ``max_new_tokens``: the same over reflection traces of the test levels.
@@ -97,7 +98,8 @@ def budget(tokenizer, spec: TraceSpec, n_per_level: int = 200, seed: int = 0) ->
     p = {lv: float(np.percentile(x, QUANTILE)) for lv, x in lengths.items()}
     longest = max(p, key=p.get)
     margin = attempt_margin(tokenizer, spec, longest, seed=seed)
-    tokens = int(ROUND * math.ceil((p[longest] + margin) / ROUND))
+    need = max(p[longest] + margin, max(float(x.max()) for x in lengths.values()))
+    tokens = int(ROUND * math.ceil(need / ROUND))
     return {"tokens": tokens, "longest_level": longest, "margin": margin, "n_per_level": n_per_level,
             "levels": {lv: {"mean": round(float(x.mean()), 1), "p99": round(p[lv], 1), "max": int(x.max()),
                             "truncated": float(np.mean(x > tokens))} for lv, x in lengths.items()}}

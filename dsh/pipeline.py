@@ -211,8 +211,9 @@ def run_pipeline(preset: str = "ci", results_dir: str = "results/ci", runs_dir: 
         "preset": preset, "model": model, "stages": chosen, "labels": {s: STAGE_LABELS[s] for s in chosen},
         "eval": dataclasses.asdict(settings), "seed": seed, "wall_s": round(time.time() - t_start, 1),
         "timings_s": timings, "training": train_summaries, "hardware": hardware(), "commit": _git_commit(),
-        "budgets": {name: {k: getattr(c, k) for k in ("max_length", "max_completion_length")}
-                    for name, c in cfgs.items()} | {"eval.max_new_tokens": settings.max_new_tokens},
+        "budgets": {**{f"{name}.{k}": getattr(c, k) for name, c in cfgs.items()
+                       for k in (("max_completion_length",) if c.method == "grpo" else ("max_length",))},
+                    "eval.max_new_tokens": settings.max_new_tokens},
         "truncation": {s: {"train": (train_summaries.get(s) or {}).get("truncation"),
                            "eval": calib[s]["truncated"]} for s in chosen},
         "accuracy": {s: {lv: {k: c["all"]["by_level"][lv][k] for k in ("n", "observed_accuracy", "ci_low", "ci_high")}
@@ -241,6 +242,17 @@ def _atomic_gzip(src: Path, dst: Path) -> None:
             shutil.copyfileobj(f, g)
 
     _atomic_write(dst, w)
+
+
+def _model_identity(model: str, settings: EvalSettings, seed: int) -> dict:
+    """What a generations file was made from: the model (its weights file's size and modification time
+    for a run directory) and the evaluation settings."""
+    ident = {"model": model, "settings": json.loads(json.dumps(dataclasses.asdict(settings))), "seed": seed}
+    weights = Path(model) / "final" / "model.safetensors"
+    if weights.is_file():
+        st = weights.stat()
+        ident["weights"] = [st.st_size, st.st_mtime_ns]
+    return ident
 
 
 def load_results(results_dir) -> dict:

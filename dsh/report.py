@@ -75,3 +75,44 @@ def echo_table(results: dict) -> pd.DataFrame:
 def kang_table() -> pd.DataFrame:
     """Kang et al. (2025)'s table as printed in the paper."""
     return pd.DataFrame(paper_results()["kang2025"]["rows"]).set_index("ft_ratio_in_data")
+
+
+def faithfulness_table(results: dict) -> pd.DataFrame:
+    """Decision faithfulness per stage (dsh.faithfulness) next to p_dC and p_dW: the share of attempts
+    with a check, and over those, right check arithmetic, a verdict that follows from the written
+    comparison, a verdict that is true of the answer, and a decision that follows from the verdict."""
+    rows = {}
+    for stage, c in results["calibration"].items():
+        f = (c.get("faithfulness") or {}).get("overall") or {}
+        o = c["all"]["overall"]
+        rows[STAGE_LABELS[stage]] = {
+            "p_dC": o["p_d_given_correct"], "p_dW": o["p_d_given_wrong"], "attempts": f.get("attempts"),
+            "with a check": f.get("has_check"), "check arithmetic right": f.get("arithmetic_right"),
+            "verdict follows from it": f.get("verdict_follows"), "verdict true": f.get("verdict_true"),
+            "decision follows verdict": f.get("decision_follows"),
+            "verdict true | wrong answer": f.get("verdict_true_wrong")}
+    return pd.DataFrame(rows).T
+
+
+def design_table(results: dict) -> pd.DataFrame:
+    """The design goals of the small-scale analogue (dsh.pipeline.design_checks) and whether the run met them."""
+    from .pipeline import design_checks
+
+    d = results["summary"].get("design") or design_checks(results)
+    return pd.DataFrame({"met": {k: ("cannot tell" if x is None else ("yes" if x else "no"))
+                                 for k, x in d["goals"].items()}})
+
+
+def truncation_table(results: dict) -> pd.DataFrame:
+    """Budget and truncation per stage: training examples over max_length (SFT), rollouts clipped at
+    max_completion_length (GRPO, mean and first step) and evaluation responses cut at max_new_tokens."""
+    s = results["summary"]
+    rows = {}
+    for stage, t in (s.get("truncation") or {}).items():
+        tr = t.get("train") or {}
+        rows[STAGE_LABELS[stage]] = {
+            "training budget": tr.get("limit"),
+            "training cut": tr.get("rate", tr.get("clipped_rate")),
+            "GRPO clipped at step 1": tr.get("clipped_rate_first"),
+            "evaluation budget": s["eval"]["max_new_tokens"], "evaluation cut": t.get("eval")}
+    return pd.DataFrame(rows).T

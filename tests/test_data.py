@@ -169,3 +169,27 @@ def test_parse_recovers_generated_structure_exactly():
                 assert tuple(r.candidates) == t.attempt_answers
                 assert tuple(r.decisions) == t.decisions
                 assert r.final_answer == p.answer
+
+
+def test_lean_traces_multiply_by_the_shorter_operand_and_are_shorter():
+    """Fails if ``lean`` multiplies by the longer operand (9 partial products for 3x9) or writes the
+    write/carry of every step: its 3x9 traces must be under 60 % of ``digit``'s characters."""
+    p = data.Problem(456, 312897891)
+    lean = data.make_trace(p, data.TraceConfig(granularity="lean", style="no_reflection")).text
+    digit = data.make_trace(p, data.TraceConfig(granularity="digit", style="no_reflection")).text
+    assert lean.startswith("312897891*6: 1*6=6, 9*6=54, 8*6+5=53") and " w" not in lean
+    assert len(lean.splitlines()) == 3 + 2 + 1          # 3 partial products, 2 additions, the answer
+    assert len(lean) < 0.6 * len(digit)
+    assert data.multiplicand_multiplier(456, 312897891, "lean") == (312897891, 456)
+    assert data.multiplicand_multiplier(456, 312897891, "digit") == (456, 312897891)
+
+
+def test_reflection_with_one_check_falls_back_when_no_slip_is_detectable():
+    """6350522 * 101: no digit, carry or shift slip changes the product by a non-multiple of 9, so with
+    casting out nines alone no wrong attempt can be drawn; the trace then has fewer wrong attempts
+    (before, make_trace raised)."""
+    cfg = data.TraceConfig(granularity="lean", retry_fraction=1.0, max_attempts=3, checks=("nines",))
+    t = data.make_trace(data.Problem(6350522, 101), cfg, seed=1)
+    assert t.attempt_answers == (6350522 * 101,) and t.decisions == ("STOP",)
+    ok = [data.make_trace(p, cfg, seed=i) for i, p in enumerate(data.draw_problems("4x5", 100, seed=3))]
+    assert sum(len(x.attempt_answers) > 1 for x in ok) >= 95      # detectable slips exist almost always

@@ -21,7 +21,8 @@ def small_pipeline(tmp_path_factory):
 def test_results_folder(small_pipeline):
     root, _, summary = small_pipeline
     res = root / "results"
-    assert sorted(p.name for p in (res / "generations").glob("*.jsonl")) == ["base.jsonl", "sft.jsonl"]
+    assert sorted(p.name for p in (res / "generations").iterdir()) == ["base.jsonl.gz", "sft.jsonl.gz"]
+    assert sorted(p.name for p in (root / "runs" / "generations").glob("*.jsonl")) == ["base.jsonl", "sft.jsonl"]
     assert json.loads((res / "summary.json").read_text())["stages"] == ["base", "sft"]
     assert summary["training"]["sft"]["global_step"] == 2
     assert set(summary["accuracy"]["sft"]) == {"2x2", "3x3"}
@@ -46,7 +47,7 @@ def test_finished_stages_are_reused_and_mismatches_refused(small_pipeline):
 
 def test_generations_of_a_changed_model_are_redone(small_pipeline):
     root, kw, _ = small_pipeline
-    gen = root / "results" / "generations" / "sft.jsonl"
+    gen = root / "runs" / "generations" / "sft.jsonl"
     gen.write_text(gen.read_text().replace('"level"', '"stale": true, "level"', 1))
     again = pipeline.run_pipeline(**kw)          # same model, same settings: the file is kept as it is
     assert '"stale": true' in gen.read_text() and again["timings_s"]["evaluate_sft"] < 5
