@@ -7,10 +7,11 @@ generations, calibration, provenance). A stage whose run already finished with t
 is reused, so an interrupted pipeline resumes where it stopped.
 
 ``gpu-small`` is the small-scale analogue of the paper's protocol for the 135M embedded model, which
-cannot extrapolate to operand lengths it never saw (shared/notes/small-model-findings.md): its Base is
-a short digit-level SFT over 2..5 x 2..9 digits (the test range and neighbours, test problems held out),
+cannot extrapolate to operand lengths it never saw (README, "The embedded model"): its Base is one epoch
+of lean digit-level SFT over 2..5 x 2..9 digits (the test range and neighbours, test problems held out),
 stopped early so that accuracy still decays with length like the paper's base model; the paper's stages
-then run on 4x5 + 5x4 from that Base.
+then run on 4x5 + 5x4 from that Base. Token budgets come from :mod:`dsh.budgets`; every run checks its
+own design goals (:func:`design_checks`). ``python3 -m dsh.gpu_small`` runs it as one command on a GPU host.
 """
 
 from __future__ import annotations
