@@ -126,7 +126,10 @@ def _cmd_evaluate(args) -> int:
     path = evaluate(model=args.model, out=args.out, levels=levels, n_per_level=args.n,
                     temperature=args.temperature, max_new_tokens=args.max_new_tokens, seed=args.seed,
                     batch_size=args.batch_size, backend=args.backend)
-    print(path)
+    recs = [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
+    cut = sum(bool(r.get("truncated")) for r in recs)
+    print(f"{path}: {len(recs)} responses, {cut} ({100 * cut / max(len(recs), 1):.1f} %) cut at "
+          f"max_new_tokens={args.max_new_tokens}")
     return 0
 
 
