@@ -116,3 +116,21 @@ def truncation_table(results: dict) -> pd.DataFrame:
             "GRPO clipped at step 1": tr.get("clipped_rate_first"),
             "evaluation budget": s["eval"]["max_new_tokens"], "evaluation cut": t.get("eval")}
     return pd.DataFrame(rows).T
+
+
+def stage_table(preset: str) -> pd.DataFrame:
+    """The stages of ``preset``'s pipeline: method, starting point, training levels and size, learning rate
+    and each stage's own token budget (max_length for SFT, max_completion_length for GRPO)."""
+    from .pipeline import PIPELINES, plan
+
+    cfgs = plan(preset, "runs/" + preset)
+    rows = []
+    for s in PIPELINES[preset][0]:
+        row = {"stage": s.name, "method": s.method or "(none)", "starts from": s.init or "the model"}
+        c = cfgs.get(s.name)
+        if c is not None:
+            row.update(levels=", ".join(c.train_levels), n_train=c.n_train, max_steps=c.max_steps,
+                       learning_rate=c.learning_rate,
+                       token_budget=c.max_completion_length if c.method == "grpo" else c.max_length)
+        rows.append(row)
+    return pd.DataFrame(rows).set_index("stage")

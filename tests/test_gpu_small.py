@@ -110,3 +110,13 @@ def test_bad_input_is_one_line_and_writes_nothing(tmp_path):
     r = _run("--bundle", str(b), "--results", str(tmp_path / "r"), "--work", str(tmp_path / "w"), "--preset", "ci")
     assert r.returncode == 2 and "does not match its sha256" in r.stderr
     assert not (tmp_path / "r").exists()
+
+
+def test_stage_table_shows_each_stage_its_own_budget():
+    from dsh import budgets
+
+    t = report.stage_table("gpu-small")
+    assert list(t.index) == STAGES
+    assert t.loc["rl", "token_budget"] == budgets.tokens("gpu-small", "grpo.max_completion_length")
+    assert t.loc["base", "token_budget"] == budgets.tokens("gpu-small", "base.max_length")
+    assert t.loc["rl", "starts from"] == "sft_reflection"
