@@ -277,9 +277,11 @@ def example_truncation(records, tok, max_length) -> dict:
     import numpy as np
 
     if max_length is None or not records or "completion" not in records[0]:
-        return {"rate": 0.0 if records else None, "limit": max_length, "over": 0, "n": len(records)}
+        return {"what": "training examples longer than max_length", "rate": 0.0 if records else None,
+                "limit": max_length, "over": 0, "n": len(records)}
     n = np.array([len(_ids(tok.apply_chat_template(r["prompt"] + r["completion"], tokenize=True))) for r in records])
-    return {"rate": float(np.mean(n > max_length)), "limit": max_length, "over": int(np.sum(n > max_length)),
+    return {"what": "training examples longer than max_length", "rate": float(np.mean(n > max_length)),
+            "limit": max_length, "over": int(np.sum(n > max_length)),
             "n": len(records), "max_tokens": int(n.max()), "p99_tokens": float(np.percentile(n, 99))}
 
 

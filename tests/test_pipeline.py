@@ -71,3 +71,40 @@ def test_bad_pipeline_input(tmp_path):
     assert not (tmp_path / "r").exists()
     with pytest.raises(ValueError, match="^results_dir must be a folder written by dsh pipeline"):
         pipeline.load_results(tmp_path)
+
+
+def _level(acc, n=100):
+    return {"n": n, "observed_accuracy": acc, "ci_low": acc - 0.05, "ci_high": acc + 0.05}
+
+
+def test_design_checks_on_known_outcomes():
+    """Each goal flips when its input does: decaying vs rising Base accuracy, zero-variance groups at GRPO's
+    first step above or below one half, RL's interval apart from or overlapping SFT (reflection)'s."""
+    levels = [f"3x{n}" for n in range(3, 10)]
+
+    def results(base_acc, zero, rl_pw, rl_ci):
+        sr = {"p_s": 0.5, "p_s_ci": [0.45, 0.55], "p_d_given_wrong": 0.2, "p_d_given_wrong_ci": [0.15, 0.25]}
+        rl = {"p_s": 0.5, "p_s_ci": [0.45, 0.55], "p_d_given_wrong": rl_pw, "p_d_given_wrong_ci": rl_ci}
+        cal = {"base": {"all": {"by_level": {lv: _level(a) for lv, a in zip(levels, base_acc)}}},
+               "sft_reflection": {"all": {"overall": sr}, "drop_truncated": None},
+               "rl": {"all": {"overall": rl}, "drop_truncated": None}}
+        return {"calibration": cal, "summary": {"training": {"rl": {"truncation": {"zero_std_groups_first": zero}}}}}
+
+    good = pipeline.design_checks(results([0.7, 0.5, 0.3, 0.2, 0.1, 0.05, 0.0], 0.3, 0.5, [0.4, 0.6]))["goals"]
+    assert all(good.values()), good
+    bad = pipeline.design_checks(results([0.0, 0.0, 0.0, 0.0, 0.1, 0.2, 0.3], 0.9, 0.22, [0.1, 0.3]))["goals"]
+    assert not any(bad.values()), bad
+    assert pipeline.design_checks(results([0.7] * 7, None, 0.5, [None, None]))["goals"] == {
+        "base accuracy non-zero on >= 4 test levels": True, "base accuracy decays with difficulty": False,
+        "GRPO zero-variance groups <= 50 % at step 1": None, "RL changes p_dW or p_s measurably": False}
+
+
+def test_grpo_diagnostics_read_the_logs():
+    from dsh import train
+
+    logs = [{"loss": 0.1}, {"frac_reward_zero_std": 0.75, "completions/clipped_ratio": 0.5, "reward": 0.1},
+            {"frac_reward_zero_std": 0.25, "completions/clipped_ratio": 0.0, "reward": 0.3}]
+    d = train.grpo_diagnostics(logs)
+    assert d == {"clipped_rate": 0.25, "clipped_rate_first": 0.5, "zero_std_groups_first": 0.75,
+                 "zero_std_groups_mean": 0.5, "reward_first": 0.1, "reward_last": 0.3, "steps_logged": 2}
+    assert train.grpo_diagnostics([{"loss": 1.0}]) == {}
