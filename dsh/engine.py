@@ -255,13 +255,31 @@ class Engine:
             return self._step(length)
         g = self._graphs.get(length)
         if g is None:
-            g = self._capture(length)
+            try:
+                g = self._capture(length)
+            except RuntimeError as e:  # pragma: no cover - CUDA only: a failed capture must not end a long run
+                import warnings
+
+                warnings.warn(f"dsh.engine: CUDA graph capture failed ({str(e).splitlines()[0][:200]}); "
+                              f"decoding without graphs", stacklevel=2)
+                self.cuda_graphs = False
+                return self._step(length)
         g.replay()
 
     def _capture(self, length: int):  # pragma: no cover - CUDA only
         state = [self.tok, self.pos, self.done, self.stopped, self.n_gen, self.out]
         saved = [t.clone() for t in state]
         rng = torch.cuda.get_rng_state(self.device)
+        try:
+            return self._capture_from(length, state, saved, rng)
+        except RuntimeError:
+            torch.cuda.synchronize(self.device)
+            for t, s in zip(state, saved):   # the warm-up may have advanced the rows: undo it
+                t.copy_(s)
+            torch.cuda.set_rng_state(rng, self.device)
+            raise
+
+    def _capture_from(self, length, state, saved, rng):  # pragma: no cover - CUDA only
         side = torch.cuda.Stream(self.device)
         side.wait_stream(torch.cuda.current_stream(self.device))
         with torch.cuda.stream(side):

@@ -227,11 +227,13 @@ def correctness_reward(completions, answer, question=None, **kwargs) -> list[flo
 # Running
 # ------------------------------------------------------------------------------------------------
 def _git_commit() -> str | None:
+    """The checkout's commit, or ``$DSH_COMMIT`` where the tree is a copy without ``.git`` (a GPU host)."""
     try:
-        return subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10,
-                              cwd=Path(__file__).resolve().parent).stdout.strip() or None
+        out = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10,
+                             cwd=Path(__file__).resolve().parent).stdout.strip()
     except Exception:
-        return None
+        out = ""
+    return out or os.environ.get("DSH_COMMIT") or None
 
 
 def hardware() -> dict:
