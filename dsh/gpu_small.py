@@ -131,7 +131,7 @@ def main(argv=None) -> int:
             raise ValueError(f"preset must be one of {', '.join(PRESETS)}; got {args.preset!r}")
         if args.time_limit <= 0 or args.max_mb <= 0:
             raise ValueError("time_limit and max_mb must be positive numbers")
-        bundle, work, results = Path(args.bundle), Path(args.work), Path(args.results)
+        bundle, work, results = (Path(x).resolve() for x in (args.bundle, args.work, args.results))
         if not bundle.is_dir():
             raise ValueError(f"bundle must be a folder; {bundle} is not one")
         if results.resolve() == work.resolve() or work.resolve() in results.resolve().parents:
