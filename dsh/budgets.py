@@ -55,12 +55,15 @@ class TraceSpec:
                            max_attempts=self.max_attempts, checks=tuple(self.checks))
 
 
+def chat_length(tok, messages) -> int:
+    """Tokens of ``messages`` with the chat template applied, as TRL tokenizes an SFT example."""
+    ids = tok.apply_chat_template(messages, tokenize=True)
+    return len(ids["input_ids"] if hasattr(ids, "keys") else ids)
+
+
 def _count(tok, problem, text: str, chat: bool) -> int:
     if chat:
-        ids = tok.apply_chat_template([{"role": "user", "content": problem.question},
-                                       {"role": "assistant", "content": text}], tokenize=True)
-        ids = ids["input_ids"] if isinstance(ids, dict) or hasattr(ids, "keys") else ids
-        return len(ids)
+        return chat_length(tok, [{"role": "user", "content": problem.question}, {"role": "assistant", "content": text}])
     return len(tok(text)["input_ids"]) + 1      # + the end-of-turn token
 
 
@@ -86,7 +89,7 @@ def attempt_margin(tokenizer, spec: TraceSpec, level: str, n: int = 50, seed: in
 
     if spec.style != "reflection":
         return 0
-    one = dataclasses.replace(spec, style="reflection", retry_fraction=0.0)
+    one = dataclasses.replace(spec, retry_fraction=0.0)
     cfg = one.trace_config()
     probs = draw_problems(level, n, seed=seed + 31)
     return int(math.ceil(np.mean([len(tokenizer(make_trace(p, cfg, seed=seed).text)["input_ids"]) for p in probs])))

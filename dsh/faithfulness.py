@@ -22,7 +22,7 @@ check the model wrote. Attempts without a check count in ``has_check`` only.
 from __future__ import annotations
 
 import re
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -151,7 +151,3 @@ def summarize(records, markers=DEFAULT_MARKERS) -> dict:
 
     everything = [x for rows in by.values() for x in rows]
     return {"overall": block(everything), "by_level": {lv: block(rows) for lv, rows in by.items()}}
-
-
-def as_dicts(rows) -> list[dict]:
-    return [asdict(r) for r in rows]

@@ -4,12 +4,12 @@
 - ``gpu-small``: the embedded model on one H100, digit-level ``lean`` traces (a 135M model learns only
   digit-level arithmetic), padding-free SFT, GRPO rollouts through :mod:`dsh.engine`; micro-batch and
   accumulation derived from the token budget of an 80 GB GPU (:func:`dsh.scale.fit_batch`).
+- ``paper``: the paper's hyperparameters (Appendix "Model and Training Details"); the verl -> TRL
+  mapping is in the training chapter.
 
 Token budgets (SFT ``max_length``, GRPO ``max_completion_length``, evaluation ``max_new_tokens``) of
 ``ci`` and ``gpu-small`` are :class:`Budget` entries, derived from the presets' own traces by
 :mod:`dsh.budgets`; the ``paper`` preset keeps the paper's numbers.
-- ``paper``: the paper's hyperparameters (Appendix "Model and Training Details"); the verl -> TRL
-  mapping is in the training chapter.
 """
 
 from __future__ import annotations

@@ -278,17 +278,15 @@ def example_truncation(records, tok, max_length) -> dict:
     ``max_length`` tokens: what truncation cuts (or, padding-free, what exceeds the memory bound)."""
     import numpy as np
 
+    from .budgets import chat_length
+
     if max_length is None or not records or "completion" not in records[0]:
         return {"what": "training examples longer than max_length", "rate": 0.0 if records else None,
                 "limit": max_length, "over": 0, "n": len(records)}
-    n = np.array([len(_ids(tok.apply_chat_template(r["prompt"] + r["completion"], tokenize=True))) for r in records])
+    n = np.array([chat_length(tok, r["prompt"] + r["completion"]) for r in records])
     return {"what": "training examples longer than max_length", "rate": float(np.mean(n > max_length)),
             "limit": max_length, "over": int(np.sum(n > max_length)),
             "n": len(records), "max_tokens": int(n.max()), "p99_tokens": float(np.percentile(n, 99))}
-
-
-def _ids(x):
-    return x["input_ids"] if hasattr(x, "keys") else x
 
 
 def grpo_diagnostics(log_history) -> dict:
