@@ -188,3 +188,15 @@ def test_evaluate_bad_input_writes_nothing(tmp_path, kwargs, msg):
     with pytest.raises(ValueError, match=msg):
         evaluate.evaluate(**{"model": "embedded", "out": str(out), **kwargs})
     assert not out.exists()
+
+
+def test_ci_losses_unchanged_by_refactoring(ci_runs):
+    """The ci runs' losses equal those recorded before the refactor of issue 12 (tests/reference/unchanged.json,
+    written by the code of that time): same seeds, same data, same training."""
+    root, _ = ci_runs
+    ref = json.loads((ROOT / "tests" / "reference" / "unchanged.json").read_text())["training_losses"]
+    for method, want in ref.items():
+        rows = [json.loads(x) for x in (root / method / "metrics.jsonl").read_text().splitlines()]
+        got = [[r["step"], r["loss"]] for r in rows if "loss" in r]
+        assert [s for s, _ in got] == [s for s, _ in want], method
+        assert [x for _, x in got] == pytest.approx([x for _, x in want], rel=2e-3), method

@@ -1,0 +1,67 @@
+"""Behaviour unchanged by refactoring: the same seeds give the same data and toy results as the values in
+``tests/reference/unchanged.json``, recorded by ``tests/reference/record.py`` with the code as it was before the
+refactor of issue 12 (commit in the file). They are read, never recomputed by the code under test. The CPU
+training losses of the same file are compared in ``tests/test_train.py`` (they need the trained ci runs)."""
+
+import hashlib
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from dsh import data, presets, toy
+
+REF = json.loads((Path(__file__).parent / "reference" / "unchanged.json").read_text())
+
+
+def _sha(obj) -> str:
+    return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def _close(got, want, rtol=1e-9, atol=1e-12):
+    np.testing.assert_allclose(np.asarray(got, dtype=float), np.asarray(want, dtype=float), rtol=rtol, atol=atol)
+
+
+@pytest.mark.parametrize("seed", [0, 7])
+def test_same_seed_same_data(seed):
+    ref = REF["data"]
+    splits = data.make_splits(n_train=40, n_test=3, seed=seed)
+    assert {k: [[p.a, p.b] for p in ps] for k, ps in splits.items()} == ref[f"splits/seed{seed}"]
+    configs = {f"{g}/{s}": data.TraceConfig(granularity=g, style=s) for g in data.GRANULARITIES for s in data.STYLES}
+    configs["presets.TRACES/reflection"] = data.TraceConfig(style="reflection", **presets.TRACES)
+    for name, cfg in configs.items():
+        recs = data.sft_records(splits["train"], cfg, seed)
+        want = ref[f"sft_records/{name}/seed{seed}"]
+        assert recs[0] == want["first"], name
+        assert _sha(recs) == want["sha256"], name
+    assert _sha(data.prompt_records(splits["test"])) == ref[f"prompt_records/seed{seed}"]
+
+
+def test_same_toy_tables():
+    ref = REF["toy"]
+    inputs = toy.appendix_c_inputs()
+    att = toy.trajectory_attribution(**inputs)
+    rows = [[r.step, r.action, r.d, r.future, r.q, r.grad_log_pi, r.parameter, r.contribution] for r in att.rows]
+    want = ref["trajectory_attribution"]
+    assert [r[:2] + [r[6]] for r in rows] == [r[:2] + [r[6]] for r in want["rows"]]
+    _close([r[2:6] + [r[7]] for r in rows], [r[2:6] + [r[7]] for r in want["rows"]])
+    for k in ("reward", "kl_drag", "net"):
+        assert set(getattr(att, k)) == set(want[k])
+        _close([getattr(att, k)[p] for p in want[k]], list(want[k].values()))
+    th, th_ref = inputs["theta"], inputs["theta_ref"]
+    g = toy.expected_gradients(th, th_ref, 8, 8)
+    for k, x in ref["expected_gradients"].items():
+        _close(getattr(g, k), x)
+    mc = toy.monte_carlo_gradients(th, th_ref, n=20_000, seed=3)
+    for k, (m, se) in ref["monte_carlo_gradients"].items():
+        _close(mc[k][0], m)
+        _close(mc[k][1], se)
+    sw = toy.length_sweep(th, th_ref, [1, 4, 16, 64])
+    for k, x in ref["length_sweep"].items():
+        _close(sw[k], x)
+    hist = toy.simulate_grpo(toy.ToyGRPOConfig(steps=30, seed=5))
+    assert set(hist) == set(ref["simulate_grpo"])
+    for k, x in ref["simulate_grpo"].items():
+        _close(hist[k], x)
+    _close(toy.q_from_penalties([0.1, -0.2, 0.3, 0.05], gamma=0.9), ref["q_from_penalties"])
