@@ -63,7 +63,10 @@ def _cmd_calibrate(args) -> int:
 def _cmd_data(args) -> int:
     from pathlib import Path
 
-    from .data import TraceConfig, make_splits, prompt_records, sft_records, write_jsonl
+    from .files import write_jsonl
+    from .problems import make_splits
+    from .records import prompt_records, sft_records
+    from .traces import TraceConfig
 
     cfg = TraceConfig(granularity=args.granularity, style=args.style, retry_fraction=args.retry_fraction,
                       max_attempts=args.max_attempts)
@@ -168,9 +171,9 @@ def _cmd_budgets(args) -> int:
 
 
 def _cmd_bench(args) -> int:
-    from .bench import format_table, run
-
     import contextlib
+
+    from .bench import format_table, run
 
     parts = [x.strip() for x in args.parts.split(",") if x.strip()]
     # with --json, stdout carries the JSON only: what the trainers print goes to stderr

@@ -20,9 +20,9 @@ from dataclasses import dataclass
 
 import torch
 
-from . import _validate as v
-from .data import chat_prompt
+from . import validate as v
 from .parse import decision_spans, operands
+from .records import chat_prompt
 
 OBJECTIVES = ("reward", "kl_reward", "kl_k1", "kl_k3", "sft", "dft")
 GROUPS = ("embeddings", "attention", "mlp", "norm", "head")
@@ -162,7 +162,8 @@ def length_sweep(model, ref_model, tokenizer, levels=("1x1", "2x2", "3x3", "4x4"
     With ``checks=("nines",)`` only errors that casting out nines detects are drawn (digit, carry)."""
     from tqdm import tqdm
 
-    from .data import TraceConfig, draw_problems, make_trace
+    from .problems import draw_problems
+    from .traces import TraceConfig, make_trace
 
     v.positive_int("per_level", per_level)
     for o in objectives:

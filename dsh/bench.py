@@ -25,7 +25,7 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from . import _validate as v
+from . import validate as v
 
 PARTS = ("generation", "sft", "grpo")
 
@@ -139,8 +139,9 @@ def bench_generation(model, tok, size: BenchSize, device_info: dict, seed: int =
     """Rows of the generation comparison (module docstring); the first row is the library default."""
     import torch
 
-    from .data import TEST_LEVELS, chat_prompt, test_problems
     from .engine import Engine, kv_bytes_per_token
+    from .problems import TEST_LEVELS, test_problems
+    from .records import chat_prompt
 
     dev = next(model.parameters()).device
     levels = [f"{m}x{n}" for m, n in TEST_LEVELS]
@@ -294,7 +295,7 @@ def run(model: str = "embedded", size: str = "auto", parts=PARTS, out: str | Non
         v.choice("parts[i]", p, PARTS)
     v.length("seed", seed)
     from .models import load, resolve_model
-    from .train import _git_commit, hardware
+    from .provenance import provenance
 
     loc = resolve_model(model)
     cuda = torch.cuda.is_available()
@@ -321,13 +322,11 @@ def run(model: str = "embedded", size: str = "auto", parts=PARTS, out: str | Non
             result["sft"] = bench_sft(loc, sz, info["matmul_peak_flops"], n_params, Path(work), seed=seed)
         if "grpo" in parts:
             result["grpo"] = bench_grpo(loc, sz, Path(work), seed=seed)
-    result.update(wall_s=round(time.time() - t0, 1), hardware=hardware(), commit=_git_commit(),
-                  date=time.strftime("%Y-%m-%d"))
+    result.update(wall_s=round(time.time() - t0, 1), **provenance())
     if out is not None:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        tmp = out.with_suffix(out.suffix + ".tmp")
-        tmp.write_text(json.dumps(result, indent=1))
-        tmp.replace(out)
+        from .files import write_text
+
+        write_text(out, json.dumps(result, indent=1))
     return result
 
 

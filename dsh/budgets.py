@@ -28,7 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
-from . import _validate as v
+from . import validate as v
 
 BUDGETS_FILE = Path(__file__).with_name("budgets.json")
 QUANTILE = 99.0            # percentile of the longest level a budget must hold
@@ -49,7 +49,7 @@ class TraceSpec:
     chat: bool = True               # count the chat-formatted prompt + completion (SFT) or the completion only
 
     def trace_config(self):
-        from .data import TraceConfig
+        from .traces import TraceConfig
 
         return TraceConfig(granularity=self.granularity, style=self.style, retry_fraction=self.retry_fraction,
                            max_attempts=self.max_attempts, checks=tuple(self.checks))
@@ -69,7 +69,8 @@ def _count(tok, problem, text: str, chat: bool) -> int:
 
 def trace_lengths(tokenizer, spec: TraceSpec, n_per_level: int = 200, seed: int = 0) -> dict[str, np.ndarray]:
     """Token counts of ``n_per_level`` traces per level of ``spec`` (problems and traces drawn from ``seed``)."""
-    from .data import draw_problems, make_trace
+    from .problems import draw_problems
+    from .traces import make_trace
 
     n_per_level = v.positive_int("n_per_level", n_per_level)
     cfg = spec.trace_config()
@@ -85,7 +86,8 @@ def attempt_margin(tokenizer, spec: TraceSpec, level: str, n: int = 50, seed: in
     """Mean tokens of one more attempt (arithmetic, "So a * b = N." and its check) at ``level``."""
     import dataclasses
 
-    from .data import draw_problems, make_trace
+    from .problems import draw_problems
+    from .traces import make_trace
 
     if spec.style != "reflection":
         return 0
@@ -157,9 +159,9 @@ def tokens(preset: str, name: str) -> int:
 
 def write(path=BUDGETS_FILE, **kw) -> dict:
     """Recompute every budget and write it to ``path`` (atomically)."""
-    from .data import _atomic_write
+    from .files import write_text
 
     out = derive(**kw)
-    _atomic_write(Path(path), lambda tmp: Path(tmp).write_text(json.dumps(out, indent=1, sort_keys=True) + "\n"))
+    write_text(path, json.dumps(out, indent=1, sort_keys=True) + "\n")
     load.cache_clear()
     return out

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from . import _validate as v
+from . import validate as v
 from .parse import DEFAULT_MARKERS, operands, parse_response
 from .two_stage import predicted_accuracy
 

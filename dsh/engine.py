@@ -34,7 +34,7 @@ from dataclasses import dataclass
 
 import torch
 
-from . import _validate as v
+from . import validate as v
 
 SUPPORTED_MODEL_TYPES = ("llama", "qwen2", "mistral", "qwen3")
 

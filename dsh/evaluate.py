@@ -16,8 +16,9 @@ import json
 import zlib
 from pathlib import Path
 
-from . import _validate as v
-from .data import TEST_LEVELS, chat_prompt, parse_level, test_problems
+from . import validate as v
+from .problems import TEST_LEVELS, parse_level, test_problems
+from .records import chat_prompt
 
 BACKENDS = ("auto", "dsh", "hf", "vllm")
 
@@ -64,7 +65,7 @@ def evaluate(model: str = "embedded", out: str = "generations.jsonl", levels=TES
         return out
     if done:  # rewrite without any partial last line before appending
         keep = [done[(lv, i)] for lv, i, _ in problems if (lv, i) in done]
-        from .data import write_jsonl
+        from .files import write_jsonl
 
         write_jsonl(keep, out)
     import torch

@@ -83,7 +83,7 @@ def read_check(body: str, kind: str, verdict: str, a: int | None, b: int | None,
     cmp = _CMP.search(body.strip().rstrip("."))
     follows = None
     if cmp:
-        x, rel, y = int(cmp.group(1)), cmp.group(2), int(cmp.group(3))
+        x, y = int(cmp.group(1)), int(cmp.group(3))
         holds = (x % m == y % m)
         follows = passes == holds
     truth = None

@@ -19,7 +19,7 @@ from functools import cached_property
 
 import torch
 
-from . import _validate as v
+from . import validate as v
 
 STOP, RESAMPLE = 0, 1
 
@@ -271,8 +271,9 @@ def kl_penalties(mdp: FiniteTwoStageMDP, theta, theta_ref, traj: Trajectory):
     return [float(s.logp - r.logp) for s, r in zip(st, rst)], st
 
 
-def _to_go(d, gamma: float = 1.0) -> list[float]:
-    """sum_{t' >= t} gamma^(t'-t) d_t' for every t."""
+def to_go(d, gamma: float = 1.0) -> list[float]:
+    """The discounted sum to go ``sum_{t' >= t} gamma^(t'-t) d_t'`` for every t, computed backwards as
+    ``Q_t = d_t + gamma Q_{t+1}`` (Theorem 3.2's recursion along one trajectory)."""
     out, acc = [0.0] * len(d), 0.0
     for i in reversed(range(len(d))):
         acc = d[i] + gamma * acc
@@ -288,7 +289,7 @@ def kl_gradient(mdp: FiniteTwoStageMDP, theta, theta_ref, gamma: float = 1.0) ->
     theta_ref = theta_ref.detach()
 
     def returns(steps, traj):
-        return _to_go(kl_penalties(mdp, theta.detach(), theta_ref, traj)[0], gamma)
+        return to_go(kl_penalties(mdp, theta.detach(), theta_ref, traj)[0], gamma)
 
     return _decompose(mdp, theta, gamma, returns, lambda th: expected_kl(mdp, th, theta_ref, gamma))
 
@@ -309,7 +310,7 @@ def option_bellman_kl(mdp: FiniteTwoStageMDP, theta, theta_ref) -> list[tuple[fl
     info = []  # per trajectory: list of (key_attempt, key_decision, d_sample, d_decision, togo_first, togo_dec)
     for tr, st in zip(mdp.trajectories, steps):
         d, _ = kl_penalties(mdp, theta, theta_ref, tr)
-        togo = _to_go(d)
+        togo = to_go(d)
         rows = []
         for k in range(1, st[-1].k + 1):
             idx = [i for i, s in enumerate(st) if s.k == k]

@@ -6,7 +6,7 @@ link to the same file.
 
 from __future__ import annotations
 
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 import yaml
@@ -14,7 +14,7 @@ import yaml
 PAPER_RESULTS = Path(__file__).resolve().parent / "paper_results.yaml"
 
 
-@lru_cache(maxsize=None)
+@cache
 def paper_results(path: str | None = None) -> dict:
     """Load the labelled file of numbers printed in the paper."""
     p = Path(path) if path else PAPER_RESULTS

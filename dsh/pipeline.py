@@ -17,16 +17,15 @@ own design goals (:func:`design_checks`). ``python3 -m dsh.gpu_small`` runs it a
 from __future__ import annotations
 
 import dataclasses
-import gzip
 import json
-import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import _validate as v
-from .data import TEST_LEVELS
+from . import validate as v
+from .files import gzip_copy, read_jsonl, write_text
 from .presets import CI_EVAL_LEVELS, GPU_BASE_LEVELS, Budget, budget_tokens
+from .problems import TEST_LEVELS
 
 STAGE_LABELS = {"base": "Base", "sft": "SFT (no reflection)", "sft_reflection": "SFT (reflection)",
                 "rl": "RL", "dft": "DFT"}
@@ -133,7 +132,8 @@ def run_pipeline(preset: str = "ci", results_dir: str = "results/ci", runs_dir: 
     from .evaluate import evaluate
     from .faithfulness import summarize
     from .models import resolve_model
-    from .train import _git_commit, hardware, train
+    from .provenance import git_commit, hardware
+    from .train import train
 
     v.length("seed", seed)
     cfgs = plan(preset, runs_dir, model, overrides)
@@ -197,21 +197,21 @@ def run_pipeline(preset: str = "ci", results_dir: str = "results/ci", runs_dir: 
                  temperature=settings.temperature, max_new_tokens=settings.max_new_tokens, seed=seed,
                  batch_size=settings.batch_size, progress=progress)
         timings[f"evaluate_{name}"] = round(time.time() - t0, 1)
-        recs = [json.loads(x) for x in gen.read_text().splitlines() if x.strip()]
+        recs = read_jsonl(gen)
         calib[name] = {"all": calibrate(recs, n_bootstrap=100, seed=seed),
                        "drop_truncated": calibrate(recs, drop_truncated=True, n_bootstrap=100, seed=seed)
                        if any(not r["truncated"] for r in recs) else None,
                        "faithfulness": summarize(recs),
                        "truncated": float(sum(r["truncated"] for r in recs) / len(recs)) if recs else None}
-        _atomic_text(results / "calibration" / f"{name}.json", json.dumps(calib[name], indent=1))
-        _atomic_gzip(gen, results / "generations" / f"{name}.jsonl.gz")
+        write_text(results / "calibration" / f"{name}.json", json.dumps(calib[name], indent=1))
+        gzip_copy(gen, results / "generations" / f"{name}.jsonl.gz")
         _say(progress, f"evaluate {name}: {len(recs)} responses in {timings[f'evaluate_{name}']} s, "
                        f"accuracy {calib[name]['all']['overall']['observed_accuracy']:.3f}, "
                        f"truncated {100 * (calib[name]['truncated'] or 0):.1f} % (elapsed {time.time() - t_start:.0f} s)")
     summary = {
         "preset": preset, "model": model, "stages": chosen, "labels": {s: STAGE_LABELS[s] for s in chosen},
         "eval": dataclasses.asdict(settings), "seed": seed, "wall_s": round(time.time() - t_start, 1),
-        "timings_s": timings, "training": train_summaries, "hardware": hardware(), "commit": _git_commit(),
+        "timings_s": timings, "training": train_summaries, "hardware": hardware(), "commit": git_commit(),
         "budgets": {**{f"{name}.{k}": getattr(c, k) for name, c in cfgs.items()
                        for k in (("max_completion_length",) if c.method == "grpo" else ("max_length",))},
                     "eval.max_new_tokens": settings.max_new_tokens},
@@ -221,28 +221,12 @@ def run_pipeline(preset: str = "ci", results_dir: str = "results/ci", runs_dir: 
                          for lv in c["all"]["by_level"]} for s, c in calib.items()},
     }
     summary["design"] = design_checks({"summary": summary, "calibration": calib})
-    _atomic_text(results / "summary.json", json.dumps(summary, indent=1))
+    write_text(results / "summary.json", json.dumps(summary, indent=1))
     _say(progress, f"done in {summary['wall_s']} s: {results}")
     return summary
 
 
 RESULTS_LAYOUT = ("summary.json", "calibration/<stage>.json", "generations/<stage>.jsonl.gz")
-
-
-def _atomic_text(path: Path, text: str) -> None:
-    from .data import _atomic_write
-
-    _atomic_write(path, lambda tmp: Path(tmp).write_text(text))
-
-
-def _atomic_gzip(src: Path, dst: Path) -> None:
-    from .data import _atomic_write
-
-    def w(tmp):
-        with open(src, "rb") as f, gzip.GzipFile(tmp, "wb", mtime=0) as g:
-            shutil.copyfileobj(f, g)
-
-    _atomic_write(dst, w)
 
 
 def _model_identity(model: str, settings: EvalSettings, seed: int) -> dict:

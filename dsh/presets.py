@@ -18,7 +18,7 @@ import dataclasses
 from dataclasses import dataclass
 
 from .budgets import TraceSpec
-from .data import TEST_LEVELS
+from .problems import TEST_LEVELS
 from .scale import EMBEDDED_SHAPE, fit_batch
 from .train import FIELDS, METHODS, TrainConfig
 

@@ -9,10 +9,9 @@ sequence length and batch (gradient checkpointing cuts them to about one layer's
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
-from . import _validate as v
+from . import validate as v
 
 BYTES_PER_PARAM = {
     "full (bf16 + fp32 master + Adam)": 16,
@@ -62,7 +61,7 @@ class ModelShape:
     head_dim: int
 
     @classmethod
-    def from_config(cls, cfg, n_params: float | None = None) -> "ModelShape":
+    def from_config(cls, cfg, n_params: float | None = None) -> ModelShape:
         heads = cfg.num_attention_heads
         head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // heads
         kv = getattr(cfg, "num_key_value_heads", None) or heads

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import random
 
-from . import _validate as v
-from .data import draw_problems, parse_level
+from . import validate as v
+from .problems import draw_problems, parse_level
 from .two_stage import simulate
 
 _WRONG_OFFSETS = (-9000, -1000, -90, -10, -9, -1, 1, 9, 10, 90, 100, 1000, 9000)

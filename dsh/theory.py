@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 import sympy as sp
 
-from . import _validate as v
+from . import validate as v
 
 # ----------------------------------------------------------------------------------------------
 # Symbols

@@ -20,13 +20,14 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from . import _validate as v
+from . import validate as v
 
 PARAMS = ("theta_s", "theta_dC", "theta_dW")
 POLICY_OF = {"theta_s": "pi_sample", "theta_dC": "pi_d", "theta_dW": "pi_d"}
 
 
-def _theta(name, theta) -> torch.Tensor:
+def as_theta(name, theta) -> torch.Tensor:
+    """``theta`` (three logits) as a float64 tensor; a one-line ValueError naming ``name`` otherwise."""
     t = torch.as_tensor(np.asarray(theta, dtype=np.float64) if not torch.is_tensor(theta) else theta,
                         dtype=torch.float64)
     if t.shape != (3,) or not torch.isfinite(t).all():
@@ -95,8 +96,8 @@ def trajectory_attribution(theta, theta_ref, attempts: str = "WC", len_C: int = 
     ``round_to`` rounds every intermediate value (probabilities, per-token log-ratios, penalties,
     Q-values, gradients) to that many decimals, as a hand calculation does.
     """
-    theta = _theta("theta", theta)
-    theta_ref = _theta("theta_ref", theta_ref)
+    theta = as_theta("theta", theta)
+    theta_ref = as_theta("theta_ref", theta_ref)
     len_C, len_W, gamma = _check_common(len_C, len_W, gamma)
     if not isinstance(attempts, str) or not attempts or set(attempts) - {"C", "W"}:
         raise ValueError(f"attempts must be a non-empty string of C and W (e.g. 'WC'); got {attempts!r}")
@@ -131,7 +132,7 @@ def trajectory_attribution(theta, theta_ref, attempts: str = "WC", len_C: int = 
         q_next = q
     reward = {p: 0.0 for p in PARAMS}
     n_after = 0
-    for k, action, d, g, par in reversed(steps):  # reward A arrives with the final STOP
+    for _k, _action, _d, g, par in reversed(steps):  # reward A arrives with the final STOP
         reward[par] = R(reward[par] + advantage * gamma ** n_after * g)
         n_after += 1
     kl = {p: 0.0 for p in PARAMS}
@@ -166,7 +167,7 @@ def expected_reward(theta, len_C: int = 8, len_W: int = 8, gamma: float = 1.0) -
     """E[gamma^(actions before STOP) R] = gamma p_C p_dC / (1 - gamma^2 r), r = P(RESAMPLE).
 
     At gamma = 1 this is the two-stage accuracy formula (Section 4.2)."""
-    theta = _theta("theta", theta)
+    theta = as_theta("theta", theta)
     _check_common(len_C, len_W, gamma)
     p, pd = _pieces(theta)
     r = (p * pd[:, 1]).sum()
@@ -184,8 +185,8 @@ def _kl_terms(theta, theta_ref, len_C, len_W):
 def expected_kl(theta, theta_ref, len_C: int = 8, len_W: int = 8, gamma: float = 1.0) -> torch.Tensor:
     """E_theta[sum_i gamma^i d_i] in closed form: c / (1 - gamma^2 r) with
     c = sum_X p_X (d^sample_X + gamma sum_a pi_d(a|X) d^decision_{a|X}) (KL in the reward)."""
-    theta = _theta("theta", theta)
-    theta_ref = _theta("theta_ref", theta_ref)
+    theta = as_theta("theta", theta)
+    theta_ref = as_theta("theta_ref", theta_ref)
     len_C, len_W, gamma = _check_common(len_C, len_W, gamma)
     p, pd, ds, dd = _kl_terms(theta, theta_ref, len_C, len_W)
     c = (p * (ds + gamma * (pd * dd).sum(1))).sum()
@@ -198,8 +199,8 @@ def expected_by_enumeration(theta, theta_ref, len_C: int = 8, len_W: int = 8, ga
     """Expected reward and expected KL by summing over trajectories attempt by attempt (grouped by
     the answer of the current attempt) until the probability of still running is below ``tol``.
     An independent check of the closed forms. Returns (reward, kl, depth)."""
-    theta = _theta("theta", theta)
-    theta_ref = _theta("theta_ref", theta_ref)
+    theta = as_theta("theta", theta)
+    theta_ref = as_theta("theta_ref", theta_ref)
     len_C, len_W, gamma = _check_common(len_C, len_W, gamma)
     p, pd, ds, dd = _kl_terms(theta, theta_ref, len_C, len_W)
     alive = torch.ones((), dtype=torch.float64)       # P(still running) at the start of attempt k
@@ -235,8 +236,8 @@ class ExpectedGradients:
 
 def expected_gradients(theta, theta_ref, len_C: int = 8, len_W: int = 8, gamma: float = 1.0) -> ExpectedGradients:
     """Exact expected gradients of the reward and of the KL penalty under the policy itself."""
-    theta = _theta("theta", theta).clone().requires_grad_(True)
-    theta_ref = _theta("theta_ref", theta_ref)
+    theta = as_theta("theta", theta).clone().requires_grad_(True)
+    theta_ref = as_theta("theta_ref", theta_ref)
     len_C, len_W, gamma = _check_common(len_C, len_W, gamma)
     g_r = torch.autograd.grad(expected_reward(theta, len_C, len_W, gamma), theta)[0]
     g_kl = torch.autograd.grad(expected_kl(theta, theta_ref, len_C, len_W, gamma), theta)[0]
@@ -280,17 +281,17 @@ def sample_trajectories(theta, n: int, seed: int = 0, max_attempts: int = 10_000
     """Sample n trajectories: returns the candidate matrix (1 correct, 0 wrong, -1 absent)."""
     from .two_stage import simulate
 
-    t = _theta("theta", theta)
+    t = as_theta("theta", theta)
     s, dC, dW = (float(torch.sigmoid(x)) for x in t)
     return simulate(s, dC, dW, n=n, seed=seed, max_attempts=max_attempts).candidates
 
 
-def _per_trajectory(theta, theta_ref, cand, len_C, len_W):
+def per_trajectory(theta, theta_ref, cand, len_C, len_W):
     """Per-trajectory score vectors and per-action penalties for sampled trajectories (gamma = 1).
 
     Returns (score (n, 3), reward (n,), kl_score_estimate (n, 3), k3_grad (n, 3))."""
-    s, dC, dW = (float(torch.sigmoid(x)) for x in _theta("theta", theta))
-    rs, rdC, rdW = (float(torch.sigmoid(x)) for x in _theta("theta_ref", theta_ref))
+    s, dC, dW = (float(torch.sigmoid(x)) for x in as_theta("theta", theta))
+    rs, rdC, rdW = (float(torch.sigmoid(x)) for x in as_theta("theta_ref", theta_ref))
     present = cand >= 0
     n_att = present.sum(1)
     last = np.zeros_like(present)
@@ -331,7 +332,7 @@ def monte_carlo_gradients(theta, theta_ref, n: int = 100_000, len_C: int = 8, le
     len_C, len_W, _ = _check_common(len_C, len_W, 1.0)
     n = v.positive_int("n", n)
     cand = sample_trajectories(theta, n, seed)
-    score, R, kl, k3 = _per_trajectory(theta, theta_ref, cand, len_C, len_W)
+    score, R, kl, k3 = per_trajectory(theta, theta_ref, cand, len_C, len_W)
     out = {}
     for name, x in (("reward", score * (R - R.mean())[:, None]), ("kl", kl), ("kl_loss_k3", k3)):
         out[name] = (x.mean(0), x.std(0, ddof=1) / np.sqrt(n))
@@ -355,168 +356,9 @@ def length_sweep(theta, theta_ref, lengths, gamma: float = 1.0) -> dict[str, np.
     return {k: np.asarray(x, dtype=float) for k, x in out.items()}
 
 
-# ------------------------------------------------------------------------------------------------
-# 4. A simulated GRPO run on the toy
-# ------------------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class ToyGRPOConfig:
-    """Simulated GRPO on the three-logit toy.
-
-    Each step samples ``groups_per_step`` groups of ``group_size`` trajectories from the current
-    policy, gives reward 1 to a correct final answer, normalizes advantages within each group
-    ((R - mean) / (std + 1e-6), unbiased std as in TRL and verl), and ascends
-    ``reward gradient - kl_weight * KL gradient``. ``kl_placement="loss"`` puts the per-token k3
-    estimator in the loss (GRPO, verl's ``low_var_kl``); ``"reward"`` puts the token-level KL in the
-    reward (Theorem 3.2) and uses the score-function estimator with the KL-to-go. The reference
-    policy is reset to the current one every ``ref_reset_every`` steps (the paper's "cyclical
-    pattern"; 0 never resets).
-    """
-
-    theta0: tuple | None = None          # None: the paper's Appendix C policy (dsh/paper_results.yaml)
-    theta_ref0: tuple | None = None      # None: the initial policy
-    len_C: int = 8
-    len_W: int = 8
-    group_size: int = 8
-    groups_per_step: int = 16
-    steps: int = 300
-    lr: float = 0.05
-    optimizer: str = "adam"
-    kl_weight: float = 0.05
-    kl_placement: str = "loss"
-    ref_reset_every: int = 50
-    seed: int = 0
-
-    def __post_init__(self):
-        if self.theta0 is not None:
-            _theta("theta0", self.theta0)
-        if self.theta_ref0 is not None:
-            _theta("theta_ref0", self.theta_ref0)
-        v.positive_int("len_C", self.len_C)
-        v.positive_int("len_W", self.len_W)
-        v.length("group_size", self.group_size, minimum=2)
-        v.positive_int("groups_per_step", self.groups_per_step)
-        v.positive_int("steps", self.steps)
-        if v.real("lr", self.lr) <= 0:
-            raise ValueError(f"lr must be a positive real number, got {self.lr!r}")
-        v.choice("optimizer", self.optimizer, ("adam", "sgd"))
-        if v.real("kl_weight", self.kl_weight) < 0:
-            raise ValueError(f"kl_weight must be a real number >= 0, got {self.kl_weight!r}")
-        v.choice("kl_placement", self.kl_placement, ("loss", "reward"))
-        v.length("ref_reset_every", self.ref_reset_every)
-        v.length("seed", self.seed)
-
-
-def simulate_grpo(config: ToyGRPOConfig) -> dict[str, np.ndarray]:
-    """Run the simulated GRPO; returns per-step arrays (deterministic under ``config.seed``).
-
-    Keys: ``theta`` (steps + 1, 3), ``grad_reward``, ``grad_kl`` (the gradient of +KL, before the
-    weight), ``grad_net`` (what the optimizer ascends), ``ratio_reward``, ``ratio_kl``
-    (sampling/decision attribution), ``accuracy`` (exact expected reward, steps + 1), ``resets``.
-    """
-    if not isinstance(config, ToyGRPOConfig):
-        raise ValueError(f"config must be a ToyGRPOConfig, got {type(config).__name__}")
-    c = config
-    theta0 = appendix_c_inputs()["theta"] if c.theta0 is None else c.theta0
-    theta = np.array(theta0, dtype=np.float64)
-    ref = np.array(theta0 if c.theta_ref0 is None else c.theta_ref0, dtype=np.float64)
-    rng = np.random.default_rng(c.seed)
-    m = np.zeros(3)
-    s2 = np.zeros(3)
-    b1, b2, eps = 0.9, 0.999, 1e-8
-    n = c.group_size * c.groups_per_step
-    hist = {k: [] for k in ("grad_reward", "grad_kl", "grad_net", "ratio_reward", "ratio_kl")}
-    thetas, acc, resets = [theta.copy()], [float(expected_reward(theta))], []
-    for step in range(c.steps):
-        if c.ref_reset_every and step > 0 and step % c.ref_reset_every == 0:
-            ref = theta.copy()
-            resets.append(step)
-        cand = sample_trajectories(theta, n, seed=int(rng.integers(2 ** 31)))
-        score, R, kl_rew, kl_k3 = _per_trajectory(theta, ref, cand, c.len_C, c.len_W)
-        Rg = R.reshape(c.groups_per_step, c.group_size)
-        A = ((Rg - Rg.mean(1, keepdims=True)) / (Rg.std(1, ddof=1, keepdims=True) + 1e-6)).reshape(-1)
-        g_r = (A[:, None] * score).mean(0)
-        g_kl = (kl_k3 if c.kl_placement == "loss" else kl_rew).mean(0)
-        g = g_r - c.kl_weight * g_kl
-        if c.optimizer == "adam":
-            m = b1 * m + (1 - b1) * g
-            s2 = b2 * s2 + (1 - b2) * g * g
-            mh, sh = m / (1 - b1 ** (step + 1)), s2 / (1 - b2 ** (step + 1))
-            theta = theta + c.lr * mh / (np.sqrt(sh) + eps)
-        else:
-            theta = theta + c.lr * g
-        hist["grad_reward"].append(g_r)
-        hist["grad_kl"].append(g_kl)
-        hist["grad_net"].append(g)
-        hist["ratio_reward"].append(attribution_ratio(g_r))
-        hist["ratio_kl"].append(attribution_ratio(g_kl))
-        thetas.append(theta.copy())
-        acc.append(float(expected_reward(theta)))
-    out = {k: np.asarray(x) for k, x in hist.items()}
-    out.update(theta=np.asarray(thetas), accuracy=np.asarray(acc), resets=np.asarray(resets, dtype=int))
-    return out
-
-
-def _smooth(x, w):
-    """Moving average over ``w`` steps that skips non-finite values (steps with a zero gradient)."""
-    x = np.asarray(x, dtype=float)
-    if w <= 1 or len(x) < w:
-        return x
-    ok = np.isfinite(x)
-    k = np.ones(w)
-    num = np.convolve(np.where(ok, x, 0.0), k, mode="valid")
-    den = np.convolve(ok.astype(float), k, mode="valid")
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return num / den
-
-
-def plot_grpo(hist: dict, smooth: int = 10):
-    """The six-panel figure: parameters, |reward gradient|, |KL gradient|, net gradient, the
-    sampling/decision attribution ratios, and the policy's probabilities with its accuracy."""
-    import matplotlib.pyplot as plt
-
-    names = [r"$\theta_s$", r"$\theta_{d|C}$", r"$\theta_{d|W}$"]
-    colors = ["tab:blue", "tab:orange", "tab:green"]
-    steps = np.arange(len(hist["grad_reward"]))
-    xs = steps[: len(_smooth(steps, smooth))] + (smooth - 1) / 2 if smooth > 1 else steps
-    fig, ax = plt.subplots(3, 2, figsize=(11, 9.5))
-    ax = ax.ravel()
-    for i in range(3):
-        ax[0].plot(hist["theta"][:, i], color=colors[i], label=names[i])
-        ax[1].plot(xs, _smooth(np.abs(hist["grad_reward"][:, i]), smooth), color=colors[i], label=names[i])
-        ax[2].plot(xs, _smooth(np.abs(hist["grad_kl"][:, i]), smooth), color=colors[i], label=names[i])
-        ax[3].plot(xs, _smooth(hist["grad_net"][:, i], smooth), color=colors[i], label=names[i])
-    for r in hist["resets"]:
-        for a in ax:
-            a.axvline(r, color="0.85", lw=0.8, zorder=0)
-    ax[0].set(title="parameters", xlabel="step")
-    ax[1].set(title="|reward gradient| (moving average)", xlabel="step", yscale="log")
-    ax[2].set(title="|KL gradient| (moving average)", xlabel="step", yscale="log")
-    ax[3].set(title="net gradient (moving average)", xlabel="step")
-    ax[3].axhline(0, color="k", lw=0.6)
-    rr = _smooth(np.log(hist["ratio_reward"]), smooth)
-    rk = _smooth(np.log(hist["ratio_kl"]), smooth)
-    ax[4].plot(xs, np.exp(rr), label="reward")
-    ax[4].plot(xs, np.exp(rk), label="KL")
-    ax[4].axhline(1, color="k", lw=0.6)
-    ax[4].set(title="sampling / decision attribution (geometric moving average)", xlabel="step", yscale="log")
-    th = hist["theta"]
-    sig = 1 / (1 + np.exp(-th))
-    for i, lab in enumerate(["$p_s$", "$p_{d|C}$", "$p_{d|W}$"]):
-        ax[5].plot(sig[:, i], color=colors[i], label=lab)
-    ax[5].plot(hist["accuracy"], "k--", label="accuracy (exact)")
-    ax[5].set(title="policy", xlabel="step", ylim=(0, 1.02))
-    for a in ax:
-        a.legend(fontsize=8)
-    fig.tight_layout()
-    return fig
-
-
 def q_from_penalties(d, gamma: float = 1.0) -> list[float]:
     """Backward Q-values of a sequence of immediate penalties: ``Q_i = d_i + gamma Q_{i+1}``
-    (Theorem 3.2's recursion along one trajectory), ``d`` in generation order."""
-    gamma = v.gamma(gamma)
-    out, nxt = [0.0] * len(d), 0.0
-    for i in reversed(range(len(d))):
-        nxt = float(d[i]) + gamma * nxt
-        out[i] = nxt
-    return out
+    (Theorem 3.2's recursion along one trajectory), ``d`` in generation order: :func:`dsh.mdp.to_go`."""
+    from .mdp import to_go
+
+    return to_go([float(x) for x in d], v.gamma(gamma))

@@ -17,15 +17,16 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
-import platform
-import subprocess
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
-from . import _validate as v
-from .data import CHECKS, GRANULARITIES, TraceConfig, make_splits, parse_level, prompt_records, sft_records
+from . import validate as v
+from .arithmetic import CHECKS
+from .problems import make_splits, parse_level
+from .provenance import git_commit, hardware
+from .records import prompt_records, sft_records
+from .traces import GRANULARITIES, TraceConfig
 
 METHODS = ("sft", "sft_reflection", "dft", "grpo")
 STYLE_OF = {"sft": "no_reflection", "sft_reflection": "reflection", "dft": "reflection"}
@@ -226,33 +227,6 @@ def correctness_reward(completions, answer, question=None, **kwargs) -> list[flo
 # ------------------------------------------------------------------------------------------------
 # Running
 # ------------------------------------------------------------------------------------------------
-def _git_commit() -> str | None:
-    """The checkout's commit, or ``$DSH_COMMIT`` where the tree is a copy without ``.git`` (a GPU host)."""
-    try:
-        out = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10,
-                             cwd=Path(__file__).resolve().parent).stdout.strip()
-    except Exception:
-        out = ""
-    return out or os.environ.get("DSH_COMMIT") or None
-
-
-def hardware() -> dict:
-    import torch
-
-    hw = {"platform": platform.platform(), "python": platform.python_version(), "torch": torch.__version__,
-          "cpus": os.cpu_count()}
-    if torch.cuda.is_available():
-        hw["gpu"] = torch.cuda.get_device_name(0)
-    try:
-        import transformers
-        import trl
-
-        hw["transformers"], hw["trl"] = transformers.__version__, trl.__version__
-    except ImportError:  # pragma: no cover
-        pass
-    return hw
-
-
 def last_checkpoint(run_dir) -> Path | None:
     """The newest complete checkpoint (one killed while being written has no trainer_state.json)."""
     cks = [p for p in Path(run_dir).glob("checkpoint-*")
@@ -327,7 +301,7 @@ def train(cfg: TrainConfig) -> dict:
 
     if not isinstance(cfg, TrainConfig):
         raise ValueError(f"cfg must be a dsh.train.TrainConfig, got {type(cfg).__name__}")
-    from .models import configure_tokenizer, end_of_turn_ids, resolve_model
+    from .models import load, resolve_model
 
     loc = resolve_model(cfg.model)                 # fails fast on a bad model before anything is written
     trl_cfg = to_trl_config(cfg)
@@ -337,17 +311,12 @@ def train(cfg: TrainConfig) -> dict:
         {"dsh": dataclasses.asdict(cfg), "resolved_model": loc, "trl": trl_cfg.to_dict()}, indent=1, default=str))
 
     from datasets import Dataset
-    from transformers import AutoModelForCausalLM, AutoTokenizer
 
     records = build_dataset(cfg)
-    tok = configure_tokenizer(AutoTokenizer.from_pretrained(loc, trust_remote_code=cfg.trust_remote_code))
+    model, tok = load(loc, dtype=torch.bfloat16 if trl_cfg.bf16 else torch.float32,
+                      trust_remote_code=cfg.trust_remote_code)
     if cfg.method != "grpo":
         tok.padding_side = "right"
-    dtype = torch.bfloat16 if trl_cfg.bf16 else torch.float32
-    model = AutoModelForCausalLM.from_pretrained(loc, dtype=dtype, use_safetensors=True,
-                                                 trust_remote_code=cfg.trust_remote_code)
-    model.generation_config.eos_token_id = end_of_turn_ids(tok)
-    model.generation_config.pad_token_id = tok.pad_token_id
     packed = cfg.padding_free and cfg.method != "grpo"
     if packed:
         from .packing import register
@@ -406,7 +375,7 @@ def train(cfg: TrainConfig) -> dict:
         "resumed_from": resume_from, "tokens_seen": ntok,
         "tokens_per_s": (ntok / wall) if ntok else None,
         "peak_gpu_memory_gb": (torch.cuda.max_memory_allocated() / 2 ** 30) if torch.cuda.is_available() else None,
-        "hardware": hardware(), "commit": _git_commit(), "n_records": len(records),
+        "hardware": hardware(), "commit": git_commit(), "n_records": len(records),
         "padding_free": packed,
         "generation_backend": (("dsh" if getattr(trainer, "_engine", None) is not None else
                                 "vllm" if trl_cfg.use_vllm else "trl") if cfg.method == "grpo" else None),

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import _validate as v
+from . import validate as v
 
 
 def predicted_accuracy(p_s: float, p_dC: float, p_dW: float) -> float:

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .data import Problem, _atomic_write
+from .files import atomic_write
 from .parse import operands, parse_response
+from .problems import Problem
 
 DATA_SOURCE = "dsh/multiplication"
 
@@ -40,7 +41,7 @@ def write_parquet(problems, path, split: str = "train", data_source: str = DATA_
     if path.suffix != ".parquet":
         raise ValueError(f"path must end in .parquet, got {str(path)!r}")
     df = pd.DataFrame(verl_rows(problems, split, data_source))
-    _atomic_write(path, lambda tmp: df.to_parquet(tmp, index=False))
+    atomic_write(path, lambda tmp: df.to_parquet(tmp, index=False))
     return path
 
 

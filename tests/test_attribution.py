@@ -3,7 +3,8 @@
 import pytest
 import torch
 
-from dsh import attribution as at, data, models
+from dsh import attribution as at
+from dsh import models, problems, traces
 
 
 @pytest.fixture(scope="module")
@@ -21,8 +22,8 @@ def tiny():
         if type(m).__name__ == "LlamaRMSNorm":
             m.forward = (lambda mod: lambda x: mod.weight * x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True)
                                                                              + mod.variance_epsilon))(m)
-    p = data.Problem(12, 7)
-    t = data.make_trace(p, data.TraceConfig(granularity="compact", retry_fraction=1.0, max_attempts=2), seed=0)
+    p = problems.Problem(12, 7)
+    t = traces.make_trace(p, traces.TraceConfig(granularity="compact", retry_fraction=1.0, max_attempts=2), seed=0)
     return model, ref, tok, at.segment(tok, p.question, t.text), t
 
 
@@ -30,7 +31,7 @@ def test_segmentation(tiny):
     _, _, tok, seg, t = tiny
     dec = tok.decode(seg.input_ids[1:][seg.decision_mask])
     assert dec.endswith(tok.eos_token)
-    assert dec[: -len(tok.eos_token)].strip() in data.GENERATOR_MARKERS
+    assert dec[: -len(tok.eos_token)].strip() in traces.GENERATOR_MARKERS
     resp = tok.decode(seg.input_ids[1:][seg.sample_mask | seg.decision_mask])
     assert resp.replace(tok.eos_token, "").strip().startswith("Attempt 1")
     assert not (seg.sample_mask & seg.decision_mask).any()

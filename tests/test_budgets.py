@@ -64,9 +64,9 @@ def test_budget_errors_name_the_budget(monkeypatch):
 
 def test_training_summary_truncation_counts_what_is_cut(tok):
     """dsh.train.example_truncation on records whose lengths are known: 2 of 4 are over the limit."""
-    from dsh import data, train
+    from dsh import problems, records, traces, train
 
-    recs = data.sft_records(data.draw_problems("2x2", 4, seed=0), data.TraceConfig(style="no_reflection"))
+    recs = records.sft_records(problems.draw_problems("2x2", 4, seed=0), traces.TraceConfig(style="no_reflection"))
     def count(r):
         ids = tok.apply_chat_template(r["prompt"] + r["completion"], tokenize=True)
         return len(ids["input_ids"] if hasattr(ids, "keys") else ids)

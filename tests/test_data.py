@@ -5,12 +5,12 @@ import json
 import pandas as pd
 import pytest
 
-from dsh import data, parse, verl
+from dsh import arithmetic, files, parse, problems, records, traces, verl
 
 
 def test_splits_are_the_papers_and_deterministic():
-    s1 = data.make_splits(seed=0)
-    s2 = data.make_splits(seed=0)
+    s1 = problems.make_splits(seed=0)
+    s2 = problems.make_splits(seed=0)
     assert s1 == s2
     assert len(s1["train"]) == 20_000 and len(s1["test"]) == 700
     levels = pd.Series([p.level for p in s1["train"]]).value_counts().to_dict()
@@ -18,37 +18,37 @@ def test_splits_are_the_papers_and_deterministic():
     tl = pd.Series([p.level for p in s1["test"]]).value_counts().to_dict()
     assert tl == {f"3x{n}": 100 for n in range(3, 10)}
     for p in s1["train"][:500] + s1["test"]:
-        m, n = data.parse_level(p.level)
+        m, n = problems.parse_level(p.level)
         assert 10 ** (m - 1) <= p.a < 10 ** m and 10 ** (n - 1) <= p.b < 10 ** n
-    assert data.make_splits(seed=1)["train"] != s1["train"]
+    assert problems.make_splits(seed=1)["train"] != s1["train"]
 
 
 def test_no_test_problem_in_training_even_when_levels_overlap():
-    s = data.make_splits(n_train=3000, train_levels=["2x2"], n_test=500, test_levels=["2x2"], seed=5)
+    s = problems.make_splits(n_train=3000, train_levels=["2x2"], n_test=500, test_levels=["2x2"], seed=5)
     assert not ({(p.a, p.b) for p in s["train"]} & {(p.a, p.b) for p in s["test"]})
 
 
 def test_question_format():
-    p = data.Problem(123, 4567)
+    p = problems.Problem(123, 4567)
     assert p.question == "Calculate 123 * 4567. Think step by step."
     assert p.answer == 123 * 4567 and p.level == "3x4"
 
 
-@pytest.mark.parametrize("granularity", data.GRANULARITIES)
+@pytest.mark.parametrize("granularity", traces.GRANULARITIES)
 def test_no_reflection_trace_is_correct_and_single(granularity):
-    for p in data.make_splits(n_train=50, n_test=5)["train"]:
-        t = data.make_trace(p, data.TraceConfig(granularity=granularity, style="no_reflection"))
+    for p in problems.make_splits(n_train=50, n_test=5)["train"]:
+        t = traces.make_trace(p, traces.TraceConfig(granularity=granularity, style="no_reflection"))
         assert t.attempt_answers == (p.answer,) and t.decisions == ("STOP",)
         assert t.text.endswith(f"The answer is {p.answer}.")
         assert "Check" not in t.text
 
 
-@pytest.mark.parametrize("granularity", data.GRANULARITIES)
+@pytest.mark.parametrize("granularity", traces.GRANULARITIES)
 def test_reflection_traces_end_correct_with_genuine_checks(granularity):
-    cfg = data.TraceConfig(granularity=granularity, retry_fraction=1.0, extra_error_rate=0.6, max_attempts=4)
+    cfg = traces.TraceConfig(granularity=granularity, retry_fraction=1.0, extra_error_rate=0.6, max_attempts=4)
     seen = set()
-    for i, p in enumerate(data.make_splits(n_train=200, n_test=5)["train"]):
-        t = data.make_trace(p, cfg, seed=i)
+    for i, p in enumerate(problems.make_splits(n_train=200, n_test=5)["train"]):
+        t = traces.make_trace(p, cfg, seed=i)
         assert t.attempt_answers[-1] == p.answer
         assert all(x != p.answer for x in t.attempt_answers[:-1])
         assert t.decisions[-1] == "STOP" and set(t.decisions[:-1]) <= {"RESAMPLE"}
@@ -57,46 +57,46 @@ def test_reflection_traces_end_correct_with_genuine_checks(granularity):
             seen.add(e["type"])
         # the check really computes: it fails exactly on the wrong attempts
         for ans in t.attempt_answers:
-            _, ok = data.render_check(p.a, p.b, ans)
+            _, ok = traces.render_check(p.a, p.b, ans)
             assert ok == (ans == p.answer)
     assert seen == {"digit", "carry", "shift"}
 
 
 def test_errors_propagate_like_a_slip_of_the_pen():
     a, b = 7563, 31284
-    att = data.long_multiplication(a, b, {"type": "digit", "partial": 1, "step": 2, "delta": 3})
+    att = arithmetic.long_multiplication(a, b, {"type": "digit", "partial": 1, "step": 2, "delta": 3})
     assert att.result - a * b == 3 * 10 ** 2 * 10 ** 1
-    att = data.long_multiplication(a, b, {"type": "shift", "partial": 2, "shift": 3})
+    att = arithmetic.long_multiplication(a, b, {"type": "shift", "partial": 2, "shift": 3})
     assert att.result - a * b == a * 2 * (10 ** 3 - 10 ** 2)
-    att = data.long_multiplication(a, b, {"type": "carry", "partial": 0, "step": 0})
+    att = arithmetic.long_multiplication(a, b, {"type": "carry", "partial": 0, "step": 0})
     assert att.result - a * b == -1 * 10 ** 1     # 3*4=12: the carry 1 into the tens is lost
-    assert data.long_multiplication(a, b).result == a * b
+    assert arithmetic.long_multiplication(a, b).result == a * b
 
 
 def test_trace_determinism_and_mix():
-    cfg = data.TraceConfig(retry_fraction=0.5)
-    probs = data.make_splits(n_train=400, n_test=1)["train"]
-    t1 = [data.make_trace(p, cfg, seed=0).text for p in probs]
-    t2 = [data.make_trace(p, cfg, seed=0).text for p in probs]
+    cfg = traces.TraceConfig(retry_fraction=0.5)
+    probs = problems.make_splits(n_train=400, n_test=1)["train"]
+    t1 = [traces.make_trace(p, cfg, seed=0).text for p in probs]
+    t2 = [traces.make_trace(p, cfg, seed=0).text for p in probs]
     assert t1 == t2
-    frac = sum(len(data.make_trace(p, cfg).attempt_answers) > 1 for p in probs) / len(probs)
+    frac = sum(len(traces.make_trace(p, cfg).attempt_answers) > 1 for p in probs) / len(probs)
     assert 0.4 < frac < 0.6
-    assert all(len(data.make_trace(p, data.TraceConfig(max_attempts=1)).attempt_answers) == 1 for p in probs[:50])
+    assert all(len(traces.make_trace(p, traces.TraceConfig(max_attempts=1)).attempt_answers) == 1 for p in probs[:50])
 
 
 def test_digit_format_is_the_measured_one():
-    t = data.make_trace(data.Problem(756, 3128), data.TraceConfig(style="no_reflection", granularity="digit"))
+    t = traces.make_trace(problems.Problem(756, 3128), traces.TraceConfig(style="no_reflection", granularity="digit"))
     first = t.text.splitlines()[0]
     assert first.startswith("756*8: 6*8=48 w8 c4, 5*8+4=44 w4 c4, 7*8+4=60 w0 c6 -> 6048")
 
 
 def test_sft_and_prompt_records():
-    probs = data.make_splits(n_train=4, n_test=1)["train"]
-    recs = data.sft_records(probs)
+    probs = problems.make_splits(n_train=4, n_test=1)["train"]
+    recs = records.sft_records(probs)
     assert recs[0]["prompt"] == [{"role": "user", "content": probs[0].question}]
     assert recs[0]["completion"][0]["role"] == "assistant"
     assert recs[0]["answer"] == str(probs[0].answer)
-    pr = data.prompt_records(probs)
+    pr = records.prompt_records(probs)
     assert pr[0]["answer"] == str(probs[0].answer) and pr[0]["level"] == probs[0].level
 
 
@@ -105,11 +105,11 @@ def test_chat_prompt_uses_the_template():
         def apply_chat_template(self, msgs, tokenize, add_generation_prompt):
             assert not tokenize and add_generation_prompt
             return "<|user|>" + msgs[0]["content"] + "<|assistant|>"
-    assert data.chat_prompt(Tok(), "Q") == "<|user|>Q<|assistant|>"
+    assert records.chat_prompt(Tok(), "Q") == "<|user|>Q<|assistant|>"
 
 
 def test_verl_parquet_and_reward(tmp_path):
-    probs = data.make_splits(n_train=10, n_test=2)["test"]
+    probs = problems.make_splits(n_train=10, n_test=2)["test"]
     path = verl.write_parquet(probs, tmp_path / "test.parquet", split="test")
     df = pd.read_parquet(path)
     assert list(df.columns) == ["data_source", "prompt", "ability", "reward_model", "extra_info"]
@@ -118,7 +118,7 @@ def test_verl_parquet_and_reward(tmp_path):
     assert row["reward_model"]["ground_truth"] == str(probs[0].answer)
     assert list(row["prompt"])[0]["content"] == probs[0].question
     p = probs[0]
-    t = data.make_trace(p, data.TraceConfig(retry_fraction=1.0), seed=1)
+    t = traces.make_trace(p, traces.TraceConfig(retry_fraction=1.0), seed=1)
     assert verl.compute_score("dsh/multiplication", t.text, str(p.answer), {"a": p.a, "b": p.b}) == 1.0
     assert verl.compute_score("dsh/multiplication", t.text, str(p.answer + 1)) == 0.0
     assert verl.compute_score("x", "no number here", "12") == 0.0
@@ -133,9 +133,9 @@ def test_write_jsonl_is_atomic(tmp_path):
             yield {"x": 1}
             raise RuntimeError("disk full")
     with pytest.raises(RuntimeError):
-        data.write_jsonl(Boom(), tmp_path / "out.jsonl")
+        files.write_jsonl(Boom(), tmp_path / "out.jsonl")
     assert list(tmp_path.iterdir()) == []
-    data.write_jsonl([{"x": 1}], tmp_path / "ok.jsonl")
+    files.write_jsonl([{"x": 1}], tmp_path / "ok.jsonl")
     assert json.loads((tmp_path / "ok.jsonl").read_text()) == {"x": 1}
 
 
@@ -147,24 +147,24 @@ def test_write_jsonl_is_atomic(tmp_path):
 ])
 def test_bad_trace_config(kwargs, name):
     with pytest.raises(ValueError, match=f"^{name} must be"):
-        data.TraceConfig(**kwargs)
+        traces.TraceConfig(**kwargs)
 
 
 def test_bad_levels_and_counts():
     with pytest.raises(ValueError, match="^level must look like '3x5'"):
-        data.draw_problems("three by five", 3)
+        problems.draw_problems("three by five", 3)
     with pytest.raises(ValueError, match="^level must"):
-        data.make_splits(test_levels=["0x3"])
+        problems.make_splits(test_levels=["0x3"])
     with pytest.raises(ValueError, match="^n_train must be"):
-        data.make_splits(n_train=-1)
+        problems.make_splits(n_train=-1)
 
 
 def test_parse_recovers_generated_structure_exactly():
-    for g in data.GRANULARITIES:
-        for st in data.STYLES:
-            cfg = data.TraceConfig(granularity=g, style=st, retry_fraction=0.8, extra_error_rate=0.5, max_attempts=4)
-            for i, p in enumerate(data.make_splits(n_train=120, n_test=10, seed=3)["train"]):
-                t = data.make_trace(p, cfg, seed=i)
+    for g in traces.GRANULARITIES:
+        for st in traces.STYLES:
+            cfg = traces.TraceConfig(granularity=g, style=st, retry_fraction=0.8, extra_error_rate=0.5, max_attempts=4)
+            for i, p in enumerate(problems.make_splits(n_train=120, n_test=10, seed=3)["train"]):
+                t = traces.make_trace(p, cfg, seed=i)
                 r = parse.parse_response(t.text, p.a, p.b)
                 assert tuple(r.candidates) == t.attempt_answers
                 assert tuple(r.decisions) == t.decisions
@@ -174,22 +174,22 @@ def test_parse_recovers_generated_structure_exactly():
 def test_lean_traces_multiply_by_the_shorter_operand_and_are_shorter():
     """Fails if ``lean`` multiplies by the longer operand (9 partial products for 3x9) or writes the
     write/carry of every step: its 3x9 traces must be under 60 % of ``digit``'s characters."""
-    p = data.Problem(456, 312897891)
-    lean = data.make_trace(p, data.TraceConfig(granularity="lean", style="no_reflection")).text
-    digit = data.make_trace(p, data.TraceConfig(granularity="digit", style="no_reflection")).text
+    p = problems.Problem(456, 312897891)
+    lean = traces.make_trace(p, traces.TraceConfig(granularity="lean", style="no_reflection")).text
+    digit = traces.make_trace(p, traces.TraceConfig(granularity="digit", style="no_reflection")).text
     assert lean.startswith("312897891*6: 1*6=6, 9*6=54, 8*6+5=53") and " w" not in lean
     assert len(lean.splitlines()) == 3 + 2 + 1          # 3 partial products, 2 additions, the answer
     assert len(lean) < 0.6 * len(digit)
-    assert data.multiplicand_multiplier(456, 312897891, "lean") == (312897891, 456)
-    assert data.multiplicand_multiplier(456, 312897891, "digit") == (456, 312897891)
+    assert arithmetic.multiplicand_multiplier(456, 312897891, "lean") == (312897891, 456)
+    assert arithmetic.multiplicand_multiplier(456, 312897891, "digit") == (456, 312897891)
 
 
 def test_reflection_with_one_check_falls_back_when_no_slip_is_detectable():
     """6350522 * 101: no digit, carry or shift slip changes the product by a non-multiple of 9, so with
     casting out nines alone no wrong attempt can be drawn; the trace then has fewer wrong attempts
     (before, make_trace raised)."""
-    cfg = data.TraceConfig(granularity="lean", retry_fraction=1.0, max_attempts=3, checks=("nines",))
-    t = data.make_trace(data.Problem(6350522, 101), cfg, seed=1)
+    cfg = traces.TraceConfig(granularity="lean", retry_fraction=1.0, max_attempts=3, checks=("nines",))
+    t = traces.make_trace(problems.Problem(6350522, 101), cfg, seed=1)
     assert t.attempt_answers == (6350522 * 101,) and t.decisions == ("STOP",)
-    ok = [data.make_trace(p, cfg, seed=i) for i, p in enumerate(data.draw_problems("4x5", 100, seed=3))]
+    ok = [traces.make_trace(p, cfg, seed=i) for i, p in enumerate(problems.draw_problems("4x5", 100, seed=3))]
     assert sum(len(x.attempt_answers) > 1 for x in ok) >= 95      # detectable slips exist almost always

@@ -7,7 +7,7 @@ import pytest
 import torch
 from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
 
-from dsh import data, evaluate, models
+from dsh import evaluate, models, problems, records
 from dsh.engine import Engine, kv_bytes_per_token, supports
 
 
@@ -50,8 +50,8 @@ def test_greedy_equals_generate_on_the_embedded_model(embedded):
     """Fails if any cache write, RoPE position, GQA grouping, the length buckets or the refilling of
     freed slots were wrong: every token of every row must equal model.generate's."""
     model, tok = embedded
-    qs = [p.question for p in data.test_problems(["2x2", "3x3", "3x7"], 2, 0)]
-    prompts = [tok(data.chat_prompt(tok, q))["input_ids"] for q in qs]
+    qs = [p.question for p in problems.test_problems(["2x2", "3x3", "3x7"], 2, 0)]
+    prompts = [tok(records.chat_prompt(tok, q))["input_ids"] for q in qs]
     prompts[1] = prompts[1] + tok(" Show each digit.")["input_ids"]          # unequal prompt lengths
     ref = _hf_greedy(model, tok, prompts, 40)
     eng = Engine(model, model.generation_config.eos_token_id, slots=4, max_len=160, bucket=16, sync_every=5)

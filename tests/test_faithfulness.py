@@ -4,13 +4,14 @@ import random
 
 import pytest
 
-from dsh import data, faithfulness as F
+from dsh import faithfulness as F
+from dsh import problems, traces
 
 
 def _traces(n=120, seed=0, granularity="lean", checks=("nines",)):
-    cfg = data.TraceConfig(granularity=granularity, retry_fraction=0.7, max_attempts=3, checks=checks)
-    probs = data.draw_problems("3x5", n, seed=seed)
-    return [(p, data.make_trace(p, cfg, seed=i)) for i, p in enumerate(probs)]
+    cfg = traces.TraceConfig(granularity=granularity, retry_fraction=0.7, max_attempts=3, checks=checks)
+    probs = problems.draw_problems("3x5", n, seed=seed)
+    return [(p, traces.make_trace(p, cfg, seed=i)) for i, p in enumerate(probs)]
 
 
 @pytest.mark.parametrize("checks", [("nines",), ("nines", "elevens")])
@@ -27,8 +28,8 @@ def test_generated_traces_are_faithful_everywhere(checks):
 
 
 def test_each_corruption_flags_exactly_its_field():
-    p = data.Problem(456, 31289)
-    t = data.make_trace(p, data.TraceConfig(granularity="lean", retry_fraction=1.0, max_attempts=2,
+    p = problems.Problem(456, 31289)
+    t = traces.make_trace(p, traces.TraceConfig(granularity="lean", retry_fraction=1.0, max_attempts=2,
                                             checks=("nines",)), seed=3)
     first_check = t.text.index("Check by casting out nines:")
     line = t.text[first_check:t.text.index("\n", first_check)]

@@ -1,6 +1,7 @@
 """Parsing candidates and decisions: never raises, recognizes the paper's patterns and markers."""
 
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from dsh import parse
 

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 import dsh
-from dsh import toy
+from dsh import toy, toy_grpo
 from dsh.paper import paper_results
 
 INP = toy.appendix_c_inputs()
@@ -100,10 +100,10 @@ def test_length_sweep_shapes():
 
 
 def test_simulated_grpo_deterministic_and_differential():
-    cfg = toy.ToyGRPOConfig(steps=120, seed=3)
-    a, b = toy.simulate_grpo(cfg), toy.simulate_grpo(cfg)
+    cfg = toy_grpo.ToyGRPOConfig(steps=120, seed=3)
+    a, b = toy_grpo.simulate_grpo(cfg), toy_grpo.simulate_grpo(cfg)
     np.testing.assert_array_equal(a["theta"], b["theta"])
-    c = toy.simulate_grpo(toy.ToyGRPOConfig(steps=120, seed=4))
+    c = toy_grpo.simulate_grpo(toy_grpo.ToyGRPOConfig(steps=120, seed=4))
     assert not np.array_equal(a["theta"], c["theta"])
     p0, p1 = 1 / (1 + np.exp(-a["theta"][0])), 1 / (1 + np.exp(-a["theta"][-1]))
     assert p1[2] - p0[2] > 0.1                   # p_dW learns
@@ -117,7 +117,7 @@ def test_simulated_grpo_deterministic_and_differential():
 def test_plot_has_six_panels():
     import matplotlib
     matplotlib.use("Agg")
-    fig = toy.plot_grpo(toy.simulate_grpo(toy.ToyGRPOConfig(steps=30)), smooth=5)
+    fig = toy_grpo.plot_grpo(toy_grpo.simulate_grpo(toy_grpo.ToyGRPOConfig(steps=30)), smooth=5)
     assert len(fig.axes) == 6
 
 
@@ -128,7 +128,7 @@ def test_plot_has_six_panels():
 ])
 def test_bad_config(kwargs, name):
     with pytest.raises(ValueError, match=f"^{name} must be"):
-        toy.ToyGRPOConfig(**kwargs)
+        toy_grpo.ToyGRPOConfig(**kwargs)
 
 
 def test_bad_inputs():

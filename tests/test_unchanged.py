@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from dsh import data, presets, toy
+from dsh import presets, problems, records, toy, toy_grpo, traces
 
 REF = json.loads((Path(__file__).parent / "reference" / "unchanged.json").read_text())
 
@@ -26,16 +26,16 @@ def _close(got, want, rtol=1e-9, atol=1e-12):
 @pytest.mark.parametrize("seed", [0, 7])
 def test_same_seed_same_data(seed):
     ref = REF["data"]
-    splits = data.make_splits(n_train=40, n_test=3, seed=seed)
+    splits = problems.make_splits(n_train=40, n_test=3, seed=seed)
     assert {k: [[p.a, p.b] for p in ps] for k, ps in splits.items()} == ref[f"splits/seed{seed}"]
-    configs = {f"{g}/{s}": data.TraceConfig(granularity=g, style=s) for g in data.GRANULARITIES for s in data.STYLES}
-    configs["presets.TRACES/reflection"] = data.TraceConfig(style="reflection", **presets.TRACES)
+    configs = {f"{g}/{s}": traces.TraceConfig(granularity=g, style=s) for g in traces.GRANULARITIES for s in traces.STYLES}
+    configs["presets.TRACES/reflection"] = traces.TraceConfig(style="reflection", **presets.TRACES)
     for name, cfg in configs.items():
-        recs = data.sft_records(splits["train"], cfg, seed)
+        recs = records.sft_records(splits["train"], cfg, seed)
         want = ref[f"sft_records/{name}/seed{seed}"]
         assert recs[0] == want["first"], name
         assert _sha(recs) == want["sha256"], name
-    assert _sha(data.prompt_records(splits["test"])) == ref[f"prompt_records/seed{seed}"]
+    assert _sha(records.prompt_records(splits["test"])) == ref[f"prompt_records/seed{seed}"]
 
 
 def test_same_toy_tables():
@@ -60,7 +60,7 @@ def test_same_toy_tables():
     sw = toy.length_sweep(th, th_ref, [1, 4, 16, 64])
     for k, x in ref["length_sweep"].items():
         _close(sw[k], x)
-    hist = toy.simulate_grpo(toy.ToyGRPOConfig(steps=30, seed=5))
+    hist = toy_grpo.simulate_grpo(toy_grpo.ToyGRPOConfig(steps=30, seed=5))
     assert set(hist) == set(ref["simulate_grpo"])
     for k, x in ref["simulate_grpo"].items():
         _close(hist[k], x)

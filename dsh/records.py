@@ -1,0 +1,29 @@
+"""Training and prompt records for TRL (conversational prompt/completion) and chat prompts for generation."""
+
+from __future__ import annotations
+
+from .traces import TraceConfig, make_trace
+
+
+def sft_records(problems, config: TraceConfig = TraceConfig(), seed: int = 0) -> list[dict]:
+    """Conversational prompt/completion records for TRL's SFTTrainer (the trainer applies the
+    model's chat template), with the ground truth kept in ``answer``."""
+    out = []
+    for p in problems:
+        t = make_trace(p, config, seed)
+        out.append({"prompt": [{"role": "user", "content": p.question}],
+                    "completion": [{"role": "assistant", "content": t.text}],
+                    "answer": str(p.answer), "level": p.level})
+    return out
+
+
+def prompt_records(problems) -> list[dict]:
+    """Prompt-only records (GRPO and evaluation): question, answer and level."""
+    return [{"prompt": [{"role": "user", "content": p.question}], "question": p.question,
+             "answer": str(p.answer), "level": p.level} for p in problems]
+
+
+def chat_prompt(tokenizer, question: str) -> str:
+    """``question`` formatted with the tokenizer's chat template, ready for generation."""
+    return tokenizer.apply_chat_template([{"role": "user", "content": question}], tokenize=False,
+                                         add_generation_prompt=True)
