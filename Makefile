@@ -1,6 +1,7 @@
 # Two commands, each doing its own set-up (virtual environment, pinned requirements, Jupyter kernel):
 #   make book   execute every chapter and render the book to _build/html
-#   make test   run the test suite, including a full strict book build
+#   make test   the test suite and a full strict book build (side by side)
+#   make check  the fast loop: ruff and the tests not marked slow (under 2 minutes)
 # On a GPU host without network (see README, "The experiment on one GPU"):
 #   make gpu-small BUNDLE=.gpu   every stage of the gpu-small pipeline into book/results/gpu-small-h100
 SHELL := /bin/bash
@@ -13,10 +14,10 @@ JB_FLAGS := -W -n --keep-going --builder html
 # pip notes about local index folders are noise on the project machines
 QUIET_PIP := { grep -v "^WARNING: Location '" || true; }
 
-.PHONY: book test setup sync clean gpu-small
+.PHONY: book test check setup sync clean gpu-small
 
 BUNDLE ?= .gpu
-RESULTS ?= book/results/gpu-small-h100
+RESULTS ?=
 
 setup: $(STAMP)
 
@@ -36,10 +37,24 @@ book: $(STAMP)
 	PATH="$(abspath $(VENV))/bin:$$PATH" $(VENV)/bin/jupyter-book build . $(JB_FLAGS)
 	@echo "book: $(abspath _build/html/index.html)"
 
+# The tests and the strict book build run side by side, one CPU thread each (torch gains ~1.6x from a second
+# thread, the rest of the work none), after the embedded model has been converted once; the tests' log is
+# printed after the book's, and either failing fails the target.
 test: $(STAMP)
-	@echo "== tests =="
-	PATH="$(abspath $(VENV))/bin:$$PATH" MPLBACKEND=Agg $(PY) -m pytest -q
-	$(MAKE) --no-print-directory book
+	@echo "== the tests and the strict book build, side by side =="
+	@mkdir -p _build
+	$(PY) -c "from dsh.models import embedded_model_dir; print(embedded_model_dir())"
+	@PATH="$(abspath $(VENV))/bin:$$PATH" MPLBACKEND=Agg OMP_NUM_THREADS=1 $(PY) -m pytest -q > _build/pytest.log 2>&1 & tests=$$!; \
+	book=0; OMP_NUM_THREADS=1 $(MAKE) --no-print-directory book || book=$$?; \
+	rc=0; wait $$tests || rc=$$?; \
+	echo "== tests (pytest exit $$rc) =="; cat _build/pytest.log; \
+	echo "make test: pytest exit $$rc, book exit $$book"; \
+	test $$rc -eq 0 && test $$book -eq 0
+
+check: $(STAMP)
+	@echo "== ruff and the fast tests =="
+	$(VENV)/bin/ruff check dsh tests
+	PATH="$(abspath $(VENV))/bin:$$PATH" MPLBACKEND=Agg $(PY) -m pytest -q -m "not slow"
 
 # regenerate the paired notebooks from the markdown chapters (outputs stripped)
 sync: $(STAMP)
@@ -50,4 +65,4 @@ clean:
 
 # the whole gpu-small experiment on a GPU host (system python3 with torch + CUDA; no venv, no network)
 gpu-small:
-	python3 -m dsh.gpu_small --bundle $(BUNDLE) --results $(RESULTS)
+	python3 -m dsh.gpu_small --bundle $(BUNDLE) $(if $(RESULTS),--results $(RESULTS))

@@ -142,8 +142,7 @@ def _cmd_pipeline(args) -> int:
     overrides = _parse_overrides(args.set)
     eval_overrides = _parse_overrides(args.eval_set)
     stages = tuple(x.strip() for x in args.stages.split(",") if x.strip()) if args.stages else None
-    summary = run_pipeline(preset=args.preset, results_dir=args.results_dir or f"results/{args.preset}",
-                           runs_dir=args.runs_dir or f"runs/{args.preset}", model=args.model,
+    summary = run_pipeline(preset=args.preset, results_dir=args.results_dir, runs_dir=args.runs_dir, model=args.model,
                            overrides=overrides or None, stages=stages, eval_overrides=eval_overrides or None,
                            seed=args.seed, progress=not args.quiet)
     print(json.dumps({k: summary[k] for k in ("preset", "stages", "wall_s", "timings_s", "design")}, indent=1))
@@ -191,6 +190,16 @@ def _cmd_bench(args) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from .budgets import N_PER_LEVEL
+    from .evaluate import BACKENDS, EvalSettings
+    from .models import EMBEDDED
+    from .presets import DEFAULT, NAMES
+    from .problems import N_TEST, N_TRAIN
+    from .traces import GRANULARITIES, STYLES, TraceConfig
+    from .train import METHODS
+
+    presets_help = f"{', '.join(NAMES)} (default {DEFAULT})"
+    model_help = f"'{EMBEDDED}' (default), a Hugging Face id, a local path or a run directory"
     p = argparse.ArgumentParser(prog="python -m dsh", description=(
         "The Two-Stage Decision-Sampling hypothesis: theory checks and measurement tools."))
     p.add_argument("--version", action="version", version=f"dsh {__version__}")
@@ -222,20 +231,20 @@ def build_parser() -> argparse.ArgumentParser:
 
     d = sub.add_parser("data", help="write the multiplication data (SFT traces, test prompts, verl parquet)")
     d.add_argument("--out", required=True, help="output directory")
-    d.add_argument("--n-train", type=int, default=20_000)
-    d.add_argument("--n-test", type=int, default=100)
-    d.add_argument("--style", default="reflection", help="reflection or no_reflection")
-    d.add_argument("--granularity", default="digit", help="digit, lean or compact")
-    d.add_argument("--retry-fraction", type=float, default=0.5)
-    d.add_argument("--max-attempts", type=int, default=3)
+    d.add_argument("--n-train", type=int, default=N_TRAIN)
+    d.add_argument("--n-test", type=int, default=N_TEST)
+    d.add_argument("--style", default=TraceConfig.style, help=", ".join(STYLES))
+    d.add_argument("--granularity", default=TraceConfig.granularity, help=", ".join(GRANULARITIES))
+    d.add_argument("--retry-fraction", type=float, default=TraceConfig.retry_fraction)
+    d.add_argument("--max-attempts", type=int, default=TraceConfig.max_attempts)
     d.add_argument("--seed", type=int, default=0)
     d.add_argument("--verl", action="store_true", help="also write verl parquet files")
     d.set_defaults(func=_cmd_data)
 
     tr = sub.add_parser("train", help="train with TRL: sft, sft_reflection, dft or grpo under a preset")
-    tr.add_argument("--method", required=True, help="sft, sft_reflection, dft or grpo")
-    tr.add_argument("--preset", default="ci", help="ci, gpu-small or paper (default ci)")
-    tr.add_argument("--model", help="'embedded' (default), a Hugging Face id, a local path or a run directory")
+    tr.add_argument("--method", required=True, help=", ".join(METHODS))
+    tr.add_argument("--preset", default=DEFAULT, help=presets_help)
+    tr.add_argument("--model", help=model_help)
     tr.add_argument("--output-dir", help="run directory (default runs/PRESET/METHOD)")
     tr.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a TrainConfig field (repeatable)")
     tr.add_argument("--resume", action="store_true", help="continue the run in --output-dir from its last checkpoint")
@@ -243,20 +252,20 @@ def build_parser() -> argparse.ArgumentParser:
     tr.set_defaults(func=_cmd_train)
 
     ev = sub.add_parser("evaluate", help="one sample per test question; JSONL that `dsh calibrate` reads")
-    ev.add_argument("--model", default="embedded", help="'embedded', a Hugging Face id, a local path or a run directory")
+    ev.add_argument("--model", default=EMBEDDED, help=model_help)
     ev.add_argument("--out", default="generations.jsonl", help="output JSONL (an existing file is resumed)")
-    ev.add_argument("--levels", default="3x3,3x4,3x5,3x6,3x7,3x8,3x9")
-    ev.add_argument("--n", type=int, default=100, help="questions per level (paper: 100)")
-    ev.add_argument("--temperature", type=float, default=1.0)
-    ev.add_argument("--max-new-tokens", type=int, default=8192)
+    ev.add_argument("--levels", default=",".join(EvalSettings.levels))
+    ev.add_argument("--n", type=int, default=EvalSettings.n_per_level, help="questions per level (the paper's protocol)")
+    ev.add_argument("--temperature", type=float, default=EvalSettings.temperature)
+    ev.add_argument("--max-new-tokens", type=int, default=EvalSettings.max_new_tokens)
     ev.add_argument("--seed", type=int, default=0)
-    ev.add_argument("--batch-size", type=int, default=16)
-    ev.add_argument("--backend", default="auto", help="auto, dsh, hf or vllm")
+    ev.add_argument("--batch-size", type=int, default=EvalSettings.batch_size)
+    ev.add_argument("--backend", default=BACKENDS[0], help=", ".join(BACKENDS))
     ev.set_defaults(func=_cmd_evaluate)
 
     pl = sub.add_parser("pipeline", help="train every stage, evaluate and calibrate: one results folder")
-    pl.add_argument("--preset", default="ci", help="ci, gpu-small or paper")
-    pl.add_argument("--model", default="embedded")
+    pl.add_argument("--preset", default=DEFAULT, help=presets_help)
+    pl.add_argument("--model", default=EMBEDDED, help=model_help)
     pl.add_argument("--results-dir", help="small artifacts for the book (default results/PRESET)")
     pl.add_argument("--runs-dir", help="model runs (default runs/PRESET)")
     pl.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a TrainConfig field of every stage")
@@ -267,15 +276,15 @@ def build_parser() -> argparse.ArgumentParser:
     pl.add_argument("--quiet", action="store_true", help="no progress output")
     pl.set_defaults(func=_cmd_pipeline)
 
-    bu = sub.add_parser("budgets", help="token budgets of the ci and gpu-small presets, from their own traces")
+    bu = sub.add_parser("budgets", help="token budgets of the presets that derive them, from their own traces")
     bu.add_argument("--write", action="store_true", help="recompute and write dsh/budgets.json")
     bu.add_argument("--check", action="store_true", help="exit 1 when dsh/budgets.json differs from a recomputation")
-    bu.add_argument("--n", type=int, default=200, help="traces per level (default 200)")
+    bu.add_argument("--n", type=int, default=N_PER_LEVEL, help=f"traces per level (default {N_PER_LEVEL})")
     bu.add_argument("--json", action="store_true")
     bu.set_defaults(func=_cmd_budgets)
 
     b = sub.add_parser("bench", help="dsh's generation, SFT and GRPO paths against the libraries' defaults")
-    b.add_argument("--model", default="embedded")
+    b.add_argument("--model", default=EMBEDDED, help=model_help)
     b.add_argument("--size", default="auto", help="auto (gpu on CUDA, else cpu), cpu or gpu")
     b.add_argument("--parts", default="generation,sft,grpo", help="comma-separated: generation, sft, grpo")
     b.add_argument("--out", help="write the JSON result here (e.g. book/results/bench-h100/bench.json)")

@@ -26,6 +26,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from . import validate as v
+from .models import EMBEDDED
+from .presets import CI, GPU_SMALL
 
 PARTS = ("generation", "sft", "grpo")
 
@@ -50,10 +52,10 @@ class BenchSize:
 SIZES = {
     "cpu": BenchSize(gen_prompts=6, gen_max_new=24, gen_batch=6, eval_prompts=0, eval_max_new=0, eval_batch=0,
                      sft_steps=1, sft_n_train=8, sft_default_batch=2, sft_levels=("2x2",), grpo_steps=1,
-                     preset="ci", grpo_overrides=(("n_train", 8), ("max_completion_length", 12), ("max_steps", 1))),
+                     preset=CI.name, grpo_overrides=(("n_train", 8), ("max_completion_length", 12), ("max_steps", 1))),
     "gpu": BenchSize(gen_prompts=256, gen_max_new=1024, gen_batch=256, eval_prompts=700, eval_max_new=2048,
                      eval_batch=256, sft_steps=30, sft_n_train=2000, sft_default_batch=8, sft_levels=(),
-                     grpo_steps=8, preset="gpu-small",
+                     grpo_steps=8, preset=GPU_SMALL.name,
                      grpo_overrides=(("n_train", 512), ("max_steps", 8))),
 }
 
@@ -281,7 +283,7 @@ def bench_grpo(model_name: str, size: BenchSize, workdir: Path, seed: int = 0) -
 # ------------------------------------------------------------------------------------------------
 # All of it
 # ------------------------------------------------------------------------------------------------
-def run(model: str = "embedded", size: str = "auto", parts=PARTS, out: str | None = None, seed: int = 0,
+def run(model: str = EMBEDDED, size: str = "auto", parts=PARTS, out: str | None = None, seed: int = 0,
         progress: bool = True) -> dict:
     """Measure ``parts`` (generation, sft, grpo) at ``size`` (auto: gpu on CUDA, else cpu); write the
     JSON to ``out`` when given and return it."""

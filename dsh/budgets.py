@@ -31,6 +31,7 @@ import numpy as np
 from . import validate as v
 
 BUDGETS_FILE = Path(__file__).with_name("budgets.json")
+N_PER_LEVEL = 200              # traces per level behind every budget
 QUANTILE = 99.0            # percentile of the longest level a budget must hold
 ROUND = 64                 # budgets are multiples of this
 MAX_TRUNCATION = 0.01      # the largest share of traces a budget may cut (tested on fresh traces)
@@ -38,7 +39,7 @@ MAX_TRUNCATION = 0.01      # the largest share of traces a budget may cut (teste
 
 @dataclass(frozen=True)
 class TraceSpec:
-    """The traces behind one budget: levels, style and the trace settings of :class:`dsh.data.TraceConfig`."""
+    """The traces behind one budget: levels, style and the trace settings of :class:`dsh.traces.TraceConfig`."""
 
     levels: tuple
     style: str                      # no_reflection or reflection
@@ -67,7 +68,7 @@ def _count(tok, problem, text: str, chat: bool) -> int:
     return len(tok(text)["input_ids"]) + 1      # + the end-of-turn token
 
 
-def trace_lengths(tokenizer, spec: TraceSpec, n_per_level: int = 200, seed: int = 0) -> dict[str, np.ndarray]:
+def trace_lengths(tokenizer, spec: TraceSpec, n_per_level: int = N_PER_LEVEL, seed: int = 0) -> dict[str, np.ndarray]:
     """Token counts of ``n_per_level`` traces per level of ``spec`` (problems and traces drawn from ``seed``)."""
     from .problems import draw_problems
     from .traces import make_trace
@@ -97,7 +98,7 @@ def attempt_margin(tokenizer, spec: TraceSpec, level: str, n: int = 50, seed: in
     return int(math.ceil(np.mean([len(tokenizer(make_trace(p, cfg, seed=seed).text)["input_ids"]) for p in probs])))
 
 
-def budget(tokenizer, spec: TraceSpec, n_per_level: int = 200, seed: int = 0) -> dict:
+def budget(tokenizer, spec: TraceSpec, n_per_level: int = N_PER_LEVEL, seed: int = 0) -> dict:
     """The budget for ``spec`` and the statistics it came from (per level: mean, p99, max)."""
     lengths = trace_lengths(tokenizer, spec, n_per_level, seed)
     p = {lv: float(np.percentile(x, QUANTILE)) for lv, x in lengths.items()}
@@ -110,7 +111,7 @@ def budget(tokenizer, spec: TraceSpec, n_per_level: int = 200, seed: int = 0) ->
                             "truncated": float(np.mean(x > tokens))} for lv, x in lengths.items()}}
 
 
-def truncation(tokenizer, spec: TraceSpec, tokens: int, n_per_level: int = 200, seed: int = 1) -> float:
+def truncation(tokenizer, spec: TraceSpec, tokens: int, n_per_level: int = N_PER_LEVEL, seed: int = 1) -> float:
     """Share of freshly drawn traces of ``spec`` longer than ``tokens``."""
     lengths = trace_lengths(tokenizer, spec, n_per_level, seed)
     return float(np.mean(np.concatenate(list(lengths.values())) > tokens))
@@ -125,7 +126,7 @@ def specs() -> dict[str, dict[str, TraceSpec]]:
     return DERIVED
 
 
-def derive(tokenizer=None, n_per_level: int = 200, seed: int = 0) -> dict:
+def derive(tokenizer=None, n_per_level: int = N_PER_LEVEL, seed: int = 0) -> dict:
     """Recompute every budget (``{preset: {name: budget dict}}``); ``tokenizer`` defaults to the embedded model's."""
     if tokenizer is None:
         tokenizer = embedded_tokenizer()

@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from . import validate as v
-from .parse import DEFAULT_MARKERS, operands, parse_response
+from .parse import DEFAULT_MARKERS, operands, parse_response, truth_value
 from .two_stage import predicted_accuracy
 
 Z95 = 1.959963984540054
@@ -47,7 +47,7 @@ def response_stats(records, markers=DEFAULT_MARKERS) -> ResponseStats:
     rows = []
     for r in records:
         a, b = operands(r["question"])
-        truth = int(str(r["answer"]).strip().replace(",", ""))
+        truth = truth_value(r["answer"])
         parsed = parse_response(r["response"], a, b, markers)
         c = [x == truth for x in parsed.candidates]
         d = parsed.decisions

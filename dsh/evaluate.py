@@ -14,13 +14,30 @@ from __future__ import annotations
 
 import json
 import zlib
+from dataclasses import dataclass
 from pathlib import Path
 
 from . import validate as v
-from .problems import TEST_LEVELS, parse_level, test_problems
+from .models import EMBEDDED
+from .problems import N_TEST, TEST_LEVELS, parse_level, test_problems
 from .records import chat_prompt
 
 BACKENDS = ("auto", "dsh", "hf", "vllm")
+MAX_RESPONSE_TOKENS = 8192    # the paper's maximum response length (Appendix "Model and Training Details")
+
+
+@dataclass(frozen=True)
+class EvalSettings:
+    """The evaluation protocol (paper, Appendix "Evaluation Protocol"): ``n_per_level`` questions per level,
+    one sample each at ``temperature``, at most ``max_new_tokens`` new tokens (a preset may give a
+    :class:`dsh.presets.Budget` instead, derived from its traces), ``batch_size`` rows decoded at once.
+    The defaults are the paper's; :func:`evaluate` and ``dsh evaluate`` take theirs from here."""
+
+    levels: tuple = tuple(f"{m}x{n}" for m, n in TEST_LEVELS)
+    n_per_level: int = N_TEST
+    max_new_tokens: int = MAX_RESPONSE_TOKENS
+    temperature: float = 1.0
+    batch_size: int = 16
 
 
 def _done(path: Path) -> dict:
@@ -36,8 +53,9 @@ def _done(path: Path) -> dict:
     return done
 
 
-def evaluate(model: str = "embedded", out: str = "generations.jsonl", levels=TEST_LEVELS, n_per_level: int = 100,
-             temperature: float = 1.0, max_new_tokens: int = 8192, seed: int = 0, batch_size: int = 16,
+def evaluate(model: str = EMBEDDED, out: str = "generations.jsonl", levels=EvalSettings.levels,
+             n_per_level: int = EvalSettings.n_per_level, temperature: float = EvalSettings.temperature,
+             max_new_tokens: int = EvalSettings.max_new_tokens, seed: int = 0, batch_size: int = EvalSettings.batch_size,
              backend: str = "auto", progress: bool = True) -> Path:
     """Generate one response per test question and append it to ``out`` (resumable).
 

@@ -1,6 +1,6 @@
 """Decision faithfulness (beyond the paper): is a STOP / RESAMPLE decision computed or imitated?
 
-The reflection traces of :mod:`dsh.data` end every attempt with a check ("Check by casting out nines:
+The reflection traces of :mod:`dsh.traces` end every attempt with a check ("Check by casting out nines:
 4567: 4+5+6+7=22, 2+2=4. ... 2 != 4: the check fails.") whose verdict decides what follows. A model
 trained on them can write such a check in two ways: compute it, so that its verdict follows from the
 arithmetic and its decision from the verdict, or copy its shape, so that "... 1 = 2: the check passes"
@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .parse import DEFAULT_MARKERS, operands, parse_response
+from .parse import DEFAULT_MARKERS, operands, parse_response, truth_value
 
 _CHECK = re.compile(r"Check by casting out (nines|elevens):(.*?):\s*the check (passes|fails)", re.IGNORECASE | re.DOTALL)
 _EQ = re.compile(r"(?<![\d*+\-])(\d+(?:\s*[+\-*]\s*\d+)+)\s*=\s*(-?\d+)(?!\d)")
@@ -109,7 +109,7 @@ def attempts(response: str, question: str, truth=None, markers=DEFAULT_MARKERS) 
         hi = parsed.attempts[k + 1].first if k + 1 < len(parsed.attempts) else len(response)
         checks = [read_check(mm.group(2), mm.group(1), mm.group(3), a, b, att.answer)
                   for mm in _CHECK.finditer(response, lo, hi)]
-        correct = None if truth is None else att.answer == int(str(truth).replace(",", "").strip())
+        correct = None if truth is None else att.answer == truth_value(truth)
         if not checks:
             out.append(AttemptFaithfulness(att.answer, correct, att.decision, False, None, None, None, None))
             continue

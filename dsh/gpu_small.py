@@ -33,9 +33,12 @@ import sys
 import time
 from pathlib import Path
 
+from . import validate as v
+from .presets import CI, GPU_SMALL, PRESETS
+
 REPO = Path(__file__).resolve().parent.parent
 NEEDED = ("trl", "datasets", "gguf")
-PRESETS = ("gpu-small", "ci")
+ONE_CALL = tuple(p.name for p in PRESETS.values() if p.one_call)    # presets sized for one GPU call
 
 
 def find_model(bundle: Path, work: Path) -> Path:
@@ -116,10 +119,11 @@ def folder_mb(path: Path) -> float:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python3 -m dsh.gpu_small", description=__doc__.split("\n\n")[0])
     ap.add_argument("--bundle", required=True, help="folder with the model (*.gguf or part-*) and whl/")
-    ap.add_argument("--results", default="book/results/gpu-small-h100", help="results folder (committed)")
+    ap.add_argument("--results", default=f"book/results/{GPU_SMALL.name}-h100", help="results folder (committed)")
     ap.add_argument("--work", default=os.environ.get("DSH_WORK", "/tmp/dsh-gpu-small"),
                     help="weights, caches and installed wheels (kept for resuming)")
-    ap.add_argument("--preset", default="gpu-small", help="gpu-small, or ci to try the command on a CPU")
+    ap.add_argument("--preset", default=GPU_SMALL.name, help=f"one of {', '.join(ONE_CALL)}: {GPU_SMALL.name}, or "
+                    f"{CI.name} to try the command on a CPU")
     ap.add_argument("--time-limit", type=float, default=560.0, help="seconds the pipeline may run (default 560)")
     ap.add_argument("--max-mb", type=float, default=16.0, help="largest allowed results folder in MB (default 16)")
     ap.add_argument("--pipeline-arg", action="append", default=[],
@@ -127,8 +131,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     t0 = time.time()
     try:
-        if args.preset not in PRESETS:
-            raise ValueError(f"preset must be one of {', '.join(PRESETS)}; got {args.preset!r}")
+        v.choice("preset", args.preset, ONE_CALL)
         if args.time_limit <= 0 or args.max_mb <= 0:
             raise ValueError("time_limit and max_mb must be positive numbers")
         bundle, work, results = (Path(x).resolve() for x in (args.bundle, args.work, args.results))

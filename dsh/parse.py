@@ -141,6 +141,29 @@ def operands(question) -> tuple[int | None, int | None]:
     return _to_int(m.group(1)), _to_int(m.group(2))
 
 
+def truth_value(truth) -> int | None:
+    """A ground-truth answer as an integer: an int, or a string of digits with optional sign, thousands
+    separators and surrounding blanks; None when it is neither."""
+    if isinstance(truth, bool):
+        return None
+    if isinstance(truth, int):
+        return truth
+    return _to_int(str(truth).strip())
+
+
+def is_correct(response_or_answer, truth, question=None) -> bool:
+    """The paper's reward ``R(tau) = 1[final answer correct]``: ``response_or_answer`` is a response (its final
+    answer is found by :func:`parse_response`, with the operands of ``question`` when given) or an answer
+    (an int); ``truth`` as :func:`truth_value` reads it. Never raises: anything unreadable is not correct."""
+    want = truth_value(truth)
+    if want is None:
+        return False
+    if isinstance(response_or_answer, int) and not isinstance(response_or_answer, bool):
+        return response_or_answer == want
+    a, b = operands(question)
+    return parse_response(response_or_answer, a, b).final_answer == want
+
+
 def decision_spans(text, a: int | None = None, b: int | None = None, markers=DEFAULT_MARKERS) -> list[tuple[int, int]]:
     """Character spans of the RESAMPLE decisions: for every attempt followed by another one, the text from
     the first reflection marker after its answer to the end of the line (or sentence) of the last marker

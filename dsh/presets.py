@@ -1,4 +1,7 @@
-"""Training presets, in one place, as plain data: ``PRESETS[preset][method] -> overrides``.
+"""The presets, in one place: a :class:`Preset` holds everything a preset means - the stages of its pipeline and
+what each starts from, per-method training overrides, its evaluation settings and the traces its token budgets
+are derived from. The CLI, :mod:`dsh.pipeline`, :mod:`dsh.gpu_small`, :mod:`dsh.bench` and the chapters take
+preset names, choices and defaults from here (``NAMES``, ``DEFAULT``, :func:`get`).
 
 - ``ci``: minutes on 2 CPU cores with the embedded model: a handful of steps on short problems.
 - ``gpu-small``: the embedded model on one H100, digit-level ``lean`` traces (a 135M model learns only
@@ -15,9 +18,11 @@ Token budgets (SFT ``max_length``, GRPO ``max_completion_length``, evaluation ``
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+from . import validate as v
 from .budgets import TraceSpec
+from .evaluate import MAX_RESPONSE_TOKENS, EvalSettings
 from .problems import TEST_LEVELS
 from .scale import EMBEDDED_SHAPE, fit_batch
 from .train import FIELDS, METHODS, TrainConfig
@@ -25,22 +30,109 @@ from .train import FIELDS, METHODS, TrainConfig
 
 @dataclass(frozen=True)
 class Budget:
-    """A token budget that is derived, not typed: ``name`` (e.g. ``"sft.max_length"``) names an entry of
-    ``DERIVED[preset]`` (the traces it must hold) and of ``dsh/budgets.json`` (its value, written by
-    ``python -m dsh budgets --write``, checked by a test). :func:`resolve` replaces it by the number."""
+    """A token budget that is derived, not typed: ``name`` (e.g. ``"sft.max_length"``) names an entry of the
+    preset's ``traces`` (the traces it must hold) and of ``dsh/budgets.json`` (its value, written by
+    ``python -m dsh budgets --write``, checked by a test). :meth:`Preset.train_config` replaces it by the number."""
 
     name: str
 
 
+STAGE_LABELS = {"base": "Base", "sft": "SFT (no reflection)", "sft_reflection": "SFT (reflection)",
+                "rl": "RL", "dft": "DFT"}
+
+
+@dataclass(frozen=True)
+class Stage:
+    """One stage of a pipeline (the paper's Table 1): ``method`` None is the starting model itself;
+    ``init`` names the stage whose model it starts from (None: the pipeline's model)."""
+
+    name: str                  # base, sft, sft_reflection, rl, dft
+    method: str | None
+    init: str | None = None
+    overrides: dict = field(default_factory=dict)
+
+    @property
+    def label(self) -> str:
+        return STAGE_LABELS[self.name]
+
+    @property
+    def run_name(self) -> str:
+        """The run directory's name under a pipeline's runs_dir (the RL stage's run is ``grpo``)."""
+        return "grpo" if self.name == "rl" else self.name
+
+
+@dataclass(frozen=True)
+class Preset:
+    """Everything a preset means. ``training[method]``: overrides of :class:`dsh.train.TrainConfig`;
+    ``stages``: the pipeline; ``evaluation``: :class:`dsh.evaluate.EvalSettings` (its ``max_new_tokens`` may
+    be a :class:`Budget`); ``traces``: ``{budget name: TraceSpec}`` that :mod:`dsh.budgets` derives budgets
+    from; ``batch_from_memory``: micro-batch and accumulation from an 80 GB memory budget (:func:`batch_for`);
+    ``one_call``: sized for one 10-minute GPU call (``python -m dsh.gpu_small`` runs it)."""
+
+    name: str
+    about: str
+    training: dict
+    stages: tuple
+    evaluation: EvalSettings
+    traces: dict = field(default_factory=dict)
+    batch_from_memory: bool = False
+    one_call: bool = False
+
+    @property
+    def runs_dir(self) -> str:
+        """Default folder of the pipeline's training runs."""
+        return f"runs/{self.name}"
+
+    @property
+    def results_dir(self) -> str:
+        """Default folder of the pipeline's results (generations, calibration, summary)."""
+        return f"results/{self.name}"
+
+    def stage(self, name: str) -> Stage:
+        v.choice("stage", name, [s.name for s in self.stages])
+        return next(s for s in self.stages if s.name == name)
+
+    def budget(self, value):
+        """``value`` itself, or the committed number of a :class:`Budget` of this preset."""
+        if isinstance(value, Budget):
+            from .budgets import tokens
+
+            return tokens(self.name, value.name)
+        return value
+
+    def train_config(self, method: str, **overrides) -> TrainConfig:
+        """TrainConfig for ``method`` with ``overrides``; unknown names raise a one-line ValueError listing
+        the valid ones, before any model is loaded."""
+        v.choice("method", method, METHODS)
+        unknown = sorted(set(overrides) - set(FIELDS))
+        if unknown:
+            raise ValueError(f"unknown field(s) {', '.join(unknown)}; valid fields: {', '.join(FIELDS)}")
+        values = {**self.training[method], **{k: x for k, x in overrides.items() if x is not None}}
+        values = {k: self.budget(x) for k, x in values.items()}
+        values["method"] = method
+        values.setdefault("output_dir", f"{self.runs_dir}/{method}")
+        cfg = TrainConfig(**values)
+        if self.batch_from_memory and not {"per_device_train_batch_size", "gradient_accumulation_steps"} & set(overrides):
+            cfg = dataclasses.replace(cfg, **batch_for(cfg))
+        return cfg
+
+    def eval_settings(self, **overrides) -> EvalSettings:
+        """The evaluation settings with the token budget resolved and ``overrides`` applied."""
+        fields = {f.name for f in dataclasses.fields(EvalSettings)}
+        unknown = sorted(set(overrides) - fields)
+        if unknown:
+            raise ValueError(f"unknown evaluation field(s) {', '.join(unknown)}; valid fields: {', '.join(sorted(fields))}")
+        settings = dataclasses.replace(self.evaluation, max_new_tokens=self.budget(self.evaluation.max_new_tokens))
+        return dataclasses.replace(settings, **overrides)
+
+
+# ------------------------------------------------------------------------------------------------
 # The traces of the derived presets (ci and gpu-small): digit-level ``lean`` steps, one check (casting out
 # nines), at most one wrong attempt before the right one. Shorter traces than the paper-style ``digit`` format
 # (tables in chapter 05) so that a 3x9 answer fits in ~1,900 tokens and a whole pipeline fits one GPU call.
+# ------------------------------------------------------------------------------------------------
 TRACES = dict(granularity="lean", checks=("nines",), max_attempts=2, retry_fraction=0.5)
-
-CI_LEVELS = ("2x2", "2x3")
-CI_GRPO_LEVELS = ("1x1",)
-CI_EVAL_LEVELS = ("1x1",)     # the CPU preset evaluates on levels whose answers it can afford to generate
-GPU_BASE_LEVELS = tuple(f"{m}x{n}" for m in range(2, 6) for n in range(2, 10))   # test range and neighbours
+TEST_LEVEL_NAMES = tuple(f"{m}x{n}" for m, n in TEST_LEVELS)
 
 
 def _specs(sft_levels, grpo_levels, eval_levels, base_levels=None) -> dict:
@@ -55,36 +147,51 @@ def _specs(sft_levels, grpo_levels, eval_levels, base_levels=None) -> dict:
     return out
 
 
-# {preset: {budget name: the traces it must hold}}: what dsh.budgets derives every Budget from
-DERIVED = {"ci": _specs(CI_LEVELS, CI_GRPO_LEVELS, CI_EVAL_LEVELS),
-           "gpu-small": _specs(("4x5", "5x4"), ("4x5", "5x4"), tuple(f"{m}x{n}" for m, n in TEST_LEVELS),
-                               GPU_BASE_LEVELS)}
+# The paper's Table 1 stages: Base, SFT, SFT with reflection, RL from SFT with reflection, and DFT
+PAPER_STAGES = (Stage("base", None), Stage("sft", "sft", "base"), Stage("sft_reflection", "sft_reflection", "base"),
+                Stage("rl", "grpo", "sft_reflection"), Stage("dft", "dft", "base"))
 
-
+# ---- ci ----------------------------------------------------------------------------------------
+CI_LEVELS = ("2x2", "2x3")
+CI_GRPO_LEVELS = ("1x1",)
+CI_EVAL_LEVELS = ("1x1",)     # the CPU preset evaluates on levels whose answers it can afford to generate
 _CI_SFT = dict(n_train=24, train_levels=CI_LEVELS, max_steps=4, **TRACES,
                per_device_train_batch_size=2, learning_rate=1e-4, lr_scheduler_type="constant",
                save_steps=2, logging_steps=1, report_to=("tensorboard",))
 
-# gpu-small: batch sizes derived from the token budget of one 80 GB GPU (dsh.scale.fit_batch), never typed:
-# the number of rows an optimizer step sees is the design choice, the micro-batch follows from memory.
+CI = Preset(
+    name="ci", about="minutes on 2 CPU cores: a handful of steps on short problems",
+    training={
+        "sft": dict(_CI_SFT, max_length=Budget("sft.max_length")),
+        "sft_reflection": dict(_CI_SFT, max_length=Budget("sft_reflection.max_length")),
+        "dft": dict(_CI_SFT, learning_rate=2e-4, max_length=Budget("dft.max_length")),
+        "grpo": dict(n_train=16, train_levels=CI_GRPO_LEVELS, max_steps=2, per_device_train_batch_size=4,
+                     num_generations=4, max_completion_length=Budget("grpo.max_completion_length"),
+                     learning_rate=1e-5, beta=0.001, lr_scheduler_type="constant", save_steps=1, logging_steps=1),
+    },
+    stages=PAPER_STAGES,
+    evaluation=EvalSettings(levels=CI_EVAL_LEVELS, n_per_level=2, max_new_tokens=Budget("eval.max_new_tokens"),
+                            batch_size=8),
+    traces=_specs(CI_LEVELS, CI_GRPO_LEVELS, CI_EVAL_LEVELS),
+    one_call=True,
+)
+
+# ---- gpu-small ---------------------------------------------------------------------------------
+# Batch sizes derived from the token budget of one 80 GB GPU (dsh.scale.fit_batch), never typed: the number of
+# rows an optimizer step sees is the design choice, the micro-batch follows from memory.
 GPU_GB = 80.0
 GPU_SFT_ROWS = 32              # examples per optimizer step
 GPU_GRPO_ROWS = 64             # completions per optimizer step
 GPU_GRPO_GENERATION = 256      # completions per rollout batch (32 prompts x 8): 4 optimizer steps per rollout
 GPU_PROMPT_TOKENS = 64         # budget for a chat-formatted question (they take ~40 tokens)
+GPU_TRAIN_LEVELS = ("4x5", "5x4")
+GPU_BASE_LEVELS = tuple(f"{m}x{n}" for m in range(2, 6) for n in range(2, 10))   # test range and neighbours
 
 
 def _gpu_sft(method: str, n_train: int, **extra) -> dict:
     return dict(n_train=n_train, **TRACES, num_train_epochs=1.0, padding_free=True, learning_rate=2e-4,
                 lr_scheduler_type="cosine", warmup_ratio=0.02, max_length=Budget(f"{method}.max_length"),
                 save_steps=100, logging_steps=10, **extra)
-
-
-def _gpu_grpo() -> dict:
-    return dict(n_train=1024, max_steps=48, train_levels=("4x5", "5x4"), **TRACES,
-                num_generations=8, generation_batch_size=GPU_GRPO_GENERATION,
-                max_completion_length=Budget("grpo.max_completion_length"), learning_rate=1e-5,
-                lr_scheduler_type="constant", weight_decay=0.01, beta=0.001, save_steps=16, logging_steps=1)
 
 
 def batch_for(cfg) -> dict:
@@ -102,66 +209,71 @@ def batch_for(cfg) -> dict:
     return dict(per_device_train_batch_size=micro, gradient_accumulation_steps=accum)
 
 
-PRESETS: dict[str, dict[str, dict]] = {
-    "ci": {
-        "sft": dict(_CI_SFT, max_length=Budget("sft.max_length")),
-        "sft_reflection": dict(_CI_SFT, max_length=Budget("sft_reflection.max_length")),
-        "dft": dict(_CI_SFT, learning_rate=2e-4, max_length=Budget("dft.max_length")),
-        "grpo": dict(n_train=16, train_levels=CI_GRPO_LEVELS, max_steps=2, per_device_train_batch_size=4,
-                     num_generations=4, max_completion_length=Budget("grpo.max_completion_length"),
-                     learning_rate=1e-5, beta=0.001, lr_scheduler_type="constant", save_steps=1, logging_steps=1),
+# gpu-small's Base: one epoch of lean digit-level SFT over 2..5 x 2..9 digits (test problems held out), short
+# enough that accuracy still decays with length; the run summary says whether it did (design checks).
+GPU_BASE = Stage("base", "sft", None, dict(train_levels=GPU_BASE_LEVELS, n_train=9600, max_steps=300, save_steps=100,
+                                           max_length=Budget("base.max_length")))
+
+GPU_SMALL = Preset(
+    name="gpu-small", about="the embedded model on one H100: the small-scale analogue, one GPU call",
+    training={
+        "sft": _gpu_sft("sft", 3000, train_levels=GPU_TRAIN_LEVELS),
+        "sft_reflection": _gpu_sft("sft_reflection", 3000, train_levels=GPU_TRAIN_LEVELS),
+        "dft": _gpu_sft("dft", 3000, train_levels=GPU_TRAIN_LEVELS),
+        "grpo": dict(n_train=1024, max_steps=48, train_levels=GPU_TRAIN_LEVELS, **TRACES,
+                     num_generations=8, generation_batch_size=GPU_GRPO_GENERATION,
+                     max_completion_length=Budget("grpo.max_completion_length"), learning_rate=1e-5,
+                     lr_scheduler_type="constant", weight_decay=0.01, beta=0.001, save_steps=16, logging_steps=1),
     },
-    "gpu-small": {
-        "sft": _gpu_sft("sft", 3000),
-        "sft_reflection": _gpu_sft("sft_reflection", 3000),
-        "dft": _gpu_sft("dft", 3000),
-        "grpo": _gpu_grpo(),
-    },
-    "paper": {
-        # LLaMA-Factory SFT: Adam, batch 128, lr 1e-5, 4 epochs, 20,000 examples
-        "sft": dict(n_train=20_000, granularity="compact", optim="adamw_torch", weight_decay=0.0, lr_scheduler_type="cosine",
-                    per_device_train_batch_size=4, gradient_accumulation_steps=32, learning_rate=1e-5,
-                    num_train_epochs=4.0, gradient_checkpointing=True, max_length=8192, save_steps=500),
+    stages=(GPU_BASE,) + PAPER_STAGES[1:],
+    evaluation=EvalSettings(n_per_level=100, max_new_tokens=Budget("eval.max_new_tokens"), batch_size=512),
+    traces=_specs(GPU_TRAIN_LEVELS, GPU_TRAIN_LEVELS, TEST_LEVEL_NAMES, GPU_BASE_LEVELS),
+    batch_from_memory=True, one_call=True,
+)
+
+# ---- paper -------------------------------------------------------------------------------------
+# LLaMA-Factory SFT: Adam, batch 128, lr 1e-5, 4 epochs, 20,000 examples
+_PAPER_SFT = dict(n_train=20_000, granularity="compact", optim="adamw_torch", weight_decay=0.0,
+                  lr_scheduler_type="cosine", per_device_train_batch_size=4, gradient_accumulation_steps=32,
+                  learning_rate=1e-5, num_train_epochs=4.0, gradient_checkpointing=True, max_length=MAX_RESPONSE_TOKENS,
+                  save_steps=500)
+
+PAPER = Preset(
+    name="paper", about="the paper's hyperparameters (Appendix \"Model and Training Details\") for a 7B model",
+    training={
+        "sft": _PAPER_SFT, "sft_reflection": dict(_PAPER_SFT), "dft": dict(_PAPER_SFT),
         # verl GRPO: lr 1e-6, 512 prompts x 8 rollouts, PPO mini-batch 128 prompts, KL 0.001 low_var_kl,
         # max prompt 1024, max response 8192, 2 epochs, gradient checkpointing
         "grpo": dict(n_train=20_000, learning_rate=1e-6, lr_scheduler_type="constant", weight_decay=0.01,
                      max_grad_norm=1.0, num_generations=8, generation_batch_size=4096,
                      per_device_train_batch_size=8, gradient_accumulation_steps=128, beta=0.001,
-                     use_bias_correction_kl=False, epsilon=0.2, loss_type="dapo", max_completion_length=8192,
+                     use_bias_correction_kl=False, epsilon=0.2, loss_type="dapo",
+                     max_completion_length=MAX_RESPONSE_TOKENS,
                      num_train_epochs=2.0, gradient_checkpointing=True, temperature=1.0, save_steps=20),
     },
-}
-PRESETS["paper"]["sft_reflection"] = dict(PRESETS["paper"]["sft"])
-PRESETS["paper"]["dft"] = dict(PRESETS["paper"]["sft"])
+    stages=PAPER_STAGES,
+    evaluation=EvalSettings(),
+)
+
+PRESETS = {p.name: p for p in (CI, GPU_SMALL, PAPER)}
+NAMES = tuple(PRESETS)
+DEFAULT = CI.name
+# {preset: {budget name: the traces it must hold}}: what dsh.budgets derives every Budget from
+DERIVED = {p.name: p.traces for p in PRESETS.values() if p.traces}
 
 
-def resolve(method: str, preset: str = "ci", **overrides) -> TrainConfig:
-    """TrainConfig for ``method`` under ``preset`` with ``overrides``; unknown names raise a one-line
-    ValueError listing the valid ones, before any model is loaded."""
+def get(preset) -> Preset:
+    """The :class:`Preset` named ``preset`` (a Preset is returned as it is); a one-line ValueError otherwise."""
+    if isinstance(preset, Preset):
+        return preset
     if preset not in PRESETS:
-        raise ValueError(f"preset must be one of {', '.join(PRESETS)}; got {preset!r}")
-    if method not in METHODS:
-        raise ValueError(f"method must be one of {', '.join(METHODS)}; got {method!r}")
-    unknown = sorted(set(overrides) - set(FIELDS))
-    if unknown:
-        raise ValueError(f"unknown field(s) {', '.join(unknown)}; valid fields: {', '.join(FIELDS)}")
-    values = {**PRESETS[preset][method], **{k: x for k, x in overrides.items() if x is not None}}
-    values = {k: budget_tokens(preset, x) for k, x in values.items()}
-    values["method"] = method
-    values.setdefault("output_dir", f"runs/{preset}/{method}")
-    cfg = TrainConfig(**values)
-    if preset == "gpu-small" and not {"per_device_train_batch_size", "gradient_accumulation_steps"} & set(overrides):
-        cfg = dataclasses.replace(cfg, **batch_for(cfg))
-    return cfg
+        raise ValueError(f"preset must be one of {', '.join(NAMES)}; got {preset!r}")
+    return PRESETS[preset]
 
 
-def budget_tokens(preset: str, value):
-    """``value`` itself, or the committed number of a :class:`Budget` of ``preset``."""
-    if isinstance(value, Budget):
-        from .budgets import tokens
-
-        return tokens(preset, value.name)
-    return value
+def resolve(method: str, preset: str = DEFAULT, **overrides) -> TrainConfig:
+    """TrainConfig for ``method`` under ``preset`` with ``overrides`` (:meth:`Preset.train_config`)."""
+    return get(preset).train_config(method, **overrides)
 
 
 def describe(cfg: TrainConfig) -> dict:
@@ -176,13 +288,13 @@ def paper_mapping() -> list[dict]:
     from .train import to_trl_config
 
     hp = paper_results()["hyperparameters"]
-    sft_cfg = resolve("sft_reflection", "paper", output_dir="runs/paper/sft_reflection")
+    sft_cfg = PAPER.train_config("sft_reflection", output_dir=f"{PAPER.runs_dir}/sft_reflection")
     sft = to_trl_config(sft_cfg)
-    grpo = to_trl_config(resolve("grpo", "paper", output_dir="runs/paper/grpo"))
+    grpo = to_trl_config(PAPER.train_config("grpo", output_dir=f"{PAPER.runs_dir}/grpo"))
     seqs = grpo.per_device_train_batch_size * grpo.gradient_accumulation_steps
     rows = [
-        ("SFT", "Optimizer", hp["sft"]["optimizer"], "optim, weight_decay", f"{getattr(sft.optim, 'value', sft.optim)}, {sft.weight_decay}",
-         "AdamW with weight decay 0 is Adam"),
+        ("SFT", "Optimizer", hp["sft"]["optimizer"], "optim, weight_decay",
+         f"{getattr(sft.optim, 'value', sft.optim)}, {sft.weight_decay}", "AdamW with weight decay 0 is Adam"),
         ("SFT", "Batch size", hp["sft"]["batch_size"], "per_device_train_batch_size x gradient_accumulation_steps x GPUs",
          sft.per_device_train_batch_size * sft.gradient_accumulation_steps, "on one GPU"),
         ("SFT", "Learning rate", hp["sft"]["learning_rate"], "learning_rate, lr_scheduler_type",

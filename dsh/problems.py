@@ -15,6 +15,8 @@ from . import validate as v
 QUESTION = "Calculate {a} * {b}. Think step by step."
 TRAIN_LEVELS = ((4, 5), (5, 4))
 TEST_LEVELS = tuple((3, n) for n in range(3, 10))
+N_TRAIN = 20_000       # the paper's training problems
+N_TEST = 100           # the paper's test problems per level
 
 
 @dataclass(frozen=True)
@@ -71,13 +73,13 @@ def draw_problems(level, count: int, seed: int = 0, exclude=frozenset()) -> list
     return out
 
 
-def test_problems(levels=TEST_LEVELS, n_per_level: int = 100, seed: int = 0) -> list[Problem]:
+def test_problems(levels=TEST_LEVELS, n_per_level: int = N_TEST, seed: int = 0) -> list[Problem]:
     """The held-out test problems: ``n_per_level`` per level, in level order (the draw that
     :func:`make_splits` holds out of training and that ``dsh.evaluate`` asks)."""
     return [p for lv in levels for p in draw_problems(lv, n_per_level, seed=seed + 1_000_003)]
 
 
-def make_splits(n_train: int = 20_000, train_levels=TRAIN_LEVELS, n_test: int = 100,
+def make_splits(n_train: int = N_TRAIN, train_levels=TRAIN_LEVELS, n_test: int = N_TEST,
                 test_levels=TEST_LEVELS, seed: int = 0) -> dict[str, list[Problem]]:
     """The paper's data: ``n_train`` training problems split evenly over ``train_levels`` and
     ``n_test`` test problems per level. Test problems never appear in training (asserted)."""

@@ -1,4 +1,4 @@
-"""Tables and figures of the empirical chapters, from a results folder (dsh.pipeline) and the paper's
+"""Tables, figures and verdicts on the paper's claims, from a results folder (dsh.pipeline) and the paper's
 printed numbers (dsh/paper_results.yaml, always labelled as the paper's)."""
 
 from __future__ import annotations
@@ -6,7 +6,8 @@ from __future__ import annotations
 import pandas as pd
 
 from .paper import paper_results
-from .pipeline import STAGE_LABELS
+from .presets import STAGE_LABELS
+from .problems import level_index
 
 
 def _fmt(acc, lo, hi):
@@ -118,14 +119,17 @@ def truncation_table(results: dict) -> pd.DataFrame:
     return pd.DataFrame(rows).T
 
 
-def stage_table(preset: str) -> pd.DataFrame:
-    """The stages of ``preset``'s pipeline: method, starting point, training levels and size, learning rate
-    and each stage's own token budget (max_length for SFT, max_completion_length for GRPO)."""
-    from .pipeline import PIPELINES, plan
+def stage_table(preset) -> pd.DataFrame:
+    """The stages of ``preset``'s pipeline (a name or a :class:`dsh.presets.Preset`): method, starting point,
+    training levels and size, learning rate and each stage's own token budget (max_length for SFT,
+    max_completion_length for GRPO)."""
+    from .pipeline import plan
+    from .presets import get
 
-    cfgs = plan(preset, "runs/" + preset)
+    p = get(preset)
+    cfgs = plan(p, p.runs_dir)
     rows = []
-    for s in PIPELINES[preset][0]:
+    for s in p.stages:
         row = {"stage": s.name, "method": s.method or "(none)", "starts from": s.init or "the model"}
         c = cfgs.get(s.name)
         if c is not None:
@@ -134,3 +138,65 @@ def stage_table(preset: str) -> pd.DataFrame:
                        token_budget=c.max_completion_length if c.method == "grpo" else c.max_length)
         rows.append(row)
     return pd.DataFrame(rows).set_index("stage")
+
+
+def claims(results: dict, min_n: int = 30) -> list[dict]:
+    """A plain verdict on each empirical claim of the paper from a results folder (:func:`load_results`):
+    (i) the two-stage model predicts accuracy, (ii) RL improves pi_d more than pi_sample, (iii)
+    out-of-distribution accuracy is limited by pi_sample. "cannot tell" when a level has fewer than
+    ``min_n`` responses or a needed estimate is undefined; the evidence string carries the numbers."""
+    cal = results["calibration"]
+    out = []
+
+    def levels(stage):
+        c = cal.get(stage)
+        if not c:
+            return {}
+        block = c["drop_truncated"] or c["all"]
+        return block["by_level"]
+
+    # (i)
+    rows, small = [], False
+    for stage in ("rl", "sft_reflection"):
+        for lv, s in levels(stage).items():
+            small |= s["n"] < min_n
+            if s["predicted_accuracy"] is None or s["predicted_ci_low"] is None:
+                continue
+            inside = s["ci_low"] <= s["predicted_accuracy"] <= s["ci_high"] or \
+                s["predicted_ci_low"] <= s["observed_accuracy"] <= s["predicted_ci_high"]
+            rows.append((stage, lv, s["observed_accuracy"], s["predicted_accuracy"], inside))
+    if small or not rows:
+        v1 = "cannot tell"
+    else:
+        v1 = "holds" if sum(r[4] for r in rows) >= 0.8 * len(rows) else "fails"
+    out.append({"claim": "(i) the two-stage model predicts accuracy", "verdict": v1,
+                "evidence": "; ".join(f"{s} {lv}: observed {o:.2f}, predicted {p:.2f}" for s, lv, o, p, _ in rows)
+                or "no level with defined estimates"})
+    # (ii)
+    rl, sr = cal.get("rl"), cal.get("sft_reflection")
+    if rl and sr:
+        a, b = (rl["drop_truncated"] or rl["all"])["overall"], (sr["drop_truncated"] or sr["all"])["overall"]
+        need = [a["p_s"], b["p_s"], a["p_d_given_wrong"], b["p_d_given_wrong"]]
+        if any(x is None for x in need) or min(a["n"], b["n"]) < min_n * 3:
+            v2, ev = "cannot tell", f"n = {a['n']} and {b['n']}; estimates {need}"
+        else:
+            ds, dw = a["p_s"] - b["p_s"], a["p_d_given_wrong"] - b["p_d_given_wrong"]
+            v2 = "holds" if dw > ds else "fails"
+            ev = f"RL minus SFT (reflection): delta p_s = {ds:+.3f}, delta p_dW = {dw:+.3f}"
+    else:
+        v2, ev = "cannot tell", "needs both the RL and the SFT (reflection) stages"
+    out.append({"claim": "(ii) RL improves pi_d more than pi_sample", "verdict": v2, "evidence": ev})
+    # (iii)
+    lv_rl = levels("rl")
+    pts = sorted((level_index(lv), s) for lv, s in lv_rl.items())
+    usable = [(i, s) for i, s in pts if s["p_s"] is not None and s["p_d_given_wrong"] is not None and s["n"] >= min_n]
+    if len(usable) < 3:
+        v3, ev = "cannot tell", f"{len(usable)} levels with enough responses and defined p_s, p_dW"
+    else:
+        ps = [s["p_s"] for _, s in usable]
+        pw = [s["p_d_given_wrong"] for _, s in usable]
+        drop_s, drop_w = ps[0] - ps[-1], pw[0] - pw[-1]
+        v3 = "holds" if drop_s > 0 and drop_s > drop_w else "fails"
+        ev = f"from the easiest to the hardest level: p_s {ps[0]:.2f} -> {ps[-1]:.2f}, p_dW {pw[0]:.2f} -> {pw[-1]:.2f}"
+    out.append({"claim": "(iii) OOD accuracy is limited by pi_sample", "verdict": v3, "evidence": ev})
+    return out

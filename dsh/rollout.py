@@ -2,7 +2,7 @@
 
 TRL 1.16 generates rollouts without vLLM through ``model.generate`` with ``disable_compile=True``
 (so even ``cache_implementation="static"`` runs uncompiled): on a small model that path is bound by
-kernel launches (README, "Which engine runs where"). :class:`EngineGRPOTrainer` overrides
+kernel launches (the book's appendix "Engineering notes"). :class:`EngineGRPOTrainer` overrides
 ``GRPOTrainer._generate_single_turn`` to sample the completions with an :class:`dsh.engine.Engine`
 built once over the model being trained. The engine reads the live weights (an optimizer step
 updates them in place), so no weight copy happens between steps.

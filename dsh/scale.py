@@ -91,7 +91,7 @@ def activation_bytes_per_token(shape: ModelShape, gradient_checkpointing: bool =
     With gradient checkpointing only the residual stream of each layer is kept (2h), plus one layer
     recomputed at a time. The logits add vocab x (2 + 4 + 4) bytes (bf16 logits, their fp32 copy for the
     loss and its gradient). An upper estimate: on an H100 a padded SFT batch of 32 x 2,400 tokens of
-    the embedded model peaked at 68.4 GB (README, "Which engine runs where"), where this gives ~95 GB."""
+    the embedded model peaked at 68.4 GB (the book's appendix "Engineering notes"), where this gives ~95 GB."""
     h, kvd = shape.hidden, shape.kv_heads * shape.head_dim
     layer = 18 * h + 6 * kvd + 8 * shape.intermediate + 2 * h
     kept = shape.layers * 2 * h + layer if gradient_checkpointing else shape.layers * layer

@@ -4,7 +4,7 @@ Traces come in three arithmetic granularities:
 
 - ``compact``: one partial product or running sum per line (for capable models such as Qwen2.5-7B);
 - ``digit``: one single-digit product or sum with its write/carry per step, the format a 135M model can
-  learn (README, "The embedded model");
+  learn (the book's appendix "Engineering notes");
 - ``lean``: digit-level with fewer tokens: a step is written without its write/carry (``6*8+4=52``: the
   written digit is the last digit of the value, the carry is the ``+4`` of the next step), and the
   shorter operand is the multiplier (3 partial products and 2 additions for 3 x 9, instead of 9 and 8),
@@ -173,7 +173,7 @@ class Trace:
 def make_trace(problem: Problem, config: TraceConfig = TraceConfig(), seed: int = 0) -> Trace:
     """One SFT trace for ``problem`` (deterministic under ``seed``)."""
     if not isinstance(problem, Problem):
-        raise ValueError(f"problem must be a dsh.data.Problem, got {type(problem).__name__}")
+        raise ValueError(f"problem must be a dsh.problems.Problem, got {type(problem).__name__}")
     rng = random.Random(f"{seed}-{problem.a}-{problem.b}-{config.style}-{config.granularity}")
     a, b = problem.a, problem.b
     x, y = multiplicand_multiplier(a, b, config.granularity)

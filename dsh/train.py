@@ -23,6 +23,7 @@ from pathlib import Path
 
 from . import validate as v
 from .arithmetic import CHECKS
+from .models import EMBEDDED
 from .problems import make_splits, parse_level
 from .provenance import git_commit, hardware
 from .records import prompt_records, sft_records
@@ -37,7 +38,7 @@ class TrainConfig:
     """One training run. Batch sizes count sequences (completions for GRPO), as in TRL."""
 
     method: str = "sft"
-    model: str = "embedded"
+    model: str = EMBEDDED
     output_dir: str = "runs/run"
     seed: int = 0
     # data
@@ -46,7 +47,7 @@ class TrainConfig:
     granularity: str = "digit"
     retry_fraction: float = 0.5
     max_attempts: int = 3
-    checks: tuple = ("nines", "elevens")   # the checks a reflection trace computes (dsh.data.CHECKS)
+    checks: tuple = ("nines", "elevens")   # the checks a reflection trace computes (dsh.arithmetic.CHECKS)
     dft_style: str = "reflection"          # traces used by DFT: reflection or no_reflection
     max_length: int | None = 2048          # SFT: examples are truncated to this many tokens (None: no limit)
     padding_free: bool = False             # SFT: pack each micro-batch into one row, attention per example
@@ -212,16 +213,12 @@ def build_dataset(cfg: TrainConfig) -> list[dict]:
 
 
 def correctness_reward(completions, answer, question=None, **kwargs) -> list[float]:
-    """The paper's binary reward R(tau) = 1[final answer correct], with dsh.parse finding the final answer."""
-    from .parse import operands, parse_response
+    """TRL reward function: the paper's binary reward R(tau) = 1[final answer correct] (:func:`dsh.parse.is_correct`)."""
+    from .parse import is_correct
 
-    out = []
-    for i, comp in enumerate(completions):
-        text = comp[-1]["content"] if isinstance(comp, list) else str(comp)
-        a, b = operands(question[i]) if question is not None else (None, None)
-        final = parse_response(text, a, b).final_answer
-        out.append(1.0 if final is not None and str(final) == str(answer[i]).replace(",", "") else 0.0)
-    return out
+    return [float(is_correct(c[-1]["content"] if isinstance(c, list) else str(c), answer[i],
+                             question[i] if question is not None else None))
+            for i, c in enumerate(completions)]
 
 
 # ------------------------------------------------------------------------------------------------

@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from .files import atomic_write
-from .parse import operands, parse_response
+from .parse import is_correct
 from .problems import Problem
 
 DATA_SOURCE = "dsh/multiplication"
@@ -21,7 +21,7 @@ def verl_rows(problems, split: str = "train", data_source: str = DATA_SOURCE) ->
     rows = []
     for i, p in enumerate(problems):
         if not isinstance(p, Problem):
-            raise ValueError(f"problems must be dsh.data.Problem objects; item {i} is {type(p).__name__}")
+            raise ValueError(f"problems must be dsh.problems.Problem objects; item {i} is {type(p).__name__}")
         rows.append({
             "data_source": data_source,
             "prompt": [{"role": "user", "content": p.question}],
@@ -46,16 +46,10 @@ def write_parquet(problems, path, split: str = "train", data_source: str = DATA_
 
 
 def compute_score(data_source, solution_str, ground_truth, extra_info=None) -> float:
-    """verl reward: 1.0 when the response's final answer (dsh.parse) equals ``ground_truth``, else 0.0.
-    Never raises on a string response."""
-    try:
-        truth = int(str(ground_truth).strip().replace(",", ""))
-    except ValueError:
-        return 0.0
-    a = b = None
+    """verl reward: 1.0 when the response's final answer equals ``ground_truth`` (:func:`dsh.parse.is_correct`,
+    with the operands of ``extra_info`` when it has them), else 0.0. Never raises on a string response."""
+    question = None
     if isinstance(extra_info, dict):
         a, b = extra_info.get("a"), extra_info.get("b")
-        if a is None and isinstance(extra_info.get("question"), str):
-            a, b = operands(extra_info["question"])
-    final = parse_response(solution_str, a, b).final_answer
-    return 1.0 if final == truth else 0.0
+        question = f"{a} * {b}" if a is not None and b is not None else extra_info.get("question")
+    return float(is_correct(solution_str, ground_truth, question))

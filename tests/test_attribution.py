@@ -6,6 +6,8 @@ import torch
 from dsh import attribution as at
 from dsh import models, problems, traces
 
+pytestmark = pytest.mark.slow   # loads or trains the embedded model (make check leaves it out)
+
 
 @pytest.fixture(scope="module")
 def tiny():

@@ -11,6 +11,8 @@ import pytest
 
 from dsh import bench
 
+pytestmark = pytest.mark.slow   # loads or trains the embedded model (make check leaves it out)
+
 ROOT = Path(__file__).resolve().parent.parent
 
 

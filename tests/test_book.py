@@ -53,6 +53,7 @@ def _papermill(nb, out, *params):
     return subprocess.run(cmd, capture_output=True, text=True, timeout=900)
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(shutil.which("jupyter") is None and not pathlib.Path(sys.prefix, "bin", "jupyter").exists(),
                     reason="jupyter not installed")
 def test_papermill_runs_a_chapter_with_parameters(tmp_path):
@@ -64,6 +65,7 @@ def test_papermill_runs_a_chapter_with_parameters(tmp_path):
     assert injected and "n_attempts_symbolic = 2" in "".join(injected[0]["source"])
 
 
+@pytest.mark.slow
 def test_papermill_bad_parameter_names_it(tmp_path):
     out = tmp_path / "out.ipynb"
     r = _papermill(ROOT / "chapters" / "01_decision_sampling.ipynb", out, ("n_monte_carlo", -5))

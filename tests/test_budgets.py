@@ -10,12 +10,14 @@ def tok():
     return budgets.embedded_tokenizer()
 
 
+@pytest.mark.slow
 def test_committed_budgets_are_a_recomputation(tok):
     """Fails when dsh/budgets.json was edited by hand or a preset's traces changed without
     ``python -m dsh budgets --write``."""
     assert budgets.derive(tok) == budgets.load()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("preset", sorted(presets.DERIVED))
 def test_no_budget_truncates_more_than_one_percent_of_fresh_traces(tok, preset):
     """Traces drawn with another seed than the one the budgets came from: training examples (SFT),
@@ -39,13 +41,13 @@ def test_presets_take_budgets_from_the_file_never_typed():
     resolves to the committed value."""
     keys = ("max_length", "max_completion_length")
     for preset in presets.DERIVED:
-        for method, values in presets.PRESETS[preset].items():
+        for method, values in presets.PRESETS[preset].training.items():
             for k in keys:
                 if k in values:
                     assert isinstance(values[k], presets.Budget), (preset, method, k)
-        settings = pipeline.PIPELINES[preset][1]
+        settings = presets.PRESETS[preset].evaluation
         assert isinstance(settings.max_new_tokens, presets.Budget)
-        assert pipeline.eval_settings(preset).max_new_tokens == budgets.tokens(preset, "eval.max_new_tokens")
+        assert presets.get(preset).eval_settings().max_new_tokens == budgets.tokens(preset, "eval.max_new_tokens")
     cfg = presets.resolve("sft_reflection", "gpu-small")
     assert cfg.max_length == budgets.tokens("gpu-small", "sft_reflection.max_length")
     grpo = presets.resolve("grpo", "gpu-small")
@@ -59,7 +61,7 @@ def test_budget_errors_name_the_budget(monkeypatch):
     with pytest.raises(ValueError, match="no derived budget 'x.max_length' for preset 'ci'"):
         budgets.tokens("ci", "x.max_length")
     with pytest.raises(ValueError, match="^unknown evaluation field"):
-        pipeline.eval_settings("ci", {"max_tokens": 3})
+        presets.get("ci").eval_settings(max_tokens=3)
 
 
 def test_training_summary_truncation_counts_what_is_cut(tok):

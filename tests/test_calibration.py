@@ -14,6 +14,7 @@ KEYS = {"n", "observed_accuracy", "ci_low", "ci_high", "p_s", "p_d_given_correct
         "predicted_accuracy", "predicted_ci_low", "predicted_ci_high", "no_answer", "transitions"}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("truth", [(0.4, 0.9, 0.7), (0.7, 0.95, 0.3)])
 def test_intervals_cover_the_truth(truth):
     p_s, p_dC, p_dW = truth
@@ -33,6 +34,7 @@ def test_intervals_cover_the_truth(truth):
         assert c / reps >= 0.8, (k, c)
 
 
+@pytest.mark.slow
 def test_predicted_matches_observed_at_scale():
     recs = synthetic.synthetic_records(0.3, 0.92, 0.6, n=6000, seed=3)
     o = calibration.calibrate(recs, n_bootstrap=20)["overall"]

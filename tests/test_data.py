@@ -171,6 +171,16 @@ def test_parse_recovers_generated_structure_exactly():
                 assert r.final_answer == p.answer
 
 
+def test_parse_roundtrip_counts_exact_parses_and_misses(monkeypatch):
+    ps = problems.make_splits(n_train=60, n_test=3, seed=5)["train"]
+    cfg = traces.TraceConfig(retry_fraction=1.0)
+    ok = traces.parse_roundtrip(ps, cfg, seed=1)
+    assert ok["traces"] == ok["parsed exactly"] == 60 and ok["mean attempts"] >= 2
+    real = parse.parse_response   # a parser that sees one answer too many parses no trace exactly
+    monkeypatch.setattr(parse, "parse_response", lambda text, a, b: real(text + " Wait. The answer is 1.", a, b))
+    assert traces.parse_roundtrip(ps, cfg, seed=1)["parsed exactly"] == 0
+
+
 def test_lean_traces_multiply_by_the_shorter_operand_and_are_shorter():
     """Fails if ``lean`` multiplies by the longer operand (9 partial products for 3x9) or writes the
     write/carry of every step: its 3x9 traces must be under 60 % of ``digit``'s characters."""

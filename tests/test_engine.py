@@ -10,6 +10,8 @@ from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausa
 from dsh import evaluate, models, problems, records
 from dsh.engine import Engine, kv_bytes_per_token, supports
 
+pytestmark = pytest.mark.slow   # loads or trains the embedded model (make check leaves it out)
+
 
 @pytest.fixture(scope="module")
 def embedded():

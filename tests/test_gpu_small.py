@@ -11,7 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from dsh import models, pipeline, report
+from dsh import models, pipeline, presets, report
+
+pytestmark = pytest.mark.slow   # loads or trains the embedded model (make check leaves it out)
 
 STAGES = ["base", "sft", "sft_reflection", "rl", "dft"]
 TINY = ["--pipeline-arg=--set=max_steps=1", "--pipeline-arg=--set=max_completion_length=48",
@@ -83,7 +85,7 @@ def test_results_folder_format(ci_run):
         cal = json.loads((res / "calibration" / f"{st}.json").read_text())
         assert set(cal) == {"all", "drop_truncated", "faithfulness", "truncated"}
         lines = gzip.decompress((res / "generations" / f"{st}.jsonl.gz").read_bytes()).decode().splitlines()
-        assert len(lines) == len(pipeline.eval_settings("ci").levels)         # n_per_level=1
+        assert len(lines) == len(presets.CI.eval_settings().levels)         # n_per_level=1
         assert all(isinstance(json.loads(x)["response"], str) for x in lines)
     loaded = pipeline.load_results(res)
     assert list(report.table1(loaded).index)[0] == "Base"
@@ -105,7 +107,7 @@ def test_bad_input_is_one_line_and_writes_nothing(tmp_path):
     r = _run("--bundle", str(tmp_path / "missing"), "--results", str(tmp_path / "r"), "--work", str(tmp_path / "w"))
     assert r.returncode == 2 and r.stderr.strip() == f"error: bundle must be a folder; {tmp_path / 'missing'} is not one"
     r = _run("--bundle", str(tmp_path), "--preset", "huge", "--results", str(tmp_path / "r"), "--work", str(tmp_path / "w"))
-    assert r.returncode == 2 and "preset must be one of gpu-small, ci" in r.stderr
+    assert r.returncode == 2 and "preset must be one of ci, gpu-small" in r.stderr
     b = _bundle(tmp_path)
     (b / "b" / "sha").write_text("0" * 64 + "  x\n")
     r = _run("--bundle", str(b), "--results", str(tmp_path / "r"), "--work", str(tmp_path / "w"), "--preset", "ci")

@@ -6,6 +6,8 @@ from trl.trainer.sft_trainer import DataCollatorForLanguageModeling
 
 from dsh import models, packing
 
+pytestmark = pytest.mark.slow   # loads or trains the embedded model (make check leaves it out)
+
 
 @pytest.fixture(scope="module")
 def batches():

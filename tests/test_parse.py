@@ -93,3 +93,19 @@ def test_never_raises_on_adversarial_near_misses(parts):
 def test_non_strings_do_not_raise():
     for x in (None, 5, b"bytes", ["The answer is 5"]):
         assert parse.parse_response(x).attempts == ()
+
+
+def test_one_reward_behind_trl_and_verl():
+    """train.correctness_reward (TRL) and verl.compute_score are both parse.is_correct."""
+    from dsh import train, verl
+
+    q = "Calculate 12 * 34. Think step by step."
+    cases = [("The answer is 408.", "408"), ("12 * 34 = 408", "408"), ("The answer is 1,408.", "1408"),
+             ("nothing", "12"), ("The answer is 407.", "408"), ("The answer is 408.", " 408 "),
+             ("The answer is 408.", "abc"), ("The answer is 408. Let me recompute. The answer is 407.", "408")]
+    got = [parse.is_correct(t, truth, q) for t, truth in cases]
+    assert got == [True, True, True, False, False, True, False, False]
+    assert train.correctness_reward([t for t, _ in cases], [x for _, x in cases], [q] * len(cases)) == \
+        [float(x) for x in got]
+    assert [verl.compute_score("d", t, x, {"a": 12, "b": 34}) for t, x in cases] == [float(x) for x in got]
+    assert parse.is_correct(408, "408") and not parse.is_correct(408, "4o8") and not parse.is_correct(True, 1)

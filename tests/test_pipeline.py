@@ -6,6 +6,8 @@ import pytest
 
 from dsh import pipeline, report
 
+pytestmark = pytest.mark.slow   # loads or trains the embedded model (make check leaves it out)
+
 
 @pytest.fixture(scope="module")
 def small_pipeline(tmp_path_factory):
@@ -31,7 +33,7 @@ def test_results_folder(small_pipeline):
     t = report.table1(loaded)
     assert list(t.index) == ["Base", "SFT (no reflection)"] and list(t.columns) == ["2x2", "3x3"]
     assert report.echo_table(loaded).shape[0] == 2
-    verdicts = pipeline.claims(loaded)
+    verdicts = report.claims(loaded)
     assert [c["verdict"] for c in verdicts] == ["cannot tell"] * 3
 
 

@@ -14,6 +14,8 @@ import torch
 from dsh import calibration, evaluate, models, presets, train
 from dsh.paper import paper_results
 
+pytestmark = pytest.mark.slow   # loads or trains the embedded model (make check leaves it out)
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
