@@ -1,33 +1,65 @@
 """Attempts and decisions in a response (paper, Remark "Operational Identification of Decision Actions").
 
-A *candidate* is an integer a response commits to: "the answer is N", "a * b = N" (also "equals N",
-"is N"; the question's own operands, in either order), "\\boxed{N}", "**N**"; numbers may carry thousands separators. Candidates
-with no reflection marker between them restate one attempt's answer; the attempt's answer is the last
-of them. After each attempt the decision is RESAMPLE when a reflection marker follows and a new attempt
-(another candidate) comes after it, and STOP otherwise. The final answer is the last candidate.
+A *candidate* is an integer a response commits to, in the forms people and models write:
 
-:func:`parse_response` never raises on a string.
+- "the answer is N", "the final answer is N", "Final answer: N", "the product is N", "the result is N"
+  (also with "=", "equals"; not "the partial product is N");
+- "a * b = N" with the question's own operands in either order and any of ``*``, ``x``, ``×``, ``\\times``,
+  ``\\cdot``, ``·`` (also "equals N", "is N"), and "= N" closing a line that restates "a * b";
+- ``\\boxed{N}``, ``**N**``, ``$N$``.
+
+Numbers may carry thousands separators (``,``, thin spaces, ``_``) and a trailing period. Intermediate results
+("running total: N", partial products such as "343 * 2 * 10^1 = 6860", a check's arithmetic, "a * b = N * 10 +
+..." where the expression goes on) are not candidates. Candidates with no reflection marker between them restate
+one attempt's answer; the attempt's answer is the last of them. After each attempt the decision is RESAMPLE when a
+reflection marker follows and a new attempt (another candidate) comes after it, and STOP otherwise. The final
+answer is the last candidate.
+
+Reflection markers (``DEFAULT_MARKERS``) are the paper's phrases, common literal ones and a case-insensitive
+pattern family (``MARKER_PATTERNS``: "let me re-check / recompute / re-verify / redo ...", "I made a mistake /
+an error", "wait", "on second thought", "double-check", "go back and check"). ``markers`` accepts literal
+phrases (matched case-insensitively, straight or curly apostrophes) and compiled regular expressions.
+
+:func:`parse_response` never raises on a string and runs in time linear in the response's length.
 """
 
 from __future__ import annotations
 
+import bisect
+import functools
 import re
 from dataclasses import dataclass
 
-DEFAULT_MARKERS = (
+LITERAL_MARKERS = (
     # the paper's
     "I'll go back and check", "Let me recompute", "I made a mistake",
     # common ones
     "Let me recheck", "Let me re-check", "Let me double-check", "Let me double check", "Let me check again",
     "Wait", "I made an error", "On second thought", "Let me verify", "Let me try again", "Hmm",
 )
+MARKER_PATTERNS = (
+    r"let\s+me\s+re-?(?:check|compute|calculate|verify|do|examine|evaluate|consider|think)",
+    r"i\s+made\s+an?\s+(?:mistake|error|slip)",
+    r"(?<![a-z])wait(?![a-z])",
+    r"on\s+second\s+thoughts?",
+    r"double[- ]?check",
+    r"go\s+back\s+and\s+(?:check|verify|recompute)",
+)
+DEFAULT_MARKERS = LITERAL_MARKERS + tuple(re.compile(p, re.IGNORECASE) for p in MARKER_PATTERNS)
 
-_NUM = r"-?\d{1,3}(?:,\d{3})+(?!\d)|-?\d+"
+_SEP = "[,\u2009\u202f_]"                     # thousands separators: comma, thin spaces, underscore
+_NUM = r"-?\d{1,3}(?:" + _SEP + r"\d{3})+(?!\d)|-?\d+"
+_OP = r"(?:\*|×|x|X|·|⋅|\\times|\\cdot)"
+# a number that an expression continues (an operator follows) is an intermediate value, not a commitment
+_ENDS = r"(?!\d)(?!\.\d)(?! \d{3}(?!\d))(?!\s*(?:[*×x·⋅+/^]|-\s*\d|\\times|\\cdot))"
 _PATTERNS = [
-    re.compile(r"answer\s+is\s*:?\s*\$?\s*(?:\\boxed\{\s*)?(?:\*\*)?\s*(" + _NUM + r")", re.IGNORECASE),
+    re.compile(r"(?<![A-Za-z])(?<!partial )(?<!partial\n)(?:final\s+answer|answer|product|result)\s*(?:is|:|=|equals)"
+               r"\s*:?\s*(?:\$\s*)?(?:\\boxed\{\s*)?(?:\*\*\s*)?(" + _NUM + r")" + _ENDS, re.IGNORECASE),
     re.compile(r"\\boxed\{\s*(" + _NUM + r")\s*\}"),
-    re.compile(r"\*\*\s*(" + _NUM + r")\s*\*\*"),
+    re.compile(r"\*\*\s*(" + _NUM + r")\s*\.?\*\*"),
+    re.compile(r"(?<![\w$\\])\$\s*(" + _NUM + r")\s*\$(?![\w$])"),
 ]
+_LINE_END = re.compile(r"(?:=|equals)\s*\$?\s*(?:\*\*\s*)?(" + _NUM + r")\s*(?:\*\*)?\s*\$?\s*[.!]?\s*$", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -60,20 +92,44 @@ class ParsedResponse:
 
 def _to_int(s: str) -> int | None:
     try:
-        return int(s.replace(",", ""))
-    except (ValueError, AttributeError):
+        return int(re.sub(_SEP, "", s))
+    except (ValueError, AttributeError, TypeError):
         return None
 
 
-def _marker_regex(markers) -> re.Pattern | None:
-    ms = [m.strip() for m in markers if isinstance(m, str) and m.strip()]
-    if not ms:
-        return None
+@functools.lru_cache(maxsize=64)
+def _marker_regex_cached(markers: tuple) -> re.Pattern | None:
     parts = []
-    for m in sorted(ms, key=len, reverse=True):
+    lits = sorted({m.strip() for m in markers if isinstance(m, str) and m.strip()}, key=len, reverse=True)
+    for m in lits:
         e = re.escape(m).replace("'", "['\u2019]")  # straight or curly apostrophe
         parts.append(r"(?<![A-Za-z])" + e + r"(?![A-Za-z])")
-    return re.compile("|".join(parts), re.IGNORECASE)
+    parts += [f"(?:{m.pattern})" for m in markers if isinstance(m, re.Pattern)]
+    return re.compile("|".join(parts), re.IGNORECASE) if parts else None
+
+
+def marker_regex(markers=DEFAULT_MARKERS) -> re.Pattern | None:
+    """One case-insensitive expression for ``markers`` (literal phrases and compiled patterns); None if empty."""
+    if isinstance(markers, (str, re.Pattern)):
+        markers = (markers,)
+    try:
+        return _marker_regex_cached(tuple(markers or ()))
+    except TypeError:  # an unhashable item: not a marker
+        return _marker_regex_cached(tuple(m for m in markers if isinstance(m, (str, re.Pattern))))
+
+
+def _operand(x: int) -> str:
+    """``x`` written with or without thousands separators."""
+    s = str(abs(x))
+    head = len(s) % 3 or 3
+    groups = [s[:head]] + [s[i:i + 3] for i in range(head, len(s), 3)]
+    return ("-" if x < 0 else "") + (_SEP + "?").join(map(re.escape, groups))
+
+
+@functools.lru_cache(maxsize=256)
+def _product_regex(a: int, b: int) -> re.Pattern:
+    pair = "|".join(f"{_operand(x)}\\s*{_OP}\\s*{_operand(y)}" for x, y in {(a, b), (b, a)})
+    return re.compile(r"(?<![\d,.])(?:" + pair + r")(?![\d])(?!\s*" + _OP + r")")
 
 
 def find_candidates(text: str, a: int | None = None, b: int | None = None) -> list[tuple[int, int, int]]:
@@ -81,17 +137,26 @@ def find_candidates(text: str, a: int | None = None, b: int | None = None) -> li
     if not isinstance(text, str):
         return []
     found = []
-    pats = list(_PATTERNS)
-    if isinstance(a, int) and isinstance(b, int):
-        ops = {(str(a), str(b)), (str(b), str(a))}
-        for x, y in ops:
-            pats.append(re.compile(r"(?<![\d,])" + re.escape(x) + r"\s*(?:\*|x|\u00d7|\\times)\s*" + re.escape(y)
-                                   + r"\s*(?:=|equals|is)\s*(" + _NUM + r")(?!\d)(?!\.\d)", re.IGNORECASE))
-    for pat in pats:
+    for pat in _PATTERNS:
         for m in pat.finditer(text):
             val = _to_int(m.group(1))
             if val is not None:
                 found.append((val, m.start(), m.end()))
+    if isinstance(a, int) and isinstance(b, int) and not isinstance(a, bool) and not isinstance(b, bool):
+        direct = re.compile(r"\s*(?:=|equals|is)\s*\$?\s*(" + _NUM + r")" + _ENDS, re.IGNORECASE)
+        for m in _product_regex(a, b).finditer(text):
+            d = direct.match(text, m.end())
+            if d:
+                val = _to_int(d.group(1))
+                if val is not None:
+                    found.append((val, m.start(), d.end()))
+            stop = text.find("\n", m.end())
+            stop = len(text) if stop < 0 else stop
+            e = _LINE_END.search(text, m.end(), stop)
+            if e and (not d or e.start(1) > d.start(1)):
+                val = _to_int(e.group(1))
+                if val is not None:
+                    found.append((val, e.start(), e.end()))
     found.sort(key=lambda t: (t[1], -t[2]))
     out, last_end = [], -1
     for val, s, e in found:
@@ -103,19 +168,20 @@ def find_candidates(text: str, a: int | None = None, b: int | None = None) -> li
 
 def parse_response(text, a: int | None = None, b: int | None = None, markers=DEFAULT_MARKERS) -> ParsedResponse:
     """Split a response into attempts (answer + STOP/RESAMPLE). ``a``, ``b``: the question's operands,
-    which enable the "a * b = N" pattern. Never raises on a string."""
+    which enable the "a * b = N" forms. Never raises on a string."""
     try:
         if not isinstance(text, str):
             return ParsedResponse(())
         cands = find_candidates(text, a, b)
         if not cands:
             return ParsedResponse(())
-        rx = _marker_regex(markers)
+        rx = marker_regex(markers)
         marker_pos = [m.start() for m in rx.finditer(text)] if rx else []
         # group candidates into attempts: a marker between two candidates starts a new attempt
         groups = [[cands[0]]]
         for prev, cur in zip(cands, cands[1:]):
-            if any(prev[2] <= p < cur[1] for p in marker_pos):
+            i = bisect.bisect_left(marker_pos, prev[2])
+            if i < len(marker_pos) and marker_pos[i] < cur[1]:
                 groups.append([cur])
             else:
                 groups[-1].append(cur)
@@ -128,7 +194,7 @@ def parse_response(text, a: int | None = None, b: int | None = None, markers=DEF
         return ParsedResponse(())
 
 
-_Q = re.compile(r"(" + _NUM + r")\s*(?:\*|x|\u00d7|\\times)\s*(" + _NUM + r")")
+_Q = re.compile(r"(" + _NUM + r")\s*" + _OP + r"\s*(" + _NUM + r")")
 
 
 def operands(question) -> tuple[int | None, int | None]:
@@ -169,7 +235,7 @@ def decision_spans(text, a: int | None = None, b: int | None = None, markers=DEF
     the first reflection marker after its answer to the end of the line (or sentence) of the last marker
     before the next attempt. (A STOP decision is the end-of-turn token, outside the text.)"""
     parsed = parse_response(text, a, b, markers)
-    rx = _marker_regex(markers)
+    rx = marker_regex(markers)
     if rx is None or not isinstance(text, str):
         return []
     spans = []
