@@ -35,8 +35,6 @@ def test_the_file_is_the_generators_output():
 def test_the_set_measures_generality_not_memory():
     """At least 6 marker phrasings and 6 answer forms; several markers contain none of dsh.parse's literal
     phrases, and no answer form is one that dsh.traces writes."""
-    from dsh import traces  # noqa: F401  (only to name what the traces write)
-
     import importlib.util
 
     spec = importlib.util.spec_from_file_location("heldout_generate", HERE / "generate.py")

@@ -93,7 +93,7 @@ def response(a: int, b: int, rng: random.Random) -> tuple[str, list[bool], list[
 def generate(n: int = N_RESPONSES, seed: int = 20261123) -> list[dict]:
     rng = random.Random(seed)
     out = []
-    for i in range(n):
+    for _ in range(n):
         a = rng.randint(10 ** (rng.randint(2, 3) - 1), 10 ** 3 - 1)
         b = rng.randint(10 ** (rng.randint(3, 6) - 1), 10 ** 6 - 1)
         text, correct, decisions = response(a, b, rng)
