@@ -53,7 +53,15 @@ def _cmd_calibrate(args) -> int:
     from .parse import DEFAULT_MARKERS
 
     records = read_jsonl(args.file)
-    markers = DEFAULT_MARKERS + tuple(args.marker or ())
+    import re
+
+    patterns = []
+    for x in args.marker_pattern or ():
+        try:
+            patterns.append(re.compile(x, re.IGNORECASE))
+        except re.error as e:
+            raise ValueError(f"--marker-pattern must be a regular expression; {x!r}: {e}") from None
+    markers = DEFAULT_MARKERS + tuple(args.marker or ()) + tuple(patterns)
     result = calibrate(records, drop_truncated=args.drop_truncated, n_bootstrap=args.bootstrap,
                        seed=args.seed, markers=markers)
     print(json.dumps(result) if args.json else format_table(result))
@@ -61,7 +69,6 @@ def _cmd_calibrate(args) -> int:
 
 
 def _cmd_data(args) -> int:
-    from pathlib import Path
 
     from .files import write_jsonl
     from .problems import make_splits
@@ -70,9 +77,9 @@ def _cmd_data(args) -> int:
 
     cfg = TraceConfig(granularity=args.granularity, style=args.style, retry_fraction=args.retry_fraction,
                       max_attempts=args.max_attempts)
-    out = Path(args.out)
-    if out.exists() and not out.is_dir():
-        raise ValueError(f"out must be a directory; {out} is a file")
+    from .validate import output_path
+
+    out = output_path("out", args.out, kind="folder")
     splits = make_splits(n_train=args.n_train, n_test=args.n_test, seed=args.seed)
     files = [write_jsonl(sft_records(splits["train"], cfg, args.seed), out / f"train_{args.style}_{args.granularity}.jsonl"),
              write_jsonl(prompt_records(splits["test"]), out / "test.jsonl")]
@@ -189,6 +196,13 @@ def _cmd_bench(args) -> int:
     return 0
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse with one-line errors (``error: ...``, exit code 2) instead of the usage block."""
+
+    def error(self, message):
+        self.exit(2, f"error: {self.prog.replace('python -m ', '')}: {message}\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
     from .budgets import N_PER_LEVEL
     from .evaluate import BACKENDS, EvalSettings
@@ -200,7 +214,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     presets_help = f"{', '.join(NAMES)} (default {DEFAULT})"
     model_help = f"'{EMBEDDED}' (default), a Hugging Face id, a local path or a run directory"
-    p = argparse.ArgumentParser(prog="python -m dsh", description=(
+    p = _Parser(prog="python -m dsh", description=(
         "The Two-Stage Decision-Sampling hypothesis: theory checks and measurement tools."))
     p.add_argument("--version", action="version", version=f"dsh {__version__}")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
@@ -226,7 +240,9 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--drop-truncated", action="store_true", help="drop records with truncated: true (as the paper)")
     c.add_argument("--bootstrap", type=int, default=100, help="bootstrap resamples (default 100)")
     c.add_argument("--seed", type=int, default=0)
-    c.add_argument("--marker", action="append", help="an extra reflection marker (repeatable)")
+    c.add_argument("--marker", action="append", help="an extra reflection marker phrase (repeatable)")
+    c.add_argument("--marker-pattern", action="append",
+                   help="an extra reflection marker as a regular expression, case-insensitive (repeatable)")
     c.set_defaults(func=_cmd_calibrate)
 
     d = sub.add_parser("data", help="write the multiplication data (SFT traces, test prompts, verl parquet)")
@@ -308,6 +324,9 @@ def main(argv=None) -> int:
         return args.func(args)
     except ValueError as e:  # bad input: one line, no traceback
         print(f"error: {e}", file=sys.stderr)
+        return 2
+    except OSError as e:     # an unreadable input or unwritable output found late: still one line
+        print(f"error: {e.strerror or e}: {e.filename}" if e.filename else f"error: {e}", file=sys.stderr)
         return 2
 
 

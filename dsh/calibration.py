@@ -222,8 +222,7 @@ def validate_records(records, source: str = "records") -> list[dict]:
         if "answer" not in r:
             raise ValueError(f"{where}: missing field 'answer'")
         ans = r["answer"]
-        if isinstance(ans, bool) or not isinstance(ans, (int, str)) or \
-                (isinstance(ans, str) and not ans.strip().replace(",", "").lstrip("-").isdigit()):
+        if not isinstance(ans, (int, str)) or truth_value(ans) is None:
             raise ValueError(f"{where}: field 'answer' must be an integer or an integer string, got {ans!r}")
         if "truncated" in r and not isinstance(r["truncated"], bool):
             raise ValueError(f"{where}: field 'truncated' must be true or false")
@@ -235,15 +234,27 @@ def validate_records(records, source: str = "records") -> list[dict]:
     return out
 
 
+MAX_LINE_BYTES = 16 * 2 ** 20     # a longer line is not one model response
+
+
 def read_jsonl(path) -> list[dict]:
-    """Read and check calibration records from a JSON-lines file (blank lines are skipped); a bad
-    line raises a one-line ValueError naming the file, the line and the field."""
+    """Read and check calibration records from a JSON-lines file: UTF-8 (a byte-order mark and CRLF line ends
+    are accepted), blank lines skipped, lines up to ``MAX_LINE_BYTES``. A bad line raises a one-line ValueError
+    naming the file, the line and the field."""
     p = Path(path)
     if not p.is_file():
-        raise ValueError(f"FILE must be an existing JSON-lines file; {path} not found")
+        raise ValueError(f"FILE must be an existing JSON-lines file; {path} not found" if not p.exists() else
+                         f"FILE must be a JSON-lines file; {path} is a folder")
     recs = []
-    with open(p, encoding="utf-8", errors="replace") as f:
-        for i, line in enumerate(f, start=1):
+    with open(p, "rb") as f:
+        for i, raw in enumerate(f, start=1):
+            if len(raw) > MAX_LINE_BYTES:
+                raise ValueError(f"{p.name} line {i}: longer than {MAX_LINE_BYTES // 2 ** 20} MB; "
+                                 f"a record holds one response")
+            try:
+                line = raw.decode("utf-8-sig" if i == 1 else "utf-8")
+            except UnicodeDecodeError:
+                raise ValueError(f"{p.name} line {i}: not UTF-8 text") from None
             if not line.strip():
                 continue
             try:
@@ -258,7 +269,6 @@ def read_jsonl(path) -> list[dict]:
     if not recs:
         raise ValueError(f"{p.name}: no records (the file is empty)")
     return recs
-
 
 def format_table(result: dict) -> str:
     """A readable table of a :func:`calibrate` result."""

@@ -12,6 +12,7 @@ with left padding, static KV cache on GPU) for any other model. ``dsh bench`` me
 
 from __future__ import annotations
 
+import contextlib
 import json
 import zlib
 from dataclasses import dataclass
@@ -61,6 +62,8 @@ def evaluate(model: str = EMBEDDED, out: str = "generations.jsonl", levels=EvalS
 
     ``batch_size``: rows decoded at once (the engine's slots; on a GPU capped to what the KV cache
     can hold in memory)."""
+    if isinstance(levels, str) or not levels:
+        raise ValueError(f"levels must be a non-empty list of levels such as ['3x3', '3x5']; got {levels!r}")
     levels = [f"{m}x{n}" for m, n in (parse_level(lv) for lv in levels)]
     n_per_level = v.positive_int("n_per_level", n_per_level)
     if v.real("temperature", temperature) < 0:
@@ -72,11 +75,50 @@ def evaluate(model: str = EMBEDDED, out: str = "generations.jsonl", levels=EvalS
     from .models import resolve_model
 
     loc = resolve_model(model)  # a bad model fails here, before anything is written
-    out = Path(out)
-    if out.exists() and not out.is_file():
-        raise ValueError(f"out must be a file path; {out} is a directory")
+    out = v.output_path("out", out)
+    if Path(loc).exists() and Path(loc).resolve() in (out.resolve(), *out.resolve().parents):
+        raise ValueError(f"out must lie outside the model folder {loc}")
+    if out.is_file() and out.stat().st_size:
+        with open(out, "rb") as f:
+            head = f.readline(1 << 20)
+        try:
+            first = json.loads(head)
+            ok = isinstance(first, dict) and {"level", "index", "response"} <= set(first)
+        except ValueError:   # a first line cut by an interruption is resumed; anything else is not ours
+            ok = head.startswith(b'{"') and not head.endswith(b"\n")
+        if not ok:
+            raise ValueError(f"out must be a new file or a generations file to resume; {out} holds something else")
     problems = [(levels[k // n_per_level], k % n_per_level, p)
                 for k, p in enumerate(test_problems(levels, n_per_level, seed))]
+    with _exclusive(out):
+        return _evaluate(loc, out, problems, temperature, max_new_tokens, seed, batch_size, backend, progress)
+
+
+@contextlib.contextmanager
+def _exclusive(out: Path):
+    """Hold an exclusive lock on ``out`` (a hidden ``.<name>.lock`` beside it) for the whole evaluation: a second
+    ``dsh evaluate`` with the same output is refused instead of interleaving records."""
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - not POSIX: no lock
+        yield
+        return
+    out.parent.mkdir(parents=True, exist_ok=True)
+    lock = out.parent / f".{out.name}.lock"
+    with open(lock, "a") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            raise ValueError(f"out {out} is being written by another dsh evaluate (lock {lock}); wait for it or "
+                             f"choose another out") from None
+        try:
+            yield
+        finally:
+            lock.unlink(missing_ok=True)
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def _evaluate(loc, out, problems, temperature, max_new_tokens, seed, batch_size, backend, progress) -> Path:
     done = _done(out)
     todo = [(lv, i, p) for lv, i, p in problems if (lv, i) not in done]
     if not todo:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 from numbers import Integral, Real
+from pathlib import Path
 
 
 def probability(name: str, value) -> float:
@@ -57,3 +58,19 @@ def choice(name: str, value, valid) -> str:
     if value not in valid:
         raise ValueError(f"{name} must be one of {', '.join(map(str, valid))}; got {value!r}")
     return value
+
+
+def output_path(name: str, path, kind: str = "file") -> Path:
+    """Return ``path`` as a Path after checking that a ``kind`` ("file" or "folder") can be written there: it is
+    not an existing item of the other kind, and no existing parent is a file."""
+    if not isinstance(path, (str, Path)) or not str(path).strip():
+        raise ValueError(f"{name} must be a {kind} path, got {path!r}")
+    p = Path(path)
+    if p.exists() and (p.is_dir() if kind == "file" else not p.is_dir()):
+        raise ValueError(f"{name} must be a {kind} path; {p} is a {'folder' if p.is_dir() else 'file'}")
+    for parent in p.parents:
+        if parent.exists():
+            if not parent.is_dir():
+                raise ValueError(f"{name} cannot be written: {parent} is a file, not a folder")
+            break
+    return p

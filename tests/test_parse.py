@@ -109,3 +109,57 @@ def test_one_reward_behind_trl_and_verl():
         [float(x) for x in got]
     assert [verl.compute_score("d", t, x, {"a": 12, "b": 34}) for t, x in cases] == [float(x) for x in got]
     assert parse.is_correct(408, "408") and not parse.is_correct(408, "4o8") and not parse.is_correct(True, 1)
+
+
+def test_parser_is_linear_on_a_1_mb_response():
+    import time
+
+    def seconds(text):
+        t = time.perf_counter()
+        p = parse.parse_response(text, 343, 7451)
+        return time.perf_counter() - t, p
+
+    work = "".join(f"343 * {d} * 10^{k} = {343 * d * 10 ** k}\nrunning total: {k * 1000 + d}\n"
+                   for k in range(6) for d in range(10))
+    answer = "So 343 * 7451 = 2,555,693. Wait, let me double-check.\n"
+    text = (work + answer) * (2 ** 20 // len(work + answer) + 1)          # a 1 MB response
+    took, p = seconds(text)
+    assert took < 1.0 and p.final_answer == 2555693 and len(p.attempts) > 100
+    dense = "The answer is **2,555,693**. Wait. $2555693$ \\boxed{2555693} 343 * 7451 = 2555693.\n"
+    small, big = (dense * (n // len(dense) + 1) for n in (2 ** 17, 2 ** 20))
+    assert seconds(big)[0] < 12 * seconds(small)[0] + 0.05                 # 8x the text, at most ~12x the time
+
+
+def test_ten_thousand_fuzzed_strings_never_raise():
+    import random
+
+    rng = random.Random(0)
+    pieces = ["The answer is ", "**", "\\boxed{", "}", "$", "$$", "\\times", "\\cdot", "×", " * ", " = ", "1,234",
+              "12_345", "9\u2009999", "-7", "Wait", "wait,", "Let me re-check", "I made an error", "On second thought",
+              "double-check", "\n", "# ", "- ", "`code`", "\\frac{1}{2}", "\u0000", "\ud7ff", "\u202e", "é", "数",
+              "😀", "answer: ", "product is ", "result = ", "1" * 40, ".", ",", "(", ")", "[", "]"]
+    for _ in range(10_000):
+        s = "".join(rng.choice(pieces) if rng.random() < 0.7 else chr(rng.randint(1, 0x2FFF))
+                    for _ in range(rng.randint(0, 40)))
+        a = rng.choice([None, 12, 34, 1234])
+        b = rng.choice([None, 12, 34, 1234])
+        p = parse.parse_response(s, a, b)
+        assert all(isinstance(x, int) for x in p.candidates)
+        parse.decision_spans(s, a, b)
+
+
+def test_markers_can_be_added_as_phrases_or_patterns(tmp_path):
+    import json
+    import re
+
+    from dsh.__main__ import main
+
+    text = "The answer is 407. Hold up, something is off. The answer is 408."
+    assert parse.parse_response(text).decisions == ["STOP"]       # "Hold up" is no default marker
+    assert parse.parse_response(text, markers=parse.DEFAULT_MARKERS + ("hold up",)).decisions == ["RESAMPLE", "STOP"]
+    rx = re.compile(r"hold\s+(?:up|on)", re.IGNORECASE)
+    assert parse.parse_response(text, markers=(rx,)).decisions == ["RESAMPLE", "STOP"]
+    f = tmp_path / "r.jsonl"
+    f.write_text(json.dumps({"question": "Calculate 12 * 34.", "answer": 408, "response": text}) + "\n")
+    for extra in (["--marker", "Hold up"], ["--marker-pattern", r"hold\s+up"]):
+        assert main(["calibrate", str(f), "--json", "--bootstrap", "0", *extra]) == 0

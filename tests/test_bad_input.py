@@ -1,0 +1,207 @@
+"""A bad-input campaign, kept as tests: every case gets exit code 2 (CLI) or a ValueError (API) with one line that
+names the argument and what is valid, before any heavy work; no traceback; the inputs are left as they were and
+nothing half-written appears."""
+
+import hashlib
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from dsh import calibration, evaluate, parse, presets, problems, traces, two_stage
+from dsh.__main__ import main
+
+ROOT = Path(__file__).resolve().parent.parent
+GOOD = {"question": "Calculate 12 * 34. Think step by step.", "answer": 408, "response": "The answer is 408."}
+
+
+def _line(obj) -> bytes:
+    return (json.dumps(obj) + "\n").encode()
+
+
+# files a case may need, written into its own folder
+FILES = {
+    "empty.jsonl": b"",
+    "binary.jsonl": bytes(range(256)) * 4,
+    "truncated.jsonl": _line(GOOD) + _line(GOOD)[:30],
+    "latin1.jsonl": _line(GOOD) + json.dumps({**GOOD, "response": "x"}).replace('"x"', '"caf\xe9"').encode("latin-1") + b"\n",
+    "float_answer.jsonl": _line({**GOOD, "answer": 408.0}),
+    "word_answer.jsonl": _line({**GOOD, "answer": "four hundred"}),
+    "no_response.jsonl": _line({k: v for k, v in GOOD.items() if k != "response"}),
+    "no_question.jsonl": _line({k: v for k, v in GOOD.items() if k != "question"}),
+    "list_record.jsonl": b"[1, 2, 3]\n",
+    "truncated_flag.jsonl": _line({**GOOD, "truncated": "yes"}),
+    "level_int.jsonl": _line({**GOOD, "level": 35}),
+    "response_int.jsonl": _line({**GOOD, "response": 408}),
+    "good.jsonl": _line(GOOD),
+    "a_file": b"not a folder\n",
+    "config_only/config.json": b"{}",
+    "pickled/config.json": b"{}",
+    "pickled/pytorch_model.bin": b"\x80\x04pickle",
+}
+
+# (id, argv with {tmp} for the case's folder, expected fragment of the one-line message)
+CLI_CASES = [
+    ("accuracy-nan", ["accuracy", "--p-s", "nan", "--p-dc", "0.9", "--p-dw", "0.5"], "p_s must be a probability in [0, 1]"),
+    ("accuracy-inf", ["accuracy", "--p-s", "0.5", "--p-dc", "inf", "--p-dw", "0.5"], "p_dC must be a probability in [0, 1]"),
+    ("accuracy-negative", ["accuracy", "--p-s", "0.5", "--p-dc", "0.9", "--p-dw", "-0.1"], "p_dW must be a probability"),
+    ("accuracy-above-one", ["accuracy", "--p-s", "1.5", "--p-dc", "0.9", "--p-dw", "0.5"], "p_s must be a probability"),
+    ("accuracy-not-a-number", ["accuracy", "--p-s", "half", "--p-dc", "0.9", "--p-dw", "0.5"], "--p-s: invalid float value"),
+    ("accuracy-missing", ["accuracy", "--p-s", "0.5"], "the following arguments are required: --p-dc, --p-dw"),
+    ("simulate-n-zero", ["simulate", "--p-s", ".5", "--p-dc", ".9", "--p-dw", ".5", "--n", "0"], "n must be an integer >= 1"),
+    ("simulate-seed-negative", ["simulate", "--p-s", ".5", "--p-dc", ".9", "--p-dw", ".5", "--seed", "-1"], "seed must be an integer >= 0"),
+    ("simulate-n-float", ["simulate", "--p-s", ".5", "--p-dc", ".9", "--p-dw", ".5", "--n", "1e3"], "--n: invalid int value"),
+    ("unknown-command", ["fly"], "invalid choice: 'fly'"),
+    ("data-style", ["data", "--out", "{tmp}/d", "--style", "fancy"], "style must be one of no_reflection, reflection"),
+    ("data-granularity", ["data", "--out", "{tmp}/d", "--granularity", "huge"], "granularity must be one of compact, digit, lean"),
+    ("data-retry-fraction", ["data", "--out", "{tmp}/d", "--retry-fraction", "2"], "retry_fraction must be a probability"),
+    ("data-max-attempts", ["data", "--out", "{tmp}/d", "--max-attempts", "0"], "max_attempts must be an integer >= 1"),
+    ("data-n-train", ["data", "--out", "{tmp}/d", "--n-train", "-1"], "n_train must be an integer >= 0"),
+    ("data-out-is-a-file", ["data", "--out", "{tmp}/a_file"], "out must be a folder path"),
+    ("data-out-under-a-file", ["data", "--out", "{tmp}/a_file/d"], "out cannot be written"),
+    ("calibrate-missing", ["calibrate", "{tmp}/nothing.jsonl"], "FILE must be an existing JSON-lines file"),
+    ("calibrate-folder", ["calibrate", "{tmp}/config_only"], "FILE must be a JSON-lines file"),
+    ("calibrate-empty", ["calibrate", "{tmp}/empty.jsonl"], "no records"),
+    ("calibrate-binary", ["calibrate", "{tmp}/binary.jsonl"], "line 1: not valid JSON"),
+    ("calibrate-truncated-last-line", ["calibrate", "{tmp}/truncated.jsonl"], "line 2: not valid JSON"),
+    ("calibrate-not-utf8", ["calibrate", "{tmp}/latin1.jsonl"], "line 2: not UTF-8 text"),
+    ("calibrate-huge-line", ["calibrate", "{tmp}/huge.jsonl"], "line 1: longer than 16 MB"),
+    ("calibrate-float-answer", ["calibrate", "{tmp}/float_answer.jsonl"], "field 'answer' must be an integer"),
+    ("calibrate-word-answer", ["calibrate", "{tmp}/word_answer.jsonl"], "field 'answer' must be an integer"),
+    ("calibrate-missing-response", ["calibrate", "{tmp}/no_response.jsonl"], "missing field 'response'"),
+    ("calibrate-missing-question", ["calibrate", "{tmp}/no_question.jsonl"], "missing field 'question'"),
+    ("calibrate-not-an-object", ["calibrate", "{tmp}/list_record.jsonl"], "must be a JSON object"),
+    ("calibrate-truncated-flag", ["calibrate", "{tmp}/truncated_flag.jsonl"], "field 'truncated' must be true or false"),
+    ("calibrate-level-type", ["calibrate", "{tmp}/level_int.jsonl"], "field 'level' must be a string"),
+    ("calibrate-response-type", ["calibrate", "{tmp}/response_int.jsonl"], "field 'response' must be a string"),
+    ("calibrate-bad-marker-pattern", ["calibrate", "{tmp}/good.jsonl", "--marker-pattern", "let me ("], "--marker-pattern must be a regular expression"),
+    ("calibrate-bootstrap", ["calibrate", "{tmp}/good.jsonl", "--bootstrap", "-1"], "n_bootstrap must be an integer >= 0"),
+    ("evaluate-n", ["evaluate", "--n", "0", "--out", "{tmp}/g.jsonl"], "n_per_level must be an integer >= 1"),
+    ("evaluate-level", ["evaluate", "--levels", "three", "--out", "{tmp}/g.jsonl"], "level must look like '3x5'"),
+    ("evaluate-backend", ["evaluate", "--backend", "tgi", "--out", "{tmp}/g.jsonl"], "backend must be one of auto, dsh, hf, vllm"),
+    ("evaluate-temperature", ["evaluate", "--temperature", "-1", "--out", "{tmp}/g.jsonl"], "temperature must be a number >= 0"),
+    ("evaluate-max-new-tokens", ["evaluate", "--max-new-tokens", "0", "--out", "{tmp}/g.jsonl"], "max_new_tokens must be an integer >= 1"),
+    ("evaluate-batch-size", ["evaluate", "--batch-size", "0", "--out", "{tmp}/g.jsonl"], "batch_size must be an integer >= 1"),
+    ("evaluate-no-model", ["evaluate", "--model", "{tmp}/nothing", "--out", "{tmp}/g.jsonl"], "does not exist"),
+    ("evaluate-model-without-weights", ["evaluate", "--model", "{tmp}/config_only", "--out", "{tmp}/g.jsonl"], "is not a model folder"),
+    ("evaluate-pickled-model", ["evaluate", "--model", "{tmp}/pickled", "--out", "{tmp}/g.jsonl"], "safetensors only"),
+    ("evaluate-out-is-a-folder", ["evaluate", "--out", "{tmp}/config_only"], "out must be a file path"),
+    ("evaluate-out-under-a-file", ["evaluate", "--out", "{tmp}/a_file/g.jsonl"], "out cannot be written"),
+    ("evaluate-out-is-the-input", ["evaluate", "--out", "{tmp}/a_file"], "out must be a new file or a generations file"),
+    ("train-method", ["train", "--method", "ppo", "--dry-run"], "method must be one of sft, sft_reflection, dft, grpo"),
+    ("train-preset", ["train", "--method", "sft", "--preset", "fast", "--dry-run"], "preset must be one of ci, gpu-small, paper"),
+    ("train-unknown-field", ["train", "--method", "sft", "--set", "lr=1e-3", "--dry-run"], "unknown field(s) lr; valid fields"),
+    ("train-set-wrong-type", ["train", "--method", "sft", "--set", "learning_rate=fast", "--dry-run"], "learning_rate must be"),
+    ("train-set-float-steps", ["train", "--method", "sft", "--set", "max_steps=1.5", "--dry-run"], "max_steps must be a positive integer"),
+    ("train-set-not-key-value", ["train", "--method", "sft", "--set", "max_steps", "--dry-run"], "--set must look like key=value"),
+    ("train-pickled-model", ["train", "--method", "sft", "--model", "{tmp}/pickled", "--output-dir", "{tmp}/run"], "safetensors only"),
+    ("pipeline-preset", ["pipeline", "--preset", "fast", "--results-dir", "{tmp}/r", "--runs-dir", "{tmp}/w"], "preset must be one of ci, gpu-small, paper"),
+    ("pipeline-stage", ["pipeline", "--stages", "base,xyz", "--results-dir", "{tmp}/r", "--runs-dir", "{tmp}/w"], "stages[i] must be one of base"),
+    ("pipeline-eval-field", ["pipeline", "--eval-set", "max_tokens=3", "--results-dir", "{tmp}/r", "--runs-dir", "{tmp}/w"], "unknown evaluation field(s) max_tokens"),
+    ("pipeline-same-dirs", ["pipeline", "--results-dir", "{tmp}/r", "--runs-dir", "{tmp}/r"], "results_dir must differ from runs_dir"),
+    ("pipeline-seed", ["pipeline", "--seed", "-1", "--results-dir", "{tmp}/r", "--runs-dir", "{tmp}/w"], "seed must be an integer >= 0"),
+    ("bench-size", ["bench", "--size", "huge"], "size must be one of auto, cpu, gpu"),
+    ("bench-parts", ["bench", "--parts", "generation,flying"], "parts[i] must be one of generation, sft, grpo"),
+]
+
+
+def _snapshot(root: Path) -> dict:
+    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest() for p in root.rglob("*") if p.is_file()}
+
+
+@pytest.fixture
+def case_dir(tmp_path):
+    for name, data in FILES.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_bytes(data)
+    return tmp_path
+
+
+@pytest.mark.parametrize("argv,fragment", [c[1:] for c in CLI_CASES], ids=[c[0] for c in CLI_CASES])
+def test_cli_bad_input(case_dir, capsys, argv, fragment):
+    if "{tmp}/huge.jsonl" in argv:   # a 50 MB line
+        (case_dir / "huge.jsonl").write_bytes(_line({**GOOD, "response": "x" * (50 * 2 ** 20)}))
+    before = _snapshot(case_dir)
+    try:
+        rc = main([a.replace("{tmp}", str(case_dir)) for a in argv])
+    except SystemExit as e:          # argparse
+        rc = e.code
+    err = capsys.readouterr().err
+    assert rc == 2, err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and "Traceback" not in err, err
+    assert fragment in lines[0], lines[0]
+    assert _snapshot(case_dir) == before           # inputs untouched, nothing written (not even half)
+
+
+def test_there_are_at_least_40_cases():
+    assert len(CLI_CASES) + len(API_CASES) >= 40 and len({c[0] for c in CLI_CASES}) == len(CLI_CASES)
+
+
+def test_the_real_cli_prints_one_line_and_no_traceback(tmp_path):
+    (tmp_path / "x.jsonl").write_bytes(bytes(range(256)))
+    for argv in (["calibrate", str(tmp_path / "x.jsonl")], ["accuracy", "--p-s", "nan", "--p-dc", "1", "--p-dw", "0"]):
+        r = subprocess.run([sys.executable, "-m", "dsh", *argv], capture_output=True, text=True, timeout=300,
+                           env=dict(os.environ, PYTHONPATH=str(ROOT)))
+        assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr
+
+
+API_CASES = [
+    ("predicted_accuracy-nan", lambda: two_stage.predicted_accuracy(math.nan, 0.5, 0.5), "p_s must be a probability"),
+    ("predicted_accuracy-str", lambda: two_stage.predicted_accuracy("0.5", 0.5, 0.5), "p_s must be a probability"),
+    ("simulate-bool-n", lambda: two_stage.simulate(0.5, 0.5, 0.5, n=True), "n must be an integer"),
+    ("calibrate-empty", lambda: calibration.calibrate([]), "no records"),
+    ("calibrate-not-dicts", lambda: calibration.calibrate(["x"]), "must be a JSON object"),
+    ("parse_level", lambda: problems.parse_level("0x3"), "level must look like '3x5'"),
+    ("make_splits-n_test", lambda: problems.make_splits(n_test=-1), "n_test must be an integer >= 0"),
+    ("TraceConfig-granularity", lambda: traces.TraceConfig(granularity="huge"), "granularity must be one of"),
+    ("TraceConfig-checks", lambda: traces.TraceConfig(checks=("threes",)), "checks must be a non-empty subset"),
+    ("make_trace-not-a-problem", lambda: traces.make_trace((12, 34)), "problem must be a dsh.problems.Problem"),
+    ("presets-get", lambda: presets.get("fast"), "preset must be one of ci, gpu-small, paper"),
+    ("eval_settings-field", lambda: presets.CI.eval_settings(tokens=3), "unknown evaluation field(s) tokens"),
+    ("resolve-field", lambda: presets.resolve("sft", "ci", lr=1), "unknown field(s) lr"),
+    ("evaluate-levels-string", lambda: evaluate.evaluate(levels="3x3"), "levels must be a non-empty list"),
+    ("evaluate-levels-empty", lambda: evaluate.evaluate(levels=[]), "levels must be a non-empty list"),
+]
+
+
+@pytest.mark.parametrize("call,fragment", [c[1:] for c in API_CASES], ids=[c[0] for c in API_CASES])
+def test_api_bad_input(call, fragment):
+    with pytest.raises(ValueError) as e:
+        call()
+    assert "\n" not in str(e.value) and fragment in str(e.value), str(e.value)
+
+
+def test_lenient_inputs_are_read_as_clean_ones(tmp_path):
+    """A byte-order mark, CRLF line ends, answers "1,234", " 408 " or "408" and extra fields are not errors."""
+    clean = calibration.calibrate([GOOD], n_bootstrap=0)
+    variants = {"bom.jsonl": b"\xef\xbb\xbf" + _line(GOOD), "crlf.jsonl": _line(GOOD).replace(b"\n", b"\r\n"),
+                "spaced.jsonl": _line({**GOOD, "answer": " 408 "}), "string.jsonl": _line({**GOOD, "answer": "408"}),
+                "extra.jsonl": _line({**GOOD, "model": "x", "temperature": 1.0})}
+    for name, data in variants.items():
+        (tmp_path / name).write_bytes(data)
+        assert calibration.calibrate(calibration.read_jsonl(tmp_path / name), n_bootstrap=0) == clean, name
+    sep = {**GOOD, "question": "Calculate 1 * 1234.", "answer": "1,234", "response": "The answer is 1234."}
+    assert calibration.calibrate([sep], n_bootstrap=0)["overall"]["observed_accuracy"] == 1.0
+    assert parse.is_correct("The answer is 1 234.", "1234") is False   # a plain space is not a separator
+
+
+def test_a_second_evaluate_on_the_same_out_is_refused(tmp_path):
+    """While one dsh evaluate holds an output file, another one with the same --out exits 2 and writes nothing."""
+    out = tmp_path / "g.jsonl"
+    holder = subprocess.Popen([sys.executable, "-c", (
+        "import fcntl, sys, time; f = open(sys.argv[1], 'a'); fcntl.flock(f, fcntl.LOCK_EX); "
+        "print('locked', flush=True); time.sleep(60)"), str(tmp_path / ".g.jsonl.lock")], stdout=subprocess.PIPE,
+        text=True)
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        with pytest.raises(ValueError, match="^out .* is being written by another dsh evaluate"):
+            evaluate.evaluate(out=str(out), levels=["1x1"], n_per_level=1, max_new_tokens=4, progress=False)
+        assert not out.exists()
+    finally:
+        holder.kill()
+        holder.wait()
