@@ -24,7 +24,10 @@ says whether a model qualifies, and callers fall back to ``model.generate`` othe
 Exactness: greedy decoding returns the same tokens as ``model.generate`` (tests, on the embedded
 model); sampling draws each token from softmax(logits / temperature), with no top-k/top-p filter
 (the paper's protocol: temperature 1, top_p 1), which the tests compare with ``model.generate`` by
-token frequencies. The same seed gives the same outputs for the same prompts and settings.
+token frequencies. Randomness is counted, not drawn: the uniform behind token ``t`` of a row is a hash of
+(seed, the row's key, t, vocabulary index), so a prompt's completion depends on its seed and key only - not on
+the batch it shares, the slot it lands in, or how many rows run at once (``dsh evaluate`` keys rows by question,
+so an interrupted evaluation resumed with another batch size continues with the same responses).
 """
 
 from __future__ import annotations
@@ -37,6 +40,31 @@ import torch
 from . import validate as v
 
 SUPPORTED_MODEL_TYPES = ("llama", "qwen2", "mistral", "qwen3")
+
+
+_M31 = 0x7FFFFFFF
+
+
+def _mix31(x):
+    """A bijective integer hash on [0, 2^31) (xor-shift-multiply rounds; products stay below 2^62, so int64
+    arithmetic never overflows), for tensors of int64 or Python ints."""
+    for mult in (0x2C1B3C6D, 0x297A2D39, 0x3C6EF372):
+        x = ((x ^ (x >> 16)) * mult) & _M31
+    return x ^ (x >> 15)
+
+
+def stream_key(seed: int, key: int) -> int:
+    """The random stream of a row: a hash of the sampling seed and the row's key."""
+    return _mix31((_mix31(seed & _M31) ^ (key & _M31)) & _M31)
+
+
+def counted_uniform(key, step, index):
+    """Uniforms in (0, 1), one per (row, vocabulary index): a hash of the row's stream ``key [R]``, its token
+    index ``step [R]`` and ``index [V]``; the same arguments give the same numbers on any device and in any
+    batch (24 bits each)."""
+    h = _mix31((_mix31(key & _M31) ^ (step & _M31)) & _M31)
+    h = _mix31((h[:, None] ^ index[None, :]) & _M31)
+    return ((h >> 7).float() + 0.5) / float(1 << 24)
 
 
 def supports(model) -> str | None:
@@ -147,6 +175,8 @@ class Engine:
         self.n_gen = torch.zeros(B, dtype=torch.long, device=dev)          # tokens generated so far
         self.limit = torch.ones(B, dtype=torch.long, device=dev)           # max new tokens of the row
         self.out = torch.zeros(B, self.max_len, dtype=torch.long, device=dev)
+        self.key = torch.zeros(B, dtype=torch.long, device=dev)            # each row's random stream
+        self.vocab = None                                                  # arange(V), made at first use
         self.inv_temp = torch.ones((), dtype=torch.float32, device=dev)    # 0: greedy
         self.greedy = torch.ones((), dtype=torch.bool, device=dev)
         self._graphs: dict[int, torch.cuda.CUDAGraph] = {}
@@ -173,21 +203,23 @@ class Engine:
         x = x + layer.self_attn.o_proj(attn_out)
         return x + layer.mlp(layer.post_attention_layernorm(x))
 
-    def _sample(self, logits):
-        """Next tokens from ``logits [B, V]``: argmax when greedy, else a draw from
-        softmax(logits / T) by the exponential race argmax(p_i / E_i), E_i ~ Exp(1)."""
+    def _sample(self, logits, key, step):
+        """Next tokens from ``logits [R, V]``: argmax when greedy, else a draw from
+        softmax(logits / T) by the exponential race argmax(p_i / E_i), E_i = -log U_i ~ Exp(1), with
+        U_i = :func:`counted_uniform` of (the row's ``key``, its token index ``step``, i)."""
         logits = logits.float()
         probs = torch.softmax(logits * self.inv_temp, dim=-1)
-        # E = -log U with U uniform on [0, 1): E > 0 always (U = 0 gives E = inf, a zero score), so no
-        # token wins by a division by zero
-        race = probs / -torch.log(torch.rand_like(probs))
+        if self.vocab is None or self.vocab.numel() != logits.shape[-1]:
+            self.vocab = torch.arange(logits.shape[-1], device=logits.device)
+        u = counted_uniform(key, step, self.vocab)   # in (0, 1): E > 0, no division by zero
+        race = probs / -torch.log(u)
         return torch.where(self.greedy, logits.argmax(-1), race.argmax(-1))
 
     # -------------------------------------------------------------------------------------------
     # prefill: new prompts into free slots
     # -------------------------------------------------------------------------------------------
     @torch.no_grad()
-    def _prefill(self, slot_ids: list, prompts: list, limits: list):
+    def _prefill(self, slot_ids: list, prompts: list, limits: list, keys: list):
         dev = self.device
         n, P = len(prompts), max(map(len, prompts))
         ids = torch.zeros(n, P, dtype=torch.long, device=dev)
@@ -207,7 +239,8 @@ class Engine:
             o = torch.nn.functional.scaled_dot_product_attention(q, k, val, is_causal=True, scale=self.scaling)
             x = self._block(layer, x, o.transpose(1, 2).reshape(n, P, -1))
         last = self.model.model.norm(x[torch.arange(n, device=dev), lens - 1])
-        first = self._sample(self.model.lm_head(last))
+        self.key[slots] = torch.tensor(keys, dtype=torch.long, device=dev)
+        first = self._sample(self.model.lm_head(last), self.key[slots], torch.zeros(n, dtype=torch.long, device=dev))
         lim = torch.tensor(limits, device=dev)
         is_eos = (first[:, None] == self.eos[None]).any(-1)
         self.out[slots, 0] = first
@@ -240,7 +273,7 @@ class Engine:
             s = s.masked_fill(~mask, float("-inf"))
             o = torch.matmul(torch.softmax(s, dim=-1).to(V.dtype), V)          # [B, KV, G, D]
             x = self._block(layer, x, o.reshape(B, 1, -1))
-        new = self._sample(self.model.lm_head(self.model.model.norm(x[:, 0])))
+        new = self._sample(self.model.lm_head(self.model.model.norm(x[:, 0])), self.key, self.n_gen)
         idx = self.n_gen.clamp(max=self.max_len - 1)
         self.out[self.rows, idx] = torch.where(live, new, self.out[self.rows, idx])
         self.n_gen += live.long()
@@ -301,10 +334,12 @@ class Engine:
     # -------------------------------------------------------------------------------------------
     @torch.no_grad()
     def generate(self, prompts, max_new_tokens: int, temperature: float = 1.0, seed: int | None = 0,
-                 progress: bool = False, callback=None) -> list[Generation]:
+                 progress: bool = False, callback=None, keys=None) -> list[Generation]:
         """Complete every prompt (a list of token-id lists); returns one :class:`Generation` per
         prompt, in order. ``temperature`` 0 is greedy. ``callback(i, generation)`` is called as each
-        row finishes (rows finish out of order). ``seed``: the torch seed set first (None: leave it)."""
+        row finishes (rows finish out of order). ``seed``: the base of every row's random stream (None:
+        drawn from torch's generator); ``keys``: one integer per prompt naming its stream (default: its
+        position), so that a prompt keeps its completion whatever else runs beside it."""
         prompts = [list(map(int, p)) for p in prompts]
         max_new_tokens = v.positive_int("max_new_tokens", max_new_tokens)
         if v.real("temperature", temperature) < 0:
@@ -315,8 +350,12 @@ class Engine:
         if too_long:
             raise ValueError(f"max_len={self.max_len} is too small for prompt {too_long[0]} "
                              f"({len(prompts[too_long[0]])} tokens) + max_new_tokens={max_new_tokens}")
-        if seed is not None:
-            torch.manual_seed(v.length("seed", seed))
+        if keys is None:
+            keys = list(range(len(prompts)))
+        if len(keys) != len(prompts) or not all(isinstance(k, int) and not isinstance(k, bool) for k in keys):
+            raise ValueError("keys must be one integer per prompt")
+        base = v.length("seed", seed) if seed is not None else int(torch.randint(0, 2 ** 31 - 1, ()).item())
+        keys = [stream_key(base, k) for k in keys]
         was_training = self.model.training
         self.model.eval()
         self.greedy.fill_(temperature == 0)
@@ -343,7 +382,8 @@ class Engine:
                             break
                         take.append(waiting.pop())
                     use = free[:len(take)]
-                    self._prefill(use, [prompts[j] for j in take], [max_new_tokens] * len(take))
+                    self._prefill(use, [prompts[j] for j in take], [max_new_tokens] * len(take),
+                                  [keys[j] for j in take])
                     for s, j in zip(use, take):
                         owner[s], bound[s] = j, len(prompts[j])
                 active = [s for s in range(self.slots) if owner[s] >= 0]

@@ -4,6 +4,11 @@ Writes JSON lines that ``python -m dsh calibrate`` reads as they are: question, 
 level, truncated, prompt_tokens, completion_tokens (and index). An interrupted evaluation resumes:
 records already in the output file are kept and not generated again.
 
+Each question has its own random stream (:func:`question_key`) in the ``dsh`` and ``vllm`` backends, so a
+response does not depend on the batch it ran in: an evaluation resumed with another ``batch_size`` matches an
+uninterrupted one. The ``hf`` backend seeds each batch (``model.generate`` draws for a whole batch at once):
+there, keep the batch size when resuming. Two processes writing the same ``out`` are refused (a lock).
+
 Backends (``backend="auto"`` picks the first that applies): vLLM when it is installed and a GPU is
 present; ``dsh`` (:mod:`dsh.engine`: continuous batching over a pre-allocated KV cache, the decoding
 step captured in a CUDA graph on GPU) for llama-family models; ``hf`` (``model.generate`` in batches
@@ -151,6 +156,12 @@ def _evaluate(loc, out, problems, temperature, max_new_tokens, seed, batch_size,
     return out
 
 
+def question_key(level: str, index: int) -> int:
+    """A test question's random stream in the engine (level and index): the same question gets the same
+    response whatever batch it runs in, so a resumed evaluation matches an uninterrupted one."""
+    return (zlib.crc32(level.encode()) * 100_003 + index) & 0x7FFFFFFF
+
+
 def _record(lv, i, p, text, n_prompt, n_completion, truncated):
     return {"question": p.question, "answer": p.answer, "response": text, "level": lv, "index": i,
             "truncated": bool(truncated), "prompt_tokens": int(n_prompt), "completion_tokens": int(n_completion)}
@@ -172,7 +183,7 @@ def _generate_engine(model, tok, todo, out, temperature, max_new_tokens, seed, b
             f.flush()
 
         engine.generate(prompts, max_new_tokens, temperature=temperature, seed=seed, progress=progress,
-                        callback=write)
+                        callback=write, keys=[question_key(lv, i) for lv, i, _ in todo])
 
 
 def _generate_hf(model, tok, todo, out, temperature, max_new_tokens, seed, batch_size, progress):
@@ -223,7 +234,10 @@ def _generate_vllm(loc, todo, out, temperature, max_new_tokens, seed, batch_size
 
     llm = LLM(model=loc, seed=seed)
     tok = llm.get_tokenizer()
-    params = SamplingParams(temperature=temperature, top_p=1.0, top_k=-1, max_tokens=max_new_tokens, seed=seed)
+    from .engine import stream_key
+
+    params = [SamplingParams(temperature=temperature, top_p=1.0, top_k=-1, max_tokens=max_new_tokens,
+                             seed=stream_key(seed, question_key(lv, i))) for lv, i, _ in todo]   # per question
     prompts = [chat_prompt(tok, p.question) for _, _, p in todo]
     results = llm.generate(prompts, params, use_tqdm=progress)
     with open(out, "a") as f:

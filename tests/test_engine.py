@@ -1,6 +1,7 @@
 """dsh.engine against model.generate: the same greedy tokens on the embedded model, the same sampling
 distribution on a tiny model, reproducible from its seed, and clear errors."""
 
+import json
 import math
 
 import pytest
@@ -146,3 +147,21 @@ def test_bad_input(tiny):
     with pytest.raises(ValueError, match="^prompts must be non-empty"):
         eng.generate([[]], 2)
     assert kv_bytes_per_token(tiny) == 2 * 2 * 2 * 8 * 4       # layers x (k, v) x kv heads x head_dim x fp32
+
+
+def test_a_resumed_evaluation_with_another_batch_size_gives_the_same_responses(tmp_path):
+    """Per-question random streams: an evaluation killed part-way and resumed with a different batch size
+    writes the same responses as an uninterrupted one."""
+    kw = dict(levels=["1x1", "2x2"], n_per_level=3, max_new_tokens=16, temperature=1.0, seed=5, backend="dsh",
+              progress=False)
+    whole = tmp_path / "whole.jsonl"
+    evaluate.evaluate("embedded", out=str(whole), batch_size=4, **kw)
+    part = tmp_path / "part.jsonl"
+    evaluate.evaluate("embedded", out=str(part), batch_size=2, **kw)
+    lines = part.read_text().splitlines()
+    part.write_text("\n".join(lines[:2]) + "\n" + lines[2][:25])      # killed while writing the third record
+    evaluate.evaluate("embedded", out=str(part), batch_size=3, **kw)
+    by_q = lambda path: {(r["level"], r["index"]): r["response"]
+                         for r in map(json.loads, path.read_text().splitlines())}
+    assert len(by_q(whole)) == 6 and by_q(part) == by_q(whole)
+    assert len(set(by_q(whole).values())) > 1                          # the streams differ between questions
