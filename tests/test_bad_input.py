@@ -42,6 +42,8 @@ FILES = {
     "config_only/config.json": b"{}",
     "pickled/config.json": b"{}",
     "pickled/pytorch_model.bin": b"\x80\x04pickle",
+    "fake_model/config.json": b"{}",
+    "fake_model/model.safetensors": b"weights that must not be touched",
 }
 
 # (id, argv with {tmp} for the case's folder, expected fragment of the one-line message)
@@ -92,6 +94,7 @@ CLI_CASES = [
     ("evaluate-out-is-a-folder", ["evaluate", "--out", "{tmp}/config_only"], "out must be a file path"),
     ("evaluate-out-under-a-file", ["evaluate", "--out", "{tmp}/a_file/g.jsonl"], "out cannot be written"),
     ("evaluate-out-is-the-input", ["evaluate", "--out", "{tmp}/a_file"], "out must be a new file or a generations file"),
+    ("evaluate-out-inside-the-model", ["evaluate", "--model", "{tmp}/fake_model", "--out", "{tmp}/fake_model/model.safetensors"], "out must lie outside the model folder"),
     ("train-method", ["train", "--method", "ppo", "--dry-run"], "method must be one of sft, sft_reflection, dft, grpo"),
     ("train-preset", ["train", "--method", "sft", "--preset", "fast", "--dry-run"], "preset must be one of ci, gpu-small, paper"),
     ("train-unknown-field", ["train", "--method", "sft", "--set", "lr=1e-3", "--dry-run"], "unknown field(s) lr; valid fields"),
