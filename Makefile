@@ -1,6 +1,6 @@
 # Two commands, each doing its own set-up (virtual environment, pinned requirements, Jupyter kernel):
 #   make book   execute every chapter and render the book to _build/html
-#   make test   the test suite and a full strict book build (side by side)
+#   make test   the test suite and a full strict book build (side by side), then the browser check
 #   make check  the fast loop: ruff and the tests not marked slow (under 2 minutes)
 # On a GPU host without network (see README, "The experiment on one GPU"):
 #   make gpu-small BUNDLE=.gpu   every stage of the gpu-small pipeline into book/results/gpu-small-h100
@@ -14,7 +14,7 @@ JB_FLAGS := -W -n --keep-going --builder html
 # pip notes about local index folders are noise on the project machines
 QUIET_PIP := { grep -v "^WARNING: Location '" || true; }
 
-.PHONY: book test check setup sync clean gpu-small
+.PHONY: book test check browser setup sync clean gpu-small
 
 BUNDLE ?= .gpu
 RESULTS ?=
@@ -31,11 +31,24 @@ $(STAMP): requirements.txt pyproject.toml
 	$(PY) -m ipykernel install --sys-prefix --name python3 --display-name "Python 3 (dsh)" >/dev/null
 	@touch $@
 
+# Chapters run through jupyter-cache (_build/.jupyter_cache): a chapter whose code cells did not change is not
+# executed again (a second build takes well under a minute). `make test` clears the cache first.
 book: $(STAMP)
 	@echo "== executing the chapters and building the book =="
-	rm -rf _build/html _build/.doctrees _build/jupyter_execute
 	PATH="$(abspath $(VENV))/bin:$$PATH" $(VENV)/bin/jupyter-book build . $(JB_FLAGS)
-	@echo "book: $(abspath _build/html/index.html)"
+	@echo "book: $(abspath _build/html/index.html) (works offline: MathJax is served from _build/html/_static)"
+
+# headless Chromium (Debian's packages) for the browser check of the built book; installed when missing
+CHROMIUM := /usr/bin/chromium
+$(CHROMIUM):
+	@echo "== installing chromium and chromium-driver (Debian) for the browser check =="
+	$$( [ "$$(id -u)" = 0 ] || echo sudo ) apt-get update -qq
+	DEBIAN_FRONTEND=noninteractive $$( [ "$$(id -u)" = 0 ] || echo sudo ) apt-get install -y -qq chromium chromium-driver >/dev/null
+
+# every page of the built book in headless Chromium without network: math typeset, no raw LaTeX, images load,
+# no error in any output; screenshots in _build/screenshots
+browser: $(STAMP) $(CHROMIUM)
+	$(PY) tests/browser/check_book.py _build/html
 
 # The tests and the strict book build run side by side, one CPU thread each (torch gains ~1.6x from a second
 # thread, the rest of the work none), after the embedded model has been converted once; the tests' log is
@@ -44,12 +57,14 @@ test: $(STAMP)
 	@echo "== the tests and the strict book build, side by side =="
 	@mkdir -p _build
 	$(PY) -c "from dsh.models import embedded_model_dir; print(embedded_model_dir())"
+	rm -rf _build/html _build/.doctrees _build/jupyter_execute _build/.jupyter_cache _build/screenshots
 	@PATH="$(abspath $(VENV))/bin:$$PATH" MPLBACKEND=Agg OMP_NUM_THREADS=1 $(PY) -m pytest -q > _build/pytest.log 2>&1 & tests=$$!; \
 	book=0; OMP_NUM_THREADS=1 $(MAKE) --no-print-directory book || book=$$?; \
 	rc=0; wait $$tests || rc=$$?; \
 	echo "== tests (pytest exit $$rc) =="; cat _build/pytest.log; \
 	echo "make test: pytest exit $$rc, book exit $$book"; \
 	test $$rc -eq 0 && test $$book -eq 0
+	$(MAKE) --no-print-directory browser
 
 check: $(STAMP)
 	@echo "== ruff and the fast tests =="
