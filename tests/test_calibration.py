@@ -133,3 +133,22 @@ def test_nan_free_json_when_a_branch_is_empty():
     assert o["p_d_given_wrong"] is None and o["predicted_accuracy"] == 1.0
     json.dumps(o, allow_nan=False)
     assert not any(isinstance(x, float) and math.isnan(x) for x in o.values())
+
+
+@pytest.mark.slow
+def test_synthetic_results_recover_their_truth_and_draw():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from dsh import report
+
+    known = {"rl": {"3x3": (0.8, 0.9, 0.6), "3x7": (0.2, 0.9, 0.6)}, "sft_reflection": {"3x3": (0.5, 0.7, 0.2)}}
+    res = synthetic.synthetic_results(known, n=3000, seed=1, n_bootstrap=0)
+    for stage, by_level in known.items():
+        for level, (p_s, p_dc, p_dw) in by_level.items():
+            got = res["calibration"][stage]["all"]["by_level"][level]
+            assert abs(got["p_s"] - p_s) < 0.04 and abs(got["p_d_given_wrong"] - p_dw) < 0.04, (stage, level)
+            assert abs(got["p_d_given_correct"] - p_dc) < 0.05, (stage, level)
+    assert len(report.plot_calibration(res).axes) == 2
+    with pytest.raises(ValueError, match="^stage must be one of"):
+        synthetic.synthetic_results({"ppo": {"3x3": (0.5, 0.5, 0.5)}})
