@@ -40,10 +40,11 @@ book: $(STAMP)
 
 # headless Chromium (Debian's packages) for the browser check of the built book; installed when missing
 CHROMIUM := /usr/bin/chromium
+SUDO = $$( [ "$$(id -u)" = 0 ] || echo sudo )
 $(CHROMIUM):
 	@echo "== installing chromium and chromium-driver (Debian) for the browser check =="
-	$$( [ "$$(id -u)" = 0 ] || echo sudo ) apt-get update -qq
-	DEBIAN_FRONTEND=noninteractive $$( [ "$$(id -u)" = 0 ] || echo sudo ) apt-get install -y -qq chromium chromium-driver >/dev/null
+	$(SUDO) apt-get update -qq
+	DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq chromium chromium-driver >/dev/null
 
 # every page of the built book in headless Chromium without network: math typeset, no raw LaTeX, images load,
 # no error in any output; screenshots in _build/screenshots

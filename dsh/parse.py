@@ -51,7 +51,7 @@ _SEP = "[,\u2009\u202f_]"                     # thousands separators: comma, thi
 _NUM = r"-?\d{1,3}(?:" + _SEP + r"\d{3})+(?!\d)|-?\d+"
 _OP = r"(?:\*|×|x|X|·|⋅|\\times|\\cdot)"
 # a number that an expression continues (an operator follows) is an intermediate value, not a commitment
-_ENDS = r"(?!\d)(?!\.\d)(?! \d{3}(?!\d))(?!\s*(?:[*×x·⋅+/^]|-\s*\d|\\times|\\cdot))"
+_ENDS = r"(?!\d)(?!\.\d)(?! \d{3}(?!\d))(?!\s*(?:" + _OP + r"|[+/^]|-\s*\d))"
 _PATTERNS = [
     re.compile(r"(?<![A-Za-z])(?<!partial )(?<!partial\n)(?:final\s+answer|answer|product|result)\s*(?:is|:|=|equals)"
                r"\s*:?\s*(?:\$\s*)?(?:\\boxed\{\s*)?(?:\*\*\s*)?(" + _NUM + r")" + _ENDS, re.IGNORECASE),

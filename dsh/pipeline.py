@@ -88,9 +88,7 @@ def run_pipeline(preset: str = DEFAULT, results_dir: str | None = None, runs_dir
     Weights and the working (resumable) generation files go to ``runs_dir``; ``results_dir`` receives
     the small artifacts the book renders (:data:`RESULTS_LAYOUT`). Each stage's time is printed as it ends
     (``progress``). Returns the summary that is also written to ``results_dir/summary.json``."""
-    from .calibration import calibrate
     from .evaluate import evaluate
-    from .faithfulness import summarize
     from .models import resolve_model
     from .provenance import git_commit, hardware
     from .train import train
@@ -156,11 +154,7 @@ def run_pipeline(preset: str = DEFAULT, results_dir: str | None = None, runs_dir
                  batch_size=settings.batch_size, progress=progress)
         timings[f"evaluate_{name}"] = round(time.time() - t0, 1)
         recs = read_jsonl(gen)
-        calib[name] = {"all": calibrate(recs, n_bootstrap=100, seed=seed),
-                       "drop_truncated": calibrate(recs, drop_truncated=True, n_bootstrap=100, seed=seed)
-                       if any(not r["truncated"] for r in recs) else None,
-                       "faithfulness": summarize(recs),
-                       "truncated": float(sum(r["truncated"] for r in recs) / len(recs)) if recs else None}
+        calib[name] = calibrate_stage(recs, seed=seed)
         write_text(results / "calibration" / f"{name}.json", json.dumps(calib[name], indent=1))
         gzip_copy(gen, results / "generations" / f"{name}.jsonl.gz")
         _say(progress, f"evaluate {name}: {len(recs)} responses in {timings[f'evaluate_{name}']} s, "
@@ -182,6 +176,20 @@ def run_pipeline(preset: str = DEFAULT, results_dir: str | None = None, runs_dir
     write_text(results / "summary.json", json.dumps(summary, indent=1))
     _say(progress, f"done in {summary['wall_s']} s: {results}")
     return summary
+
+
+def calibrate_stage(records, seed: int = 0, n_bootstrap: int = 100) -> dict:
+    """What ``calibration/<stage>.json`` holds for one stage's generations: calibration over all records and
+    without the truncated ones (None when every record is truncated), decision faithfulness, and the share of
+    truncated records."""
+    from .calibration import calibrate
+    from .faithfulness import summarize
+
+    return {"all": calibrate(records, n_bootstrap=n_bootstrap, seed=seed),
+            "drop_truncated": calibrate(records, drop_truncated=True, n_bootstrap=n_bootstrap, seed=seed)
+            if any(not r["truncated"] for r in records) else None,
+            "faithfulness": summarize(records),
+            "truncated": float(sum(r["truncated"] for r in records) / len(records)) if records else None}
 
 
 RESULTS_LAYOUT = ("summary.json", "calibration/<stage>.json", "generations/<stage>.jsonl.gz")

@@ -44,7 +44,7 @@ def synthetic_results(truths: dict, n: int = 200, seed: int = 0, n_bootstrap: in
     """A results folder's contents (as :func:`dsh.pipeline.load_results` returns them) for a simulated
     experiment: ``truths[stage][level] = (p_s, p_dC, p_dW)``, ``n`` responses per level. The tables and figures
     of :mod:`dsh.report` drawn from it show what they look like when the truth is known."""
-    from .calibration import calibrate
+    from .pipeline import calibrate_stage
     from .presets import STAGE_LABELS
 
     if not isinstance(truths, dict) or not truths:
@@ -55,8 +55,6 @@ def synthetic_results(truths: dict, n: int = 200, seed: int = 0, n_bootstrap: in
         recs = []
         for j, (level, t) in enumerate(by_level.items()):
             recs += synthetic_records(*t, n=n, level=level, seed=seed + 1000 * k + j)
-        calib[stage] = {"all": calibrate(recs, n_bootstrap=n_bootstrap, seed=seed),
-                        "drop_truncated": calibrate(recs, drop_truncated=True, n_bootstrap=n_bootstrap, seed=seed),
-                        "truncated": sum(r["truncated"] for r in recs) / len(recs)}
+        calib[stage] = calibrate_stage(recs, seed=seed, n_bootstrap=n_bootstrap)
     summary = {"preset": "synthetic", "stages": list(truths), "labels": {s: STAGE_LABELS[s] for s in truths}}
     return {"summary": summary, "calibration": calib}

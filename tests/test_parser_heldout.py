@@ -23,23 +23,24 @@ def _truth(records) -> dict:
             "p_d_given_correct": stop_c / sum(correct), "p_d_given_wrong": res_w / (len(correct) - sum(correct))}
 
 
-def test_the_file_is_the_generators_output():
+def _generator():
+    """tests/heldout/generate.py as a module (it is a script, not a package)."""
     import importlib.util
 
     spec = importlib.util.spec_from_file_location("heldout_generate", HERE / "generate.py")
     gen = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(gen)
-    assert gen.generate() == RECORDS
+    return gen
+
+
+def test_the_file_is_the_generators_output():
+    assert _generator().generate() == RECORDS
 
 
 def test_the_set_measures_generality_not_memory():
     """At least 6 marker phrasings and 6 answer forms; several markers contain none of dsh.parse's literal
     phrases, and no answer form is one that dsh.traces writes."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("heldout_generate", HERE / "generate.py")
-    gen = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(gen)
+    gen = _generator()
     assert len(gen.MARKERS) >= 6 and len(gen.ANSWERS) >= 6
     literal = [m.lower() for m in parse.LITERAL_MARKERS]
     unseen = [m for m in gen.MARKERS if not any(x in m.lower() for x in literal)]

@@ -59,10 +59,15 @@ def driver():
     return d
 
 
+def book_pages(html_dir: Path) -> list[Path]:
+    """The reader's pages of a built book (not its static files, index or search page)."""
+    return sorted(p for p in html_dir.rglob("*.html") if "_static" not in p.parts and "_sources" not in p.parts
+                  and p.name not in ("genindex.html", "search.html"))
+
+
 def check(html_dir: Path, shots: Path | None = None) -> list[str]:
     """One line per problem found (empty when every page reads as it should)."""
-    pages = sorted(p for p in html_dir.rglob("*.html") if "_static" not in p.parts and "_sources" not in p.parts
-                   and p.name not in ("genindex.html", "search.html"))
+    pages = book_pages(html_dir)
     if not pages:
         return [f"no pages under {html_dir}: run make book first"]
     problems = []
@@ -97,6 +102,5 @@ if __name__ == "__main__":
     found = check(html, html.parent / "screenshots")
     for line in found:
         print(f"browser check: {line}")
-    n = len([p for p in html.rglob("*.html") if "_static" not in p.parts])
-    print(f"browser check: {n} pages, {len(found)} problem(s)")
+    print(f"browser check: {len(book_pages(html))} pages, {len(found)} problem(s)")
     sys.exit(1 if found else 0)
