@@ -14,7 +14,7 @@ STOP token, at time ``t_end``, so the objective is ``J = E[gamma^t_end R]``.
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 
 import torch
@@ -51,6 +51,9 @@ class FiniteTwoStageMDP:
 
     With ``stationary`` the sampling policy uses the same features at every position and attempt
     (a "language" whose per-token behaviour does not depend on where the token is).
+    ``position_decay`` < 1 multiplies the sampling features and biases of position ``j`` (0-based) by
+    ``position_decay ** j``: later tokens of an attempt are nearer uniform and move less with theta, a
+    non-stationary policy (the counterexample to Theorem 3.2's O(L_k) scaling in chapter 02).
     """
 
     vocab_size: int = 2
@@ -59,6 +62,7 @@ class FiniteTwoStageMDP:
     n_params: int = 6
     seed: int = 0
     stationary: bool = False
+    position_decay: float = 1.0
 
     def __post_init__(self):
         v.length("vocab_size", self.vocab_size, minimum=2)
@@ -66,6 +70,9 @@ class FiniteTwoStageMDP:
         v.positive_int("max_attempts", self.max_attempts)
         v.positive_int("n_params", self.n_params)
         v.length("seed", self.seed)
+        if (isinstance(self.position_decay, bool) or not isinstance(self.position_decay, (int, float))
+                or not 0.0 < self.position_decay <= 1.0):
+            raise ValueError(f"position_decay must be a number in (0, 1], got {self.position_decay!r}")
         n = sum(self.vocab_size ** (self.attempt_length * k) for k in range(1, self.max_attempts + 1))
         if n > 200_000:
             raise ValueError(f"the MDP has {n} trajectories; choose vocab_size, attempt_length and "
@@ -89,6 +96,10 @@ class FiniteTwoStageMDP:
         else:
             fs = torch.randn(K, Lk, V + 1, V + 1, V, P, generator=gs, dtype=torch.float64)
             bs = torch.randn(K, Lk, V + 1, V + 1, V, generator=gs, dtype=torch.float64)
+        if self.position_decay != 1.0:
+            scale = torch.tensor([self.position_decay ** j for j in range(Lk)], dtype=torch.float64)
+            fs = fs * scale[None, :, None, None, None, None]
+            bs = bs * scale[None, :, None, None, None]
         return fs, bs, fd, bd
 
     def init_theta(self, seed: int | None = None, scale: float = 1.0) -> torch.Tensor:
@@ -215,6 +226,7 @@ class GradientDecomposition:
     ``autograd`` is the gradient of the exact objective; ``sample`` + ``decision`` is the policy
     gradient sum of Lemma 3.2 restricted to sampling / decision tokens (with the ``gamma^t`` weight);
     ``paper_form`` is the same sum without the ``gamma^t`` weight, as Lemma 3.2 is printed.
+    ``q`` maps each history-and-action (a step's ``prefix``) to its Q-value, where one was computed.
     """
 
     objective: float
@@ -222,6 +234,7 @@ class GradientDecomposition:
     sample: torch.Tensor
     decision: torch.Tensor
     paper_form: torch.Tensor
+    q: dict = field(default_factory=dict, repr=False)
 
 
 def _decompose(mdp, theta, gamma, returns_fn, objective_fn) -> GradientDecomposition:
@@ -240,7 +253,7 @@ def _decompose(mdp, theta, gamma, returns_fn, objective_fn) -> GradientDecomposi
     gs = torch.autograd.grad(parts["sample"], theta, retain_graph=True)[0]
     gd = torch.autograd.grad(parts["decision"], theta, retain_graph=True)[0]
     gp = torch.autograd.grad(parts["paper"], theta)[0]
-    return GradientDecomposition(float(obj.detach()), g_auto, gs, gd, gp)
+    return GradientDecomposition(float(obj.detach()), g_auto, gs, gd, gp, q)
 
 
 def reward_gradient(mdp: FiniteTwoStageMDP, theta, gamma: float = 1.0) -> GradientDecomposition:

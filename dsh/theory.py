@@ -92,14 +92,21 @@ def paper_accuracy_formula() -> sp.Expr:
 # ----------------------------------------------------------------------------------------------
 # Definition 3.1: balanced / unbalanced attribution
 # ----------------------------------------------------------------------------------------------
-def classify_attribution(q_sample: sp.Expr, q_decision: sp.Expr, length: sp.Symbol = L) -> str:
-    """Definition 3.1 applied to two (immediate or total) Q-value expressions.
+def classify_attribution(r_sample: sp.Expr, r_decision: sp.Expr, length: sp.Symbol = L) -> str:
+    """Definition 3.1, one rule for every objective, applied to the *immediate* rewards of an attempt and
+    of a decision (the terms outside the shared continuation ``gamma V``; see :func:`immediate_rewards`).
 
-    Returns ``"balanced"`` when ``|q_sample / q_decision|`` stays bounded away from 0 and infinity
-    as the attempt length grows (``f_sample = Theta(f_d)``), ``"unbalanced"`` when the ratio
-    diverges or vanishes (scale separation ``omega(1)``).
+    Returns ``"balanced"`` when both are zero (all value flows through one continuation value, the
+    sufficient statistic) or when ``|r_sample / r_decision|`` stays bounded away from 0 and infinity as the
+    attempt length grows (``Theta(1)``), ``"unbalanced"`` when the ratio diverges or vanishes
+    (scale separation ``omega(1)``). Applied to *total* Q-values instead, the rule can answer "balanced"
+    for the KL penalty (chapter 02 shows it): the paper's two verdicts use two different rules.
     """
-    ratio = sp.simplify(q_sample / q_decision)
+    if sp.simplify(r_sample) == 0 and sp.simplify(r_decision) == 0:
+        return "balanced"
+    if sp.simplify(r_decision) == 0 or sp.simplify(r_sample) == 0:
+        return "unbalanced"
+    ratio = sp.simplify(r_sample / r_decision)
     lim = sp.limit(sp.Abs(ratio), length, sp.oo)
     if lim in (sp.oo, sp.zoo, -sp.oo) or lim == 0:
         return "unbalanced"
@@ -123,6 +130,7 @@ class OptionQValues:
     immediate_sample: tuple[sp.Expr, ...]
     immediate_decision: tuple[sp.Expr, ...]
     lengths: tuple = field(default=())
+    terminal: sp.Expr = sp.Integer(0)
 
 
 def backward_q_values(immediate_sample, immediate_decision, discount_sample, discount_decision,
@@ -144,7 +152,8 @@ def backward_q_values(immediate_sample, immediate_decision, discount_sample, dis
 def surrogate_q_values(T: int = 3) -> OptionQValues:
     """Theorem 3.1: Q-values of the surrogate reward with token-level discounting.
 
-    The only reward is the advantage ``A`` received with the final STOP token. A sampling action
+    The only reward is the advantage ``A``, a terminal value received with the final STOP token (every
+    immediate reward is zero: ``A`` depends on the final answer, not on one action). A sampling action
     of ``L_k`` tokens is followed by its decision token (one step of discount), a RESAMPLE by the
     ``L_{k+1}`` tokens of the next attempt. Q_sample is taken at the end of the attempt (the state
     s_k the attempt produces), as in the paper's Q_sample(s_{k-1}, a'_k) = Phi(s_k).
@@ -153,11 +162,12 @@ def surrogate_q_values(T: int = 3) -> OptionQValues:
     zero = [sp.Integer(0)] * T
     qs, qd = backward_q_values(
         immediate_sample=zero,
-        immediate_decision=zero[:-1] + [A],
+        immediate_decision=zero,
         discount_sample=[gamma] * T,
         discount_decision=[gamma ** Ls[k + 1] if k + 1 < T else 1 for k in range(T)],
+        terminal=A,
     )
-    return OptionQValues(tuple(qs), tuple(qd), tuple(zero), tuple(zero[:-1] + [A]), Ls)
+    return OptionQValues(tuple(qs), tuple(qd), tuple(zero), tuple(zero), Ls, A)
 
 
 def surrogate_phi(T: int = 3) -> list[sp.Expr]:
