@@ -180,16 +180,18 @@ def run_pipeline(preset: str = DEFAULT, results_dir: str | None = None, runs_dir
 
 def calibrate_stage(records, seed: int = 0, n_bootstrap: int = 100) -> dict:
     """What ``calibration/<stage>.json`` holds for one stage's generations: calibration over all records and
-    without the truncated ones (None when every record is truncated), decision faithfulness, and the share of
-    truncated records."""
+    without the truncated ones (None when every record is truncated), decision faithfulness, the share of
+    truncated records, and the predictions the fit did not use (:func:`dsh.predictions.unfitted_predictions`)."""
     from .calibration import calibrate
     from .faithfulness import summarize
+    from .predictions import unfitted_predictions
 
     return {"all": calibrate(records, n_bootstrap=n_bootstrap, seed=seed),
             "drop_truncated": calibrate(records, drop_truncated=True, n_bootstrap=n_bootstrap, seed=seed)
             if any(not r["truncated"] for r in records) else None,
             "faithfulness": summarize(records),
-            "truncated": float(sum(r["truncated"] for r in records) / len(records)) if records else None}
+            "truncated": float(sum(r["truncated"] for r in records) / len(records)) if records else None,
+            "unfitted": unfitted_predictions(records) if records else None}
 
 
 RESULTS_LAYOUT = ("summary.json", "calibration/<stage>.json", "generations/<stage>.jsonl.gz")

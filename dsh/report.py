@@ -3,8 +3,11 @@ printed numbers (dsh/paper_results.yaml, always labelled as the paper's)."""
 
 from __future__ import annotations
 
+import math
+
 import pandas as pd
 
+from .calibration import Z95
 from .paper import paper_results
 from .presets import STAGE_LABELS
 from .problems import level_index
@@ -140,11 +143,38 @@ def stage_table(preset) -> pd.DataFrame:
     return pd.DataFrame(rows).set_index("stage")
 
 
+def _se(est: dict, key: str):
+    """Standard error read from a bootstrap percentile interval (half-width / 1.96); None if undefined."""
+    ci = est.get(f"{key}_ci")
+    if est.get(key) is None or not ci or None in ci:
+        return None
+    return (ci[1] - ci[0]) / (2 * Z95)
+
+
+def _interval_verdict(diff: float, se: float | None) -> tuple[str, list]:
+    """'holds' when the 95 % interval of ``diff`` lies above 0, 'fails' below, 'cannot tell' across it."""
+    if se is None:
+        return "cannot tell", [None, None]
+    lo, hi = diff - Z95 * se, diff + Z95 * se
+    return ("holds" if lo > 0 else "fails" if hi < 0 else "cannot tell"), [lo, hi]
+
+
+def _differences(a: dict, b: dict):
+    """(delta p_dW - delta p_s, its standard error) for RL estimates ``a`` against SFT (reflection) ``b``; the
+    four estimates' bootstrap errors are combined as if independent."""
+    ses = [_se(a, "p_s"), _se(b, "p_s"), _se(a, "p_d_given_wrong"), _se(b, "p_d_given_wrong")]
+    diff = (a["p_d_given_wrong"] - b["p_d_given_wrong"]) - (a["p_s"] - b["p_s"])
+    return diff, (None if None in ses else math.sqrt(sum(x * x for x in ses)))
+
+
 def claims(results: dict, min_n: int = 30) -> list[dict]:
     """A plain verdict on each empirical claim of the paper from a results folder (:func:`load_results`):
-    (i) the two-stage model predicts accuracy, (ii) RL improves pi_d more than pi_sample, (iii)
-    out-of-distribution accuracy is limited by pi_sample. "cannot tell" when a level has fewer than
-    ``min_n`` responses or a needed estimate is undefined; the evidence string carries the numbers."""
+    (i) the two-stage model predicts accuracy, (i') it predicts what the fit did not use (the number of
+    candidates, the F->T rate, the accuracy under a cut-off; :mod:`dsh.predictions`), (ii) RL improves pi_d
+    more than pi_sample, (iii) out-of-distribution accuracy is limited by pi_sample. (ii) and (iii) also get
+    a verdict per level (``per_level``) from 95 % intervals of the differences (bootstrap errors). "cannot
+    tell" when a level has fewer than ``min_n`` responses or a needed estimate is undefined; the evidence
+    string carries the numbers."""
     cal = results["calibration"]
     out = []
 
@@ -172,8 +202,21 @@ def claims(results: dict, min_n: int = 30) -> list[dict]:
     out.append({"claim": "(i) the two-stage model predicts accuracy", "verdict": v1,
                 "evidence": "; ".join(f"{s} {lv}: observed {o:.2f}, predicted {p:.2f}" for s, lv, o, p, _ in rows)
                 or "no level with defined estimates"})
+    # (i') predictions the fit did not use
+    verdicts, ev = [], []
+    for stage in ("rl", "sft_reflection"):
+        u = (cal.get(stage) or {}).get("unfitted")
+        if u:
+            verdicts.append(u["verdict"])
+            bad = [k for k, c in u.get("checks", {}).items() if not c["agrees"]]
+            ev.append(f"{stage}: {u['verdict']}" + (f" ({', '.join(bad)} disagree)" if bad else ""))
+    v1b = ("cannot tell" if not verdicts or "cannot tell" in verdicts
+           else "fails" if "fails" in verdicts else "holds")
+    out.append({"claim": "(i') the two-stage model predicts what it was not fitted to", "verdict": v1b,
+                "evidence": "; ".join(ev) or "needs the RL and SFT (reflection) stages"})
     # (ii)
     rl, sr = cal.get("rl"), cal.get("sft_reflection")
+    per_level = []
     if rl and sr:
         a, b = (rl["drop_truncated"] or rl["all"])["overall"], (sr["drop_truncated"] or sr["all"])["overall"]
         need = [a["p_s"], b["p_s"], a["p_d_given_wrong"], b["p_d_given_wrong"]]
@@ -183,13 +226,24 @@ def claims(results: dict, min_n: int = 30) -> list[dict]:
             ds, dw = a["p_s"] - b["p_s"], a["p_d_given_wrong"] - b["p_d_given_wrong"]
             v2 = "holds" if dw > ds else "fails"
             ev = f"RL minus SFT (reflection): delta p_s = {ds:+.3f}, delta p_dW = {dw:+.3f}"
+        la, lb = levels("rl"), levels("sft_reflection")
+        for lv in sorted(set(la) & set(lb), key=level_index):
+            x, y = la[lv], lb[lv]
+            if min(x["n"], y["n"]) < min_n or None in (x["p_s"], y["p_s"], x["p_d_given_wrong"], y["p_d_given_wrong"]):
+                per_level.append({"level": lv, "verdict": "cannot tell", "difference": None, "interval": [None, None]})
+                continue
+            diff, se = _differences(x, y)
+            verdict, ci = _interval_verdict(diff, se)
+            per_level.append({"level": lv, "verdict": verdict, "difference": diff, "interval": ci})
     else:
         v2, ev = "cannot tell", "needs both the RL and the SFT (reflection) stages"
-    out.append({"claim": "(ii) RL improves pi_d more than pi_sample", "verdict": v2, "evidence": ev})
+    out.append({"claim": "(ii) RL improves pi_d more than pi_sample", "verdict": v2, "evidence": ev,
+                "per_level": per_level})
     # (iii)
     lv_rl = levels("rl")
-    pts = sorted((level_index(lv), s) for lv, s in lv_rl.items())
-    usable = [(i, s) for i, s in pts if s["p_s"] is not None and s["p_d_given_wrong"] is not None and s["n"] >= min_n]
+    pts = sorted((level_index(lv), lv, s) for lv, s in lv_rl.items())
+    usable = [(lv, s) for _, lv, s in pts if s["p_s"] is not None and s["p_d_given_wrong"] is not None and s["n"] >= min_n]
+    per_level = []
     if len(usable) < 3:
         v3, ev = "cannot tell", f"{len(usable)} levels with enough responses and defined p_s, p_dW"
     else:
@@ -198,5 +252,26 @@ def claims(results: dict, min_n: int = 30) -> list[dict]:
         drop_s, drop_w = ps[0] - ps[-1], pw[0] - pw[-1]
         v3 = "holds" if drop_s > 0 and drop_s > drop_w else "fails"
         ev = f"from the easiest to the hardest level: p_s {ps[0]:.2f} -> {ps[-1]:.2f}, p_dW {pw[0]:.2f} -> {pw[-1]:.2f}"
-    out.append({"claim": "(iii) OOD accuracy is limited by pi_sample", "verdict": v3, "evidence": ev})
+        base_lv, base = usable[0]
+        for lv, s in usable[1:]:
+            # drop of p_s minus drop of p_dW from the easiest level: > 0 when pi_sample degrades more
+            diff = (base["p_s"] - s["p_s"]) - (base["p_d_given_wrong"] - s["p_d_given_wrong"])
+            ses = [_se(base, "p_s"), _se(s, "p_s"), _se(base, "p_d_given_wrong"), _se(s, "p_d_given_wrong")]
+            verdict, ci = _interval_verdict(diff, None if None in ses else math.sqrt(sum(x * x for x in ses)))
+            per_level.append({"level": lv, "verdict": verdict, "difference": diff, "interval": ci,
+                              "relative_to": base_lv})
+    out.append({"claim": "(iii) OOD accuracy is limited by pi_sample", "verdict": v3, "evidence": ev,
+                "per_level": per_level})
     return out
+
+
+def per_level_table(verdicts: list[dict]) -> pd.DataFrame:
+    """The per-level verdicts of claims (ii) and (iii) as a table (difference with its 95 % interval)."""
+    rows = []
+    for c in verdicts:
+        for r in c.get("per_level", []):
+            lo, hi = r["interval"]
+            rows.append({"claim": c["claim"].split(" ")[0], "level": r["level"],
+                         "difference": None if r["difference"] is None else round(r["difference"], 3),
+                         "95% interval": "-" if lo is None else f"({lo:+.3f}, {hi:+.3f})", "verdict": r["verdict"]})
+    return pd.DataFrame(rows, columns=["claim", "level", "difference", "95% interval", "verdict"])

@@ -13,13 +13,15 @@ _WRONG_OFFSETS = (-9000, -1000, -90, -10, -9, -1, 1, 9, 10, 90, 100, 1000, 9000)
 
 
 def synthetic_records(p_s: float, p_dC: float, p_dW: float, n: int, level: str = "3x5", seed: int = 0,
-                      max_attempts: int = 64, marker: str = "Let me recheck.") -> list[dict]:
+                      max_attempts: int = 64, marker: str = "Let me recheck.",
+                      p_s_later: float | None = None) -> list[dict]:
     """``n`` records ``{question, answer, response, level, truncated}`` whose responses follow the
-    two-stage process: each attempt is correct with probability p_s, then STOP / RESAMPLE with
-    p_dC / p_dW. A response cut at ``max_attempts`` has ``truncated: true``."""
+    two-stage process: each attempt is correct with probability p_s (``p_s_later`` for the second and later
+    attempts, if given), then STOP / RESAMPLE with p_dC / p_dW. A response cut at ``max_attempts`` has
+    ``truncated: true``."""
     parse_level(level)
     n = v.positive_int("n", n)
-    sim = simulate(p_s, p_dC, p_dW, n=n, seed=seed, max_attempts=max_attempts)
+    sim = simulate(p_s, p_dC, p_dW, n=n, seed=seed, max_attempts=max_attempts, p_s_later=p_s_later)
     problems = draw_problems(level, n, seed=seed)
     rng = random.Random(seed)
     out = []

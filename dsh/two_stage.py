@@ -70,9 +70,14 @@ class SimulatedResponses:
 
 
 def simulate(p_s: float, p_dC: float, p_dW: float, n: int, seed: int = 0,
-             max_attempts: int = 64) -> SimulatedResponses:
-    """Draw ``n`` responses from the two-stage process (vectorized, deterministic under ``seed``)."""
+             max_attempts: int = 64, p_s_later: float | None = None) -> SimulatedResponses:
+    """Draw ``n`` responses from the two-stage process (vectorized, deterministic under ``seed``).
+
+    ``p_s_later`` (default: ``p_s``) is the accuracy of the second and later attempts: a value other than
+    ``p_s`` breaks the model's assumption that every attempt is an independent draw from the same
+    pi_sample, the counterexample of chapter 01 and the "fails" case of the unfitted predictions."""
     p_s = v.probability("p_s", p_s)
+    p_later = p_s if p_s_later is None else v.probability("p_s_later", p_s_later)
     p_dC = v.probability("p_dC", p_dC)
     p_dW = v.probability("p_dW", p_dW)
     n = v.positive_int("n", n)
@@ -82,8 +87,8 @@ def simulate(p_s: float, p_dC: float, p_dW: float, n: int, seed: int = 0,
     cols = []  # one column per attempt, only while some response is still running
     active = np.ones(n, dtype=bool)
     stopped = np.zeros(n, dtype=bool)
-    for _ in range(K):
-        correct = rng.random(n) < p_s
+    for k in range(K):
+        correct = rng.random(n) < (p_s if k == 0 else p_later)
         u = rng.random(n)
         col = np.full(n, -1, dtype=np.int8)
         col[active] = correct[active]

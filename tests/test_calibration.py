@@ -35,14 +35,19 @@ def test_intervals_cover_the_truth(truth):
 
 
 @pytest.mark.slow
-def test_predicted_matches_observed_at_scale():
+def test_estimators_recover_the_truth_at_scale():
+    """The three estimators against the truth that wrote the responses (p_s from first attempts, p_dC and
+    p_dW pooled over candidates). Whether the model *predicts* anything beyond the numbers it was fitted to
+    is tested on unfitted statistics in tests/test_predictions.py (predicted = observed accuracy is nearly
+    automatic here: every attempt is drawn with the same p_s)."""
     recs = synthetic.synthetic_records(0.3, 0.92, 0.6, n=6000, seed=3)
     o = calibration.calibrate(recs, n_bootstrap=20)["overall"]
     assert abs(o["p_s"] - 0.3) < 0.02 and abs(o["p_d_given_correct"] - 0.92) < 0.02
     assert abs(o["p_d_given_wrong"] - 0.6) < 0.02
-    assert abs(o["predicted_accuracy"] - o["observed_accuracy"]) < 0.03
-    assert o["predicted_accuracy"] == pytest.approx(dsh.predicted_accuracy(o["p_s"], o["p_d_given_correct"],
-                                                                          o["p_d_given_wrong"]))
+    later = calibration.calibrate(synthetic.synthetic_records(0.3, 0.92, 0.6, n=6000, seed=3, p_s_later=0.8),
+                                  n_bootstrap=20)["overall"]
+    assert abs(later["p_s"] - 0.3) < 0.02                      # p_s is the first attempt's accuracy
+    assert later["observed_accuracy"] - later["predicted_accuracy"] > 0.1
 
 
 def test_transitions_no_answer_and_truncation():

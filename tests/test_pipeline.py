@@ -1,10 +1,13 @@
 """The pipeline (train -> evaluate -> calibrate into one results folder) and the report tables."""
 
 import json
+import math
 
 import pytest
 
-from dsh import pipeline, report
+from dsh import pipeline, report, synthetic
+from dsh.calibration import Z95
+from dsh.paper import paper_results
 
 pytestmark = pytest.mark.slow   # loads or trains the embedded model (make check leaves it out)
 
@@ -33,8 +36,8 @@ def test_results_folder(small_pipeline):
     t = report.table1(loaded)
     assert list(t.index) == ["Base", "SFT (no reflection)"] and list(t.columns) == ["2x2", "3x3"]
     assert report.echo_table(loaded).shape[0] == 2
-    verdicts = report.claims(loaded)
-    assert [c["verdict"] for c in verdicts] == ["cannot tell"] * 3
+    verdicts = report.claims(loaded)    # 2 responses per level: nothing can be told (branches: test_claims_*)
+    assert [c["verdict"] for c in verdicts] == ["cannot tell"] * 4
 
 
 def test_finished_stages_are_reused_and_mismatches_refused(small_pipeline):
@@ -59,12 +62,50 @@ def test_generations_of_a_changed_model_are_redone(small_pipeline):
     assert '"stale": true' not in gen.read_text() and len(gen.read_text().splitlines()) == 4
 
 
-def test_paper_tables_are_the_papers():
+def test_paper_tables_are_consistent_with_their_own_intervals():
+    """The paper's Table 1 as shown: every printed interval is the normal approximation of its printed
+    accuracy at n = 100 (to the printed rounding), recomputed here, and the shown cell carries both."""
     t = report.paper_table1()
-    assert t.loc["RL", "3x9"] == "34.0 (24.7, 43.3)"
+    printed = paper_results()["table1"]
+    for model, row in printed["models"].items():
+        for lv, acc, (lo, hi) in zip(printed["levels"], row["accuracy"], row["ci"]):
+            p = acc / 100
+            half = 100 * Z95 * math.sqrt(p * (1 - p) / 100)
+            if acc > 0:
+                assert lo == pytest.approx(acc - half, abs=0.06) and hi == pytest.approx(acc + half, abs=0.06), (model, lv)
+            assert t.loc[model if model != "RL" else "RL", lv] == f"{acc:.1f} ({lo:.1f}, {hi:.1f})"
     assert list(report.kang_table().columns) == ["llama3_1_8b", "qwen2_5_7b"]
 
 
+LEVELS = ["3x3", "3x5", "3x7", "3x9"]
+
+
+def _claims(truth_rl, truth_sr, n=300, **kw):
+    res = synthetic.synthetic_results({"sft_reflection": dict(zip(LEVELS, truth_sr)), "rl": dict(zip(LEVELS, truth_rl))},
+                                      n=n, seed=1, n_bootstrap=50, **kw)
+    return {c["claim"].split(" ")[0]: c for c in report.claims(res)}
+
+
+def test_claims_hold_on_results_built_to_hold():
+    """Simulated results in which RL raises p_dW far more than p_s and p_s falls with difficulty while p_dW
+    does not: (i), (i'), (ii), (iii) hold, pooled and at every level."""
+    c = _claims([(0.8 - 0.2 * i, 0.9, 0.85) for i in range(4)], [(0.75 - 0.2 * i, 0.9, 0.3) for i in range(4)])
+    assert {k: v["verdict"] for k, v in c.items()} == {"(i)": "holds", "(i')": "holds", "(ii)": "holds", "(iii)": "holds"}
+    assert [r["verdict"] for r in c["(ii)"]["per_level"]] == ["holds"] * 4
+    assert [r["verdict"] for r in c["(iii)"]["per_level"]] == ["holds"] * 3
+    assert all(r["interval"][0] > 0 for r in c["(ii)"]["per_level"])
+
+
+def test_claims_fail_on_results_built_to_fail():
+    """RL raises p_s and leaves p_dW alone, p_dW (not p_s) falls with difficulty: (ii) and (iii) fail, pooled
+    and at every level (for (iii): at the levels far enough from the easiest to tell)."""
+    rl = [(0.8 - 0.05 * i, 0.9, 0.8 - 0.25 * i) for i in range(4)]
+    c = _claims(rl, [(0.6 - 0.05 * i, 0.9, 0.8 - 0.25 * i) for i in range(4)], n=500)
+    assert c["(ii)"]["verdict"] == "fails" and c["(iii)"]["verdict"] == "fails"
+    assert [r["verdict"] for r in c["(ii)"]["per_level"]] == ["fails"] * 4
+    assert [r["verdict"] for r in c["(iii)"]["per_level"]][-2:] == ["fails"] * 2
+    table = report.per_level_table(list(c.values()))
+    assert list(table.columns) == ["claim", "level", "difference", "95% interval", "verdict"] and len(table) == 7
 def test_bad_pipeline_input(tmp_path):
     with pytest.raises(ValueError, match="^preset must be one of ci, gpu-small, paper"):
         pipeline.run_pipeline("fast", results_dir=str(tmp_path / "r"), runs_dir=str(tmp_path / "x"))

@@ -1,0 +1,45 @@
+"""Claim (i) on predictions the fit did not use (dsh.predictions), on simulated responses with known truth."""
+
+import pytest
+
+from dsh import predictions as P
+from dsh import synthetic
+
+
+def test_data_from_the_model_agree_on_every_check():
+    """Responses written by the two-stage process, three levels with different p_s: the pooled predictions
+    (mixtures of the per-level fits) agree with the observed counts, F->T rate and cut-off accuracy."""
+    recs = []
+    for i, (lv, ps) in enumerate([("3x3", 0.7), ("3x5", 0.45), ("3x7", 0.2)]):
+        recs += synthetic.synthetic_records(ps, 0.85, 0.75, n=300, level=lv, seed=10 + i)
+    out = P.unfitted_predictions(recs)
+    assert out["verdict"] == "holds", P.format_checks(out)
+    assert set(out["fit"]) == {"3x3", "3x5", "3x7"}
+    assert out["fit"]["3x3"]["p_s"] == pytest.approx(0.7, abs=0.06)
+
+
+def test_false_alarms_stay_near_the_family_wise_level():
+    """Twenty independent data sets from the model: at most three 'fails' (5 % expected, one in twenty)."""
+    verdicts = [P.unfitted_predictions(synthetic.synthetic_records(0.4, 0.85, 0.7, n=200, seed=s))["verdict"]
+                for s in range(20)]
+    assert verdicts.count("fails") <= 3 and verdicts.count("holds") >= 17
+
+
+@pytest.mark.parametrize("later", [0.8, 0.1])
+def test_later_attempts_unlike_the_first_are_detected(later):
+    """When re-attempts are more (or less) accurate than first attempts - the model's assumption broken -
+    the F->T rate and the cut-off accuracy disagree with their predictions."""
+    recs = synthetic.synthetic_records(0.3, 0.9, 0.7, n=600, seed=5, p_s_later=later)
+    out = P.unfitted_predictions(recs)
+    assert out["verdict"] == "fails"
+    assert not out["checks"]["F->T rate"]["agrees"]
+    assert not out["checks"]["accuracy within 2 candidates"]["agrees"]
+
+
+def test_too_few_responses_cannot_tell_and_bad_arguments():
+    recs = synthetic.synthetic_records(0.4, 0.85, 0.7, n=10, seed=1)
+    assert P.unfitted_predictions(recs)["verdict"] == "cannot tell"
+    with pytest.raises(ValueError, match="^max_attempts must be an integer >= 2"):
+        P.unfitted_predictions(recs, max_attempts=1)
+    with pytest.raises(ValueError, match="^cutoff must be an integer >= 1"):
+        P.unfitted_predictions(recs, cutoff=0)
