@@ -23,7 +23,7 @@ import numpy as np
 import torch
 
 from . import validate as v
-from .mdp import FiniteTwoStageMDP, _conditional_q, _probs
+from .mdp import FiniteTwoStageMDP, conditional_q, enumerate_steps
 
 
 @dataclass(frozen=True)
@@ -67,13 +67,13 @@ def bellman_split(mdp: FiniteTwoStageMDP, theta, values_fn, terminal_fn, gamma: 
     arrives with the last token). Exact, by enumeration of every trajectory."""
     gamma = v.gamma(gamma)
     theta = torch.as_tensor(theta, dtype=torch.float64).detach()
-    steps, logp = _probs(mdp, theta)
+    steps, logp = enumerate_steps(mdp, theta)
     w = logp.exp().tolist()
     vals = [values_fn(st, tr) for st, tr in zip(steps, mdp.trajectories)]
-    q = _conditional_q(w, vals, steps)
+    q = conditional_q(w, vals, steps)
     nxt_vals = [[gamma * q[st[i + 1].prefix] for i in range(len(st) - 1)] + [float(terminal_fn(tr))]
                 for st, tr in zip(steps, mdp.trajectories)]
-    cont = _conditional_q(w, nxt_vals, steps)
+    cont = conditional_q(w, nxt_vals, steps)
     rows = []
     for i, (wi, st, vv) in enumerate(zip(w, steps, vals)):
         for s, val in zip(st, vv):

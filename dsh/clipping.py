@@ -24,7 +24,7 @@ import torch
 
 from . import validate as v
 from .bellman import advantage
-from .mdp import FiniteTwoStageMDP, _probs
+from .mdp import FiniteTwoStageMDP, enumerate_steps
 
 LEVELS = ("sequence", "token")
 
@@ -77,8 +77,8 @@ def clipped_weights(mdp: FiniteTwoStageMDP, theta, theta_old, eps: float | None 
     theta = torch.as_tensor(theta, dtype=torch.float64).detach().clone().requires_grad_(True)
     theta_old = torch.as_tensor(theta_old, dtype=torch.float64).detach()
     adv = advantage(mdp, theta_old)
-    old_steps, old_logp = _probs(mdp, theta_old)
-    steps, _ = _probs(mdp, theta)
+    old_steps, old_logp = enumerate_steps(mdp, theta_old)
+    steps, _ = enumerate_steps(mdp, theta)
     p_old = old_logp.exp().tolist()
     total = torch.zeros((), dtype=torch.float64)
     s_w, d_w, s_part, d_part = [], [], 0.0, 0.0

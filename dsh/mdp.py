@@ -194,7 +194,8 @@ class FiniteTwoStageMDP:
 # ------------------------------------------------------------------------------------------------
 # Exact expectations
 # ------------------------------------------------------------------------------------------------
-def _probs(mdp: FiniteTwoStageMDP, theta) -> tuple[list[list[Step]], torch.Tensor]:
+def enumerate_steps(mdp: FiniteTwoStageMDP, theta) -> tuple[list[list[Step]], torch.Tensor]:
+    """The token stream of every trajectory (``mdp.trajectories`` order) and its log-probability log P(tau)."""
     steps = [mdp.steps(theta, tr) for tr in mdp.trajectories]
     logp = torch.stack([torch.stack([s.logp for s in st]).sum() for st in steps])
     return steps, logp
@@ -203,13 +204,13 @@ def _probs(mdp: FiniteTwoStageMDP, theta) -> tuple[list[list[Step]], torch.Tenso
 def expected_return(mdp: FiniteTwoStageMDP, theta, gamma: float = 1.0) -> torch.Tensor:
     """J(theta) = sum_tau P(tau) gamma^t_end R(tau), exactly (differentiable in theta)."""
     gamma = v.gamma(gamma)
-    steps, logp = _probs(mdp, theta)
+    steps, logp = enumerate_steps(mdp, theta)
     ret = torch.tensor([gamma ** st[-1].t * mdp.reward(tr) for st, tr in zip(steps, mdp.trajectories)],
                        dtype=torch.float64)
     return (logp.exp() * ret).sum()
 
 
-def _conditional_q(weights, per_step_values, steps_list):
+def conditional_q(weights, per_step_values, steps_list):
     """Q(h_t, a_t) = E[value_t | prefix through a_t], by grouping trajectories on their prefixes."""
     num, den = {}, {}
     for w, vals, steps in zip(weights, per_step_values, steps_list):
@@ -237,14 +238,17 @@ class GradientDecomposition:
     q: dict = field(default_factory=dict, repr=False)
 
 
-def _decompose(mdp, theta, gamma, returns_fn, objective_fn) -> GradientDecomposition:
+def decompose(mdp, theta, gamma, returns_fn, objective_fn) -> GradientDecomposition:
+    """Lemma 3.2 for any objective: autograd of ``objective_fn(theta)`` next to
+    ``sum_tau P(tau) sum_t gamma^t Q(h_t, a_t) grad log pi(a_t | h_t)`` with
+    ``Q = E[returns_fn(steps, traj)[t] | h_t, a_t]`` (exact), split into sampling and decision tokens."""
     theta = theta.detach().clone().requires_grad_(True)
     obj = objective_fn(theta)
     (g_auto,) = torch.autograd.grad(obj, theta)
-    steps, logp = _probs(mdp, theta)
+    steps, logp = enumerate_steps(mdp, theta)
     w = logp.detach().exp().tolist()
     vals = [returns_fn(st, tr) for st, tr in zip(steps, mdp.trajectories)]
-    q = _conditional_q(w, vals, steps)
+    q = conditional_q(w, vals, steps)
     parts = {"sample": 0.0, "decision": 0.0, "paper": 0.0}
     for wi, st in zip(w, steps):
         for s in st:
@@ -264,13 +268,13 @@ def reward_gradient(mdp: FiniteTwoStageMDP, theta, gamma: float = 1.0) -> Gradie
         r, t_end = mdp.reward(traj), steps[-1].t
         return [gamma ** (t_end - s.t) * r for s in steps]
 
-    return _decompose(mdp, theta, gamma, returns, lambda th: expected_return(mdp, th, gamma))
+    return decompose(mdp, theta, gamma, returns, lambda th: expected_return(mdp, th, gamma))
 
 
 def expected_kl(mdp: FiniteTwoStageMDP, theta, theta_ref, gamma: float = 1.0) -> torch.Tensor:
     """E_theta[ sum_t gamma^t log(pi_theta(a_t|h_t) / pi_ref(a_t|h_t)) ] exactly (the token-level KL)."""
     gamma = v.gamma(gamma)
-    steps, logp = _probs(mdp, theta)
+    steps, logp = enumerate_steps(mdp, theta)
     ref_steps = [mdp.steps(theta_ref, tr) for tr in mdp.trajectories]
     d = torch.stack([sum(gamma ** s.t * (s.logp - r.logp) for s, r in zip(st, rst))
                      for st, rst in zip(steps, ref_steps)])
@@ -304,7 +308,7 @@ def kl_gradient(mdp: FiniteTwoStageMDP, theta, theta_ref, gamma: float = 1.0) ->
     def returns(steps, traj):
         return to_go(kl_penalties(mdp, theta.detach(), theta_ref, traj)[0], gamma)
 
-    return _decompose(mdp, theta, gamma, returns, lambda th: expected_kl(mdp, th, theta_ref, gamma))
+    return decompose(mdp, theta, gamma, returns, lambda th: expected_kl(mdp, th, theta_ref, gamma))
 
 
 def option_bellman_kl(mdp: FiniteTwoStageMDP, theta, theta_ref) -> list[tuple[float, float, float, float]]:
@@ -318,7 +322,7 @@ def option_bellman_kl(mdp: FiniteTwoStageMDP, theta, theta_ref) -> list[tuple[fl
     (the last term is 0 after the final STOP): the first two entries agree, and so do the last two.
     """
     theta, theta_ref = theta.detach(), theta_ref.detach()
-    steps, logp = _probs(mdp, theta)
+    steps, logp = enumerate_steps(mdp, theta)
     w = logp.exp().tolist()
     info = []  # per trajectory: list of (key_attempt, key_decision, d_sample, d_decision, togo_first, togo_dec)
     for tr, st in zip(mdp.trajectories, steps):
@@ -364,11 +368,11 @@ def surrogate_gradient(mdp: FiniteTwoStageMDP, theta, theta_old=None) -> Gradien
     """
     theta = theta.detach().clone().requires_grad_(True)
     theta_old = theta.detach() if theta_old is None else theta_old.detach()
-    _, logp_old = _probs(mdp, theta_old)
+    _, logp_old = enumerate_steps(mdp, theta_old)
     p_old = logp_old.exp()
     R = torch.tensor([mdp.reward(tr) for tr in mdp.trajectories], dtype=torch.float64)
     adv = R - (p_old * R).sum()
-    steps, logp = _probs(mdp, theta)
+    steps, logp = enumerate_steps(mdp, theta)
     ratio = torch.exp(logp - logp_old)
     obj = (p_old * ratio * adv).sum()
     (g_auto,) = torch.autograd.grad(obj, theta, retain_graph=True)
@@ -416,7 +420,7 @@ def expected_immediate_kl(mdp: FiniteTwoStageMDP, theta, theta_ref) -> tuple[flo
     """Expected immediate KL penalties of one attempt and of one (non-forced) decision:
     ``E[d_k^sample]`` and ``E[d_k^decision]`` averaged over the attempts of a trajectory (exact)."""
     theta, theta_ref = theta.detach(), theta_ref.detach()
-    steps, logp = _probs(mdp, theta)
+    steps, logp = enumerate_steps(mdp, theta)
     w = logp.exp()
     s_tot = d_tot = 0.0
     s_cnt = d_cnt = 0.0

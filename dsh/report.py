@@ -265,6 +265,11 @@ def claims(results: dict, min_n: int = 30) -> list[dict]:
     return out
 
 
+def claims_table(verdicts: list[dict]) -> pd.DataFrame:
+    """The pooled verdicts of :func:`claims` (claim, verdict, evidence), one row per claim."""
+    return pd.DataFrame([{k: c[k] for k in ("claim", "verdict", "evidence")} for c in verdicts])
+
+
 def per_level_table(verdicts: list[dict]) -> pd.DataFrame:
     """The per-level verdicts of claims (ii) and (iii) as a table (difference with its 95 % interval)."""
     rows = []

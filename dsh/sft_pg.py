@@ -23,7 +23,7 @@ import numpy as np
 import torch
 
 from . import validate as v
-from .mdp import STOP, FiniteTwoStageMDP, Trajectory, _decompose, _probs
+from .mdp import STOP, FiniteTwoStageMDP, Trajectory, decompose, enumerate_steps
 
 
 @dataclass(frozen=True)
@@ -94,10 +94,10 @@ def sft_check(mdp: FiniteTwoStageMDP, theta, traj: Trajectory) -> ImplicitReward
         return [1.0 / p_star if tr == traj else 0.0] * len(st)
 
     def objective(th):
-        _, lp = _probs(mdp, th)
+        _, lp = enumerate_steps(mdp, th)
         return lp[mdp.trajectories.index(traj)].exp() / p_star
 
-    dec = _decompose(mdp, theta.detach(), 1.0, returns, objective)
+    dec = decompose(mdp, theta.detach(), 1.0, returns, objective)
     q_cond = np.array([dec.q[s.prefix] for s in steps])
     q_prefix = 1.0 / np.exp(np.cumsum(logp.detach().numpy()))
     return ImplicitRewardCheck(grad.numpy(), paper.numpy(), (dec.sample + dec.decision).numpy(),
