@@ -97,11 +97,11 @@ def test_theorem_3_1_printed_form_is_a_realized_value(setup):
     the counterexample the chapter shows."""
     m, th, _ = setup
     s = B.surrogate_q(m, th, 1.0)
-    stop = np.array([k == "decision" for k in s.kind]) & (s.realized == s.realized)
-    after = s.realized - s.q
+    decision = s.kind == "decision"
+    gap = s.realized - s.q
     last = np.r_[s.traj[1:] != s.traj[:-1], True]          # the last step of each trajectory is its STOP
-    assert np.abs(after[stop & last]).max() < 1e-12
-    assert np.abs(after[stop & ~last]).max() > 0.1
+    assert np.abs(gap[decision & last]).max() < 1e-12
+    assert np.abs(gap[decision & ~last]).max() > 0.1
 
 
 def test_surrogate_gradient_is_grad_j_off_policy(setup):
