@@ -47,18 +47,18 @@ class BellmanSplit:
     def option_immediate(self) -> tuple[float, float]:
         """Expected immediate reward of one attempt (its tokens summed) and of one non-forced decision,
         averaged over the attempts of the trajectories (gamma = 1 reading of an option's reward)."""
-        s_tot = s_cnt = d_tot = d_cnt = 0.0
-        for key in sorted(set(zip(self.traj.tolist(), self.k.tolist()))):
-            sel = (self.traj == key[0]) & (self.k == key[1])
-            w = float(self.weight[sel][0])
-            samp = sel & (self.kind == "sample")
-            dec = sel & (self.kind == "decision") & ~self.forced
-            s_tot += w * float(self.immediate[samp].sum())
-            s_cnt += w
-            if dec.any():
-                d_tot += w * float(self.immediate[dec].sum())
-                d_cnt += w
-        return s_tot / s_cnt, (d_tot / d_cnt if d_cnt else 0.0)
+        keys, first, inv = np.unique(np.stack([self.traj, self.k], 1), axis=0, return_index=True, return_inverse=True)
+        inv = inv.ravel()
+        w = self.weight[first]
+        samp = np.zeros(len(keys))
+        np.add.at(samp, inv, np.where(self.kind == "sample", self.immediate, 0.0))
+        dec_mask = (self.kind == "decision") & ~self.forced
+        dec = np.zeros(len(keys))
+        np.add.at(dec, inv, np.where(dec_mask, self.immediate, 0.0))
+        has_dec = np.zeros(len(keys), dtype=bool)
+        np.logical_or.at(has_dec, inv, dec_mask)
+        d_cnt = float(w[has_dec].sum())
+        return float((w * samp).sum() / w.sum()), (float((w * dec)[has_dec].sum() / d_cnt) if d_cnt else 0.0)
 
 
 def bellman_split(mdp: FiniteTwoStageMDP, theta, values_fn, terminal_fn, gamma: float = 1.0) -> BellmanSplit:

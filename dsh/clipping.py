@@ -64,6 +64,15 @@ class ClippedWeights:
         return float(out)
 
 
+def _clipped_term(logp, logp_old, adv, eps, level):
+    """One trajectory's clipped surrogate term from its per-token log-probabilities."""
+    if level == "sequence":
+        r = torch.exp((logp - logp_old).sum())
+        return torch.minimum(r * adv, torch.clamp(r, 1 - eps, 1 + eps) * adv)
+    r = torch.exp(logp - logp_old)
+    return torch.minimum(r * adv, torch.clamp(r, 1 - eps, 1 + eps) * adv).sum()
+
+
 def clipped_weights(mdp: FiniteTwoStageMDP, theta, theta_old, eps: float | None = 0.2,
                     level: str = "token") -> ClippedWeights:
     """Weights of every token in the gradient of the clipped surrogate (exact, every trajectory), with the
@@ -86,24 +95,14 @@ def clipped_weights(mdp: FiniteTwoStageMDP, theta, theta_old, eps: float | None 
         lp = torch.stack([s.logp for s in st])
         leaf = lp.detach().clone().requires_grad_(True)
         lo = torch.stack([s.logp for s in ost]).detach()
-        if level == "sequence":
-            r = torch.exp((leaf - lo).sum())
-            term = torch.minimum(r * a, torch.clamp(r, 1 - eps, 1 + eps) * a)
-        else:
-            r = torch.exp(leaf - lo)
-            term = torch.minimum(r * a, torch.clamp(r, 1 - eps, 1 + eps) * a).sum()
+        term = _clipped_term(leaf, lo, a, eps, level)
         (w,) = torch.autograd.grad(term, leaf)
         w = w.numpy()
         kinds = [s.kind for s in st]
         forced = [s.kind == "decision" and s.k == mdp.max_attempts for s in st]
         s_w.append(np.array([x for x, kd in zip(w, kinds) if kd == "sample"]))
         d_w.append(np.array([x for x, kd, f in zip(w, kinds, forced) if kd == "decision" and not f]))
-        if level == "sequence":
-            r_th = torch.exp(lp.sum() - lo.sum())
-            total = total + po * torch.minimum(r_th * a, torch.clamp(r_th, 1 - eps, 1 + eps) * a)
-        else:
-            r_th = torch.exp(lp - lo)
-            total = total + po * torch.minimum(r_th * a, torch.clamp(r_th, 1 - eps, 1 + eps) * a).sum()
+        total = total + po * _clipped_term(lp, lo, a, eps, level)
         for x, s in zip(w, st):
             if s.kind == "sample":
                 s_part = s_part + po * float(x) * s.logp
