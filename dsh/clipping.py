@@ -7,8 +7,8 @@ balance is the statement that ``w_t`` is one number per trajectory, the same for
 decision tokens.
 
 * ``level="sequence"``: one ratio per trajectory, ``r = pi_theta(tau) / pi_old(tau)`` (the paper's Eq. 8
-  product; GSPO also uses one ratio per sequence, length-normalized). Either the whole trajectory is clipped or none of it: every token gets the same
-  weight, and the remark holds.
+  product; GSPO also uses one ratio per sequence, length-normalized). Either the whole trajectory is
+  clipped or none of it: every token gets the same weight, and the remark holds.
 * ``level="token"``: one ratio per token, ``r_t = pi_theta(a_t | h_t) / pi_old(a_t | h_t)``, clipped token
   by token, as in GRPO and TRL's default (``importance_sampling_level="token"``). A decision token whose
   ratio left the interval gets weight 0 while the attempt before it keeps ``r_t A``: the weights differ
