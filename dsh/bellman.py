@@ -23,7 +23,7 @@ import numpy as np
 import torch
 
 from . import validate as v
-from .mdp import FiniteTwoStageMDP, conditional_q, enumerate_steps
+from .mdp import FiniteTwoStageMDP, conditional_q, enumerate_steps, expected_return, kl_penalties, to_go
 
 
 @dataclass(frozen=True)
@@ -77,8 +77,7 @@ def bellman_split(mdp: FiniteTwoStageMDP, theta, values_fn, terminal_fn, gamma: 
     rows = []
     for i, (wi, st, vv) in enumerate(zip(w, steps, vals)):
         for s, val in zip(st, vv):
-            forced = s.kind == "decision" and s.k == mdp.max_attempts
-            rows.append((s.kind, s.k, forced, i, wi, q[s.prefix], float(val), cont[s.prefix]))
+            rows.append((s.kind, s.k, s.forced, i, wi, q[s.prefix], float(val), cont[s.prefix]))
     kind, k, forced, traj, weight, qq, real, cc = (np.array(x) for x in zip(*rows))
     return BellmanSplit(kind, k.astype(int), forced.astype(bool), traj.astype(int), weight.astype(float),
                         qq.astype(float), real.astype(float), cc.astype(float), (qq - cc).astype(float))
@@ -86,8 +85,6 @@ def bellman_split(mdp: FiniteTwoStageMDP, theta, values_fn, terminal_fn, gamma: 
 
 def advantage(mdp: FiniteTwoStageMDP, theta) -> list[float]:
     """A(tau) = R(tau) - J(theta) for every trajectory (the large-group limit of GRPO's baseline)."""
-    from .mdp import expected_return
-
     J = float(expected_return(mdp, torch.as_tensor(theta, dtype=torch.float64).detach()))
     return [mdp.reward(tr) - J for tr in mdp.trajectories]
 
@@ -108,8 +105,6 @@ def surrogate_q(mdp: FiniteTwoStageMDP, theta, gamma: float = 1.0) -> BellmanSpl
 def kl_q(mdp: FiniteTwoStageMDP, theta, theta_ref, gamma: float = 1.0) -> BellmanSplit:
     """Theorem 3.2 on the finite MDP: ``Q(h_t, a_t) = E[sum_{t' >= t} gamma^(t'-t) d_t' | h_t, a_t]`` with
     ``d_t = log pi_theta / pi_ref`` (terminal value 0). The immediate rewards are the log-ratios d_t."""
-    from .mdp import kl_penalties, to_go
-
     gamma = v.gamma(gamma)
     theta = torch.as_tensor(theta, dtype=torch.float64).detach()
     theta_ref = torch.as_tensor(theta_ref, dtype=torch.float64).detach()

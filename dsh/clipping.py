@@ -98,10 +98,8 @@ def clipped_weights(mdp: FiniteTwoStageMDP, theta, theta_old, eps: float | None 
         term = _clipped_term(leaf, lo, a, eps, level)
         (w,) = torch.autograd.grad(term, leaf)
         w = w.numpy()
-        kinds = [s.kind for s in st]
-        forced = [s.kind == "decision" and s.k == mdp.max_attempts for s in st]
-        s_w.append(np.array([x for x, kd in zip(w, kinds) if kd == "sample"]))
-        d_w.append(np.array([x for x, kd, f in zip(w, kinds, forced) if kd == "decision" and not f]))
+        s_w.append(np.array([x for x, s in zip(w, st) if s.kind == "sample"]))
+        d_w.append(np.array([x for x, s in zip(w, st) if s.kind == "decision" and not s.forced]))
         total = total + po * _clipped_term(lp, lo, a, eps, level)
         for x, s in zip(w, st):
             if s.kind == "sample":

@@ -36,13 +36,15 @@ class Trajectory:
 class Step:
     """One token of a trajectory: ``kind`` is "sample" or "decision"; ``k`` the attempt (1-based);
     ``t`` the time step; ``logp`` log pi(a_t | h_t) (a tensor, 0 for a forced STOP);
-    ``prefix`` the history including this action (used to condition on it)."""
+    ``prefix`` the history including this action (used to condition on it); ``forced`` marks the
+    parameter-free STOP after the last attempt."""
 
     kind: str
     k: int
     t: int
     logp: torch.Tensor
     prefix: tuple
+    forced: bool = False
 
 
 @dataclass(frozen=True)
@@ -169,7 +171,7 @@ class FiniteTwoStageMDP:
             else:
                 lp = torch.log_softmax(self.decision_logits(theta, k, ans), -1)[dec]
             prefix = prefix + (("d", dec),)
-            steps.append(Step("decision", k, t, lp, prefix))
+            steps.append(Step("decision", k, t, lp, prefix, forced=k == self.max_attempts))
             t += 1
             prev_answer = ans
         return steps

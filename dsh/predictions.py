@@ -128,5 +128,3 @@ def format_checks(result: dict) -> str:
             lines.append(f"{name}: observed {c['observed']:.3f} [{c['interval'][0]:.3f}, {c['interval'][1]:.3f}], "
                          f"predicted {c['predicted']:.3f} ({'agrees' if c['agrees'] else 'disagrees'})")
     return "\n".join(lines) or f"verdict {result.get('verdict')}: too few responses"
-
-

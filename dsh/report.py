@@ -159,12 +159,11 @@ def _interval_verdict(diff: float, se: float | None) -> tuple[str, list]:
     return ("holds" if lo > 0 else "fails" if hi < 0 else "cannot tell"), [lo, hi]
 
 
-def _differences(a: dict, b: dict):
-    """(delta p_dW - delta p_s, its standard error) for RL estimates ``a`` against SFT (reflection) ``b``; the
-    four estimates' bootstrap errors are combined as if independent."""
+def _contrast_se(a: dict, b: dict):
+    """Standard error of any difference of differences of p_s and p_dW between estimates ``a`` and ``b``
+    (e.g. delta p_dW - delta p_s): the four bootstrap errors combined as if independent; None if undefined."""
     ses = [_se(a, "p_s"), _se(b, "p_s"), _se(a, "p_d_given_wrong"), _se(b, "p_d_given_wrong")]
-    diff = (a["p_d_given_wrong"] - b["p_d_given_wrong"]) - (a["p_s"] - b["p_s"])
-    return diff, (None if None in ses else math.sqrt(sum(x * x for x in ses)))
+    return None if None in ses else math.sqrt(sum(x * x for x in ses))
 
 
 def claims(results: dict, min_n: int = 30) -> list[dict]:
@@ -232,8 +231,8 @@ def claims(results: dict, min_n: int = 30) -> list[dict]:
             if min(x["n"], y["n"]) < min_n or None in (x["p_s"], y["p_s"], x["p_d_given_wrong"], y["p_d_given_wrong"]):
                 per_level.append({"level": lv, "verdict": "cannot tell", "difference": None, "interval": [None, None]})
                 continue
-            diff, se = _differences(x, y)
-            verdict, ci = _interval_verdict(diff, se)
+            diff = (x["p_d_given_wrong"] - y["p_d_given_wrong"]) - (x["p_s"] - y["p_s"])
+            verdict, ci = _interval_verdict(diff, _contrast_se(x, y))
             per_level.append({"level": lv, "verdict": verdict, "difference": diff, "interval": ci})
     else:
         v2, ev = "cannot tell", "needs both the RL and the SFT (reflection) stages"
@@ -256,8 +255,7 @@ def claims(results: dict, min_n: int = 30) -> list[dict]:
         for lv, s in usable[1:]:
             # drop of p_s minus drop of p_dW from the easiest level: > 0 when pi_sample degrades more
             diff = (base["p_s"] - s["p_s"]) - (base["p_d_given_wrong"] - s["p_d_given_wrong"])
-            ses = [_se(base, "p_s"), _se(s, "p_s"), _se(base, "p_d_given_wrong"), _se(s, "p_d_given_wrong")]
-            verdict, ci = _interval_verdict(diff, None if None in ses else math.sqrt(sum(x * x for x in ses)))
+            verdict, ci = _interval_verdict(diff, _contrast_se(base, s))
             per_level.append({"level": lv, "verdict": verdict, "difference": diff, "interval": ci,
                               "relative_to": base_lv})
     out.append({"claim": "(iii) OOD accuracy is limited by pi_sample", "verdict": v3, "evidence": ev,

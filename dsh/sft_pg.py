@@ -68,9 +68,14 @@ def data_trajectory(mdp: FiniteTwoStageMDP, index: int | None = None) -> Traject
 
 
 def _along(mdp, theta, traj):
+    """The data trajectory's steps, log pi(a*_t | h*_t) (differentiable in ``theta``), pi(a*_t | h*_t) and
+    1 / P(tau*_{<=t}), after checking that ``traj`` belongs to ``mdp``."""
+    if traj not in mdp.trajectories:
+        raise ValueError("traj must be one of mdp.trajectories")
     steps = mdp.steps(theta, traj)
     logp = torch.stack([s.logp for s in steps])
-    return steps, logp
+    lp = logp.detach().numpy()
+    return steps, logp, np.exp(lp), 1.0 / np.exp(np.cumsum(lp))
 
 
 def _paper_q(pi: np.ndarray, per_token: np.ndarray) -> np.ndarray:
@@ -80,12 +85,9 @@ def _paper_q(pi: np.ndarray, per_token: np.ndarray) -> np.ndarray:
 
 def sft_check(mdp: FiniteTwoStageMDP, theta, traj: Trajectory) -> ImplicitRewardCheck:
     """Theorem D.1 checked on one data trajectory of the finite MDP (see the module docstring)."""
-    if traj not in mdp.trajectories:
-        raise ValueError("traj must be one of mdp.trajectories")
     theta = torch.as_tensor(theta, dtype=torch.float64).detach().clone().requires_grad_(True)
-    steps, logp = _along(mdp, theta, traj)
+    steps, logp, pi, q_prefix = _along(mdp, theta, traj)
     grad = torch.autograd.grad(logp.sum(), theta, retain_graph=True)[0]
-    pi = logp.detach().exp().numpy()
     q_paper = _paper_q(pi, 1.0 / pi)
     paper = torch.autograd.grad((logp * torch.as_tensor(q_paper)).sum(), theta)[0]
     p_star = float(logp.detach().sum().exp())
@@ -99,7 +101,6 @@ def sft_check(mdp: FiniteTwoStageMDP, theta, traj: Trajectory) -> ImplicitReward
 
     dec = decompose(mdp, theta.detach(), 1.0, returns, objective)
     q_cond = np.array([dec.q[s.prefix] for s in steps])
-    q_prefix = 1.0 / np.exp(np.cumsum(logp.detach().numpy()))
     return ImplicitRewardCheck(grad.numpy(), paper.numpy(), (dec.sample + dec.decision).numpy(),
                                dec.sample.numpy(), dec.decision.numpy(), tuple(s.kind for s in steps), pi,
                                q_paper, q_cond, q_prefix)
@@ -109,15 +110,11 @@ def dft_check(mdp: FiniteTwoStageMDP, theta, traj: Trajectory) -> ImplicitReward
     """Theorem D.2 on one data trajectory: the DFT gradient ``sum_t grad pi(a*_t | h*_t)`` (autograd of
     ``sum_t sg(pi_t) log pi_t``) against ``c * sum_t grad log pi_t * (tokens after t)`` with the ``c`` that
     fits best (least squares), stored as ``paper_form``."""
-    if traj not in mdp.trajectories:
-        raise ValueError("traj must be one of mdp.trajectories")
     theta = torch.as_tensor(theta, dtype=torch.float64).detach().clone().requires_grad_(True)
-    steps, logp = _along(mdp, theta, traj)
+    steps, logp, pi, q_prefix = _along(mdp, theta, traj)
     grad = torch.autograd.grad((logp.detach().exp() * logp).sum(), theta, retain_graph=True)[0].numpy()
-    pi = logp.detach().exp().numpy()
     q_paper = _paper_q(pi, np.ones_like(pi))
     basis = torch.autograd.grad((logp * torch.as_tensor(q_paper)).sum(), theta)[0].numpy()
     c = float(basis @ grad / (basis @ basis)) if basis @ basis > 0 else 0.0
-    q_prefix = 1.0 / np.exp(np.cumsum(logp.detach().numpy()))
     return ImplicitRewardCheck(grad, c * basis, None, None, None, tuple(s.kind for s in steps), pi,
                                c * q_paper, None, q_prefix)

@@ -94,7 +94,8 @@ def paper_accuracy_formula() -> sp.Expr:
 # ----------------------------------------------------------------------------------------------
 def classify_attribution(r_sample: sp.Expr, r_decision: sp.Expr, length: sp.Symbol = L) -> str:
     """Definition 3.1, one rule for every objective, applied to the *immediate* rewards of an attempt and
-    of a decision (the terms outside the shared continuation ``gamma V``; see :func:`immediate_rewards`).
+    of a decision (the terms outside the shared continuation ``gamma V``: ``OptionQValues.immediate_*``
+    here, :func:`dsh.bellman.bellman_split` on the finite MDP).
 
     Returns ``"balanced"`` when both are zero (all value flows through one continuation value, the
     sufficient statistic) or when ``|r_sample / r_decision|`` stays bounded away from 0 and infinity as the
@@ -102,10 +103,9 @@ def classify_attribution(r_sample: sp.Expr, r_decision: sp.Expr, length: sp.Symb
     (scale separation ``omega(1)``). Applied to *total* Q-values instead, the rule can answer "balanced"
     for the KL penalty (chapter 02 shows it): the paper's two verdicts use two different rules.
     """
-    if sp.simplify(r_sample) == 0 and sp.simplify(r_decision) == 0:
-        return "balanced"
-    if sp.simplify(r_decision) == 0 or sp.simplify(r_sample) == 0:
-        return "unbalanced"
+    r_sample, r_decision = sp.simplify(r_sample), sp.simplify(r_decision)
+    if r_sample == 0 or r_decision == 0:
+        return "balanced" if r_sample == r_decision else "unbalanced"
     ratio = sp.simplify(r_sample / r_decision)
     lim = sp.limit(sp.Abs(ratio), length, sp.oo)
     if lim in (sp.oo, sp.zoo, -sp.oo) or lim == 0:
@@ -130,7 +130,7 @@ class OptionQValues:
     immediate_sample: tuple[sp.Expr, ...]
     immediate_decision: tuple[sp.Expr, ...]
     lengths: tuple = field(default=())
-    terminal: sp.Expr = sp.Integer(0)
+    terminal: sp.Expr = sp.Integer(0)  # value received after the final decision (the surrogate's A)
 
 
 def backward_q_values(immediate_sample, immediate_decision, discount_sample, discount_decision,
