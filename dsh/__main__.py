@@ -146,6 +146,8 @@ def _cmd_evaluate(args) -> int:
 def _cmd_pipeline(args) -> int:
     from .pipeline import run_pipeline
 
+    if args.preset == "laptop":
+        return _cmd_laptop(args)
     overrides = _parse_overrides(args.set)
     eval_overrides = _parse_overrides(args.eval_set)
     stages = tuple(x.strip() for x in args.stages.split(",") if x.strip()) if args.stages else None
@@ -153,6 +155,44 @@ def _cmd_pipeline(args) -> int:
                            overrides=overrides or None, stages=stages, eval_overrides=eval_overrides or None,
                            seed=args.seed, progress=not args.quiet)
     print(json.dumps({k: summary[k] for k in ("preset", "stages", "wall_s", "timings_s", "design")}, indent=1))
+    return 0
+
+
+def _int_list(name: str, text: str) -> tuple:
+    try:
+        return tuple(int(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise ValueError(f"{name} must be comma-separated integers such as 0,1,2; got {text!r}") from None
+
+
+def _cmd_laptop(args) -> int:
+    from .laptop_pipeline import run_laptop
+
+    if args.set or args.stages or args.eval_set and any(not x.startswith("n_per_level=") for x in args.eval_set):
+        raise ValueError("preset laptop takes --seeds, --jobs and --eval-set n_per_level=N; --set and --stages "
+                         "are for the other presets")
+    n = _parse_overrides(args.eval_set).get("n_per_level") if args.eval_set else None
+    seeds = _int_list("seeds", args.seeds)
+    summary = run_laptop(results_dir=args.results_dir or "results/laptop", runs_dir=args.runs_dir or "runs/laptop",
+                         base=None if args.model in (None, "embedded") else args.model, seeds=seeds,
+                         ablation_seeds=seeds, n_per_level=n,
+                         jobs=tuple(x.strip() for x in args.jobs.split(",")) if args.jobs else None,
+                         progress=not args.quiet)
+    print(json.dumps({k: summary[k] for k in ("preset", "wall_s", "timings_s")}, indent=1))
+    return 0
+
+
+def _cmd_base(args) -> int:
+    from dataclasses import replace
+
+    from .laptop import BaseSpec, build_base
+
+    spec = BaseSpec()
+    train = replace(spec.train, seed=args.seed, **({"tokens": args.tokens} if args.tokens is not None else {}))
+    spec = replace(spec, train=train, **({"n_examples": args.n_examples} if args.n_examples is not None else {}))
+    prov = build_base(args.out, spec, progress=not args.quiet)
+    print(json.dumps({"out": args.out, "parameters": prov["parameters"], **prov["train"],
+                      "report": prov.get("report")}, indent=1))
     return 0
 
 
@@ -289,8 +329,18 @@ def build_parser() -> argparse.ArgumentParser:
     pl.add_argument("--eval-set", action="append", metavar="KEY=VALUE",
                     help="override an evaluation setting: levels, n_per_level, max_new_tokens, temperature, batch_size")
     pl.add_argument("--seed", type=int, default=0)
+    pl.add_argument("--seeds", default="0,1,2", help="laptop preset: training seeds of every stage (default 0,1,2)")
+    pl.add_argument("--jobs", help="laptop preset: only these jobs (and what they start from), e.g. rl-s0")
     pl.add_argument("--quiet", action="store_true", help="no progress output")
     pl.set_defaults(func=_cmd_pipeline)
+
+    ba = sub.add_parser("base", help="train the laptop base model from scratch (a tiny LlamaForCausalLM) into --out")
+    ba.add_argument("--out", required=True, help="model folder to write (resumed when a killed run left its state)")
+    ba.add_argument("--seed", type=int, default=0, help="initialisation and data order (default 0)")
+    ba.add_argument("--tokens", type=int, help="training budget in tokens (default: the shipped base's)")
+    ba.add_argument("--n-examples", type=int, help="distinct corpus examples (default: the shipped base's)")
+    ba.add_argument("--quiet", action="store_true", help="no progress bar")
+    ba.set_defaults(func=_cmd_base)
 
     bu = sub.add_parser("budgets", help="token budgets of the presets that derive them, from their own traces")
     bu.add_argument("--write", action="store_true", help="recompute and write dsh/budgets.json")

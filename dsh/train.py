@@ -21,6 +21,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from . import laptop_task as lt
 from . import validate as v
 from .arithmetic import CHECKS
 from .models import EMBEDDED
@@ -30,6 +31,7 @@ from .records import prompt_records, sft_records
 from .traces import GRANULARITIES, TraceConfig
 
 METHODS = ("sft", "sft_reflection", "dft", "grpo")
+TASKS = ("paper", "laptop")
 STYLE_OF = {"sft": "no_reflection", "sft_reflection": "reflection", "dft": "reflection"}
 
 
@@ -42,6 +44,9 @@ class TrainConfig:
     output_dir: str = "runs/run"
     seed: int = 0
     # data
+    task: str = "paper"                    # paper: dsh.traces on the paper's levels; laptop: dsh.laptop_task
+                                           # (1xN ladder, computed nines check) for the tiny from-scratch models
+    laptop_check: str = "computed"         # laptop reflection traces: computed checks or the verdict only
     n_train: int = 20_000
     train_levels: tuple = ("4x5", "5x4")
     granularity: str = "digit"
@@ -101,6 +106,8 @@ class TrainConfig:
         if not isinstance(self.output_dir, str) or not self.output_dir.strip():
             raise ValueError(f"output_dir must be a folder path; got {self.output_dir!r}")
         v.length("seed", self.seed)
+        v.choice("task", self.task, TASKS)
+        v.choice("laptop_check", self.laptop_check, lt.CHECK_STYLES)
         v.positive_int("n_train", self.n_train)
         self.train_levels = tuple(self.train_levels)
         if not self.train_levels:
@@ -203,6 +210,8 @@ def to_trl_config(cfg: TrainConfig):
 def build_dataset(cfg: TrainConfig) -> list[dict]:
     """Training records for the method (the paper's 20,000 problems by default; test problems of
     3x3 ... 3x9 are held out)."""
+    if cfg.task == "laptop":
+        return laptop_dataset(cfg)
     problems = make_splits(n_train=cfg.n_train, train_levels=cfg.train_levels, n_test=100, seed=cfg.seed)["train"]
     if cfg.method == "grpo":
         return prompt_records(problems)
@@ -210,6 +219,31 @@ def build_dataset(cfg: TrainConfig) -> list[dict]:
     tc = TraceConfig(granularity=cfg.granularity, style=style, retry_fraction=cfg.retry_fraction,
                      max_attempts=cfg.max_attempts, checks=cfg.checks)
     return sft_records(problems, tc, seed=cfg.seed)
+
+
+def laptop_dataset(cfg: TrainConfig) -> list[dict]:
+    """Records of the laptop task (:mod:`dsh.laptop_task`): ``n_train`` problems of ``train_levels`` (in turn),
+    the laptop test questions held out; SFT records carry :func:`dsh.laptop_task.trace` completions."""
+    import random
+
+    rng = random.Random(f"laptop-train-{cfg.seed}")
+    exclude, problems = lt.held_out(), []
+    levels = [f"{m}x{n}" for m, n in map(parse_level, cfg.train_levels)]
+    while len(problems) < cfg.n_train:
+        p = lt.draw(levels[len(problems) % len(levels)], rng)
+        if (p.a, p.b) not in exclude:
+            problems.append(p)
+    if cfg.method == "grpo":
+        return prompt_records(problems)
+    style = cfg.dft_style if cfg.method == "dft" else STYLE_OF[cfg.method]
+    out = []
+    for i, p in enumerate(problems):
+        t = lt.trace(p, style, retry_fraction=cfg.retry_fraction, max_attempts=cfg.max_attempts, seed=cfg.seed + i,
+                     check=cfg.laptop_check)
+        out.append({"prompt": [{"role": "user", "content": p.question}],
+                    "completion": [{"role": "assistant", "content": t.text}], "answer": str(p.answer),
+                    "level": p.level})
+    return out
 
 
 def correctness_reward(completions, answer, question=None, **kwargs) -> list[float]:
