@@ -175,7 +175,7 @@ def _cmd_laptop(args) -> int:
     seeds = _int_list("seeds", args.seeds)
     summary = run_laptop(results_dir=args.results_dir or "results/laptop", runs_dir=args.runs_dir or "runs/laptop",
                          base=None if args.model in (None, "embedded") else args.model, seeds=seeds,
-                         ablation_seeds=seeds, n_per_level=n,
+                         ablation_seeds=_int_list("ablation_seeds", args.ablation_seeds), n_per_level=n,
                          jobs=tuple(x.strip() for x in args.jobs.split(",")) if args.jobs else None,
                          progress=not args.quiet)
     print(json.dumps({k: summary[k] for k in ("preset", "wall_s", "timings_s")}, indent=1))
@@ -330,6 +330,7 @@ def build_parser() -> argparse.ArgumentParser:
                     help="override an evaluation setting: levels, n_per_level, max_new_tokens, temperature, batch_size")
     pl.add_argument("--seed", type=int, default=0)
     pl.add_argument("--seeds", default="0,1,2", help="laptop preset: training seeds of every stage (default 0,1,2)")
+    pl.add_argument("--ablation-seeds", default="0", help="laptop preset: seeds of the two ablations (default 0)")
     pl.add_argument("--jobs", help="laptop preset: only these jobs (and what they start from), e.g. rl-s0")
     pl.add_argument("--quiet", action="store_true", help="no progress output")
     pl.set_defaults(func=_cmd_pipeline)

@@ -48,7 +48,7 @@ class Job:
     overrides: dict = field(default_factory=dict)
 
 
-def plan_jobs(seeds=(0, 1, 2), kl_betas=KL_BETAS, ablation_seeds=(0, 1, 2)) -> list[Job]:
+def plan_jobs(seeds=(0, 1, 2), kl_betas=KL_BETAS, ablation_seeds=(0,)) -> list[Job]:
     """Every job of the experiment, in the order they run (a job after the one it starts from)."""
     seeds, ablation_seeds = tuple(seeds), tuple(ablation_seeds)
     for name, xs in (("seeds", seeds), ("ablation_seeds", ablation_seeds)):
@@ -73,11 +73,12 @@ def plan_jobs(seeds=(0, 1, 2), kl_betas=KL_BETAS, ablation_seeds=(0, 1, 2)) -> l
     return jobs
 
 
-def job_config(job: Job, runs_dir, base):
-    """The :class:`dsh.train.TrainConfig` of a training job."""
+def job_config(job: Job, runs_dir, base, overrides: dict | None = None):
+    """The :class:`dsh.train.TrainConfig` of a training job (``overrides``: TrainConfig fields for every job, e.g.
+    the book's short live run)."""
     model = str(base) if job.init is None else str(Path(runs_dir) / job.init)
     return LAPTOP.train_config(job.method, model=model, output_dir=str(Path(runs_dir) / job.name), seed=job.seed,
-                               **job.overrides)
+                               **{**(overrides or {}), **job.overrides})
 
 
 def _say(progress: bool, msg: str) -> None:
@@ -97,10 +98,11 @@ def reward_curve(run: Path) -> list[dict]:
 
 
 def run_laptop(results_dir="book/results/laptop", runs_dir="runs/laptop", base=None, seeds=(0, 1, 2),
-               kl_betas=KL_BETAS, ablation_seeds=(0, 1, 2), n_per_level: int | None = None,
-               jobs: tuple | None = None, progress: bool = True) -> dict:
+               kl_betas=KL_BETAS, ablation_seeds=(0,), n_per_level: int | None = None,
+               jobs: tuple | None = None, overrides: dict | None = None, progress: bool = True) -> dict:
     """Run (or resume) every job of :func:`plan_jobs` and write ``results_dir`` (module docstring). ``jobs``:
-    only these job names (and what they start from); ``n_per_level``: questions per level (default the preset's)."""
+    only these job names (and what they start from); ``n_per_level``: questions per level (default the preset's);
+    ``overrides``: TrainConfig fields for every training job."""
     from .evaluate import evaluate
     from .laptop import SHIPPED_BASE
     from .models import resolve_model
@@ -124,7 +126,9 @@ def run_laptop(results_dir="book/results/laptop", runs_dir="runs/laptop", base=N
         plan = [j for j in plan if j.name in want]
     settings = LAPTOP.eval_settings(**({"n_per_level": v.positive_int("n_per_level", n_per_level)}
                                        if n_per_level is not None else {}))
-    cfgs = {j.name: job_config(j, runs_dir, base) for j in plan if j.method}   # validated before any work
+    if overrides is not None and not isinstance(overrides, dict):
+        raise ValueError(f"overrides must be a mapping of TrainConfig fields to values; got {overrides!r}")
+    cfgs = {j.name: job_config(j, runs_dir, base, overrides) for j in plan if j.method}   # validated before any work
     results, runs = Path(results_dir), Path(runs_dir)
     if results.resolve() == runs.resolve():
         raise ValueError("results_dir must differ from runs_dir (results are committed, runs hold weights)")

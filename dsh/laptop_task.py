@@ -7,8 +7,10 @@ Everything is written so that each generated token depends on a few nearby token
 runs, described in chapter 04's design table):
 
 - **Attempt** (pi_sample): the lean long multiplication of :mod:`dsh.traces` (``69857*8: 7*8=56, 5*8+5=45, ...
-  -> 558856``) and a final sentence that does not restate the operands (``The product is 558856.``), so the
-  parser reads the attempt's answer even when the model mis-copies an operand.
+  -> 558856``) and a final sentence that does not restate the operands (``The answer is 558856.``), so the
+  parser reads the attempt's answer even when the model mis-copies an operand. These are the base's own words:
+  a first design that wrote ``The product is N.`` after each reflective attempt lost most answers in copying
+  the number into a sentence the base had never written (chapter 04's design table).
 - **Check** (what pi_d sees): casting out nines written one digit at a time: ``69857: 6>6 9>6 8>5 5>1 7>8``
   (each pair is a digit and the running digit sum mod 9), times the multiplier mod 9 (``8*8>1``), then the
   candidate's digits subtracted from that one at a time (``558856: 1 5>5 5>0 8>1 8>2 5>6 6>0``) and the verdict
@@ -16,8 +18,9 @@ runs, described in chapter 04's design table):
   follow from the model's own computation instead of being imitated (a first format that compared two residues
   written 20 tokens apart was imitated: chapter 04's design table). Casting out nines misses errors that are
   multiples of 9 (a correct check passes them).
-- **Decision** (pi_d): ``: the check passes.`` then ``The answer is N.`` (STOP), or ``: the check fails.`` then
-  ``Let me recompute.`` and a new attempt (RESAMPLE), recognised by :mod:`dsh.parse` as the paper's marker.
+- **Decision** (pi_d): after the check question (``Check 8 * 69857 = 558856.``, as the base learned to be asked)
+  and the check, ``: the check passes.`` and the end (STOP), or ``: the check fails.`` then ``Let me
+  recompute.`` and a new attempt (RESAMPLE), recognised by :mod:`dsh.parse` as the paper's marker.
 
 The from-scratch *base* is pre-trained on two skills a pretrained LLM would bring: answering ``Calculate a * b.``
 with the attempt (no reflection, the analogue of the paper's Qwen2.5-7B-Instruct) and checking a given claim
@@ -39,7 +42,7 @@ MARKER = "Let me recompute."
 CHECK_PREFIX = "Check: "
 PASSES = ": the check passes."
 FAILS = ": the check fails."
-PRODUCT = "The product is "
+PRODUCT = "The product is "   # a token of the shipped tokenizer, unused by the traces since the design change
 ANSWER = "The answer is "
 CHECK_QUESTION = "Check {a} * {b} = {c}."
 # the fixed phrases of the traces, one token each in the tiny tokenizer (:mod:`dsh.tiny`)
@@ -141,19 +144,57 @@ def trace(p: Problem, style: str = "reflection", retry_fraction: float = 0.5, ex
     for k in range(n_wrong + 1):
         err = draw_slip(a, b, rng) if k < n_wrong else None
         body, res = attempt_text(a, b, err)
-        chk, ok = check_text(a, b, res)
-        if check == "verdict":
-            chk = "Check" + (PASSES if ok else FAILS)
-        block = f"{body}\n{PRODUCT}{res}.\n{chk}\n"
+        block, ok = attempt_block(p, body, res, check)
         if ok:
-            blocks.append(block + f"{ANSWER}{res}.")
+            blocks.append(block)
             answers.append(res)
             decisions.append("STOP")
             break
-        blocks.append(block + MARKER)
+        blocks.append(f"{block}\n{MARKER}")
         answers.append(res)
         decisions.append("RESAMPLE")
     return TaskTrace(p.question, "\n".join(blocks), tuple(answers), tuple(decisions))
+
+
+def attempt_block(p: Problem, body: str, res: int, check: str = "computed") -> tuple[str, bool]:
+    """One attempt of a reflection trace and its check, without the decision: the attempt's steps, its answer in
+    the base's own words (``The answer is N.``), the check question as the base learned it (``Check a * b =
+    N.``) and the check (``check="verdict"``: the verdict only). Returns the text and whether the check passes."""
+    chk, ok = check_text(p.a, p.b, res)
+    if check == "verdict":
+        chk = "Check" + (PASSES if ok else FAILS)
+    return f"{body}\n{ANSWER}{res}.\n{CHECK_QUESTION.format(a=p.a, b=p.b, c=res)}\n{chk}", ok
+
+
+def trace_from_attempts(p: Problem, attempts, max_attempts: int = 3, check: str = "computed") -> TaskTrace | None:
+    """A reflection trace whose attempts are given (``(body, result)`` pairs, e.g. the model's own samples): each
+    attempt is followed by the product sentence and its true check; a passing check ends the trace (STOP, even on
+    a wrong answer that casting out nines misses), a failing one is followed by the marker and the next attempt;
+    after the given attempts run out, the generator's correct attempt follows. None when the trace would need more
+    than ``max_attempts`` attempts."""
+    v.choice("check", check, CHECK_STYLES)
+    blocks, answers, decisions = [], [], []
+    queue = list(attempts)
+    for _ in range(max_attempts):
+        body, res = queue.pop(0) if queue else attempt_text(p.a, p.b)
+        block, ok = attempt_block(p, body, res, check)
+        answers.append(res)
+        if ok:
+            blocks.append(block)
+            decisions.append("STOP")
+            return TaskTrace(p.question, "\n".join(blocks), tuple(answers), tuple(decisions))
+        blocks.append(f"{block}\n{MARKER}")
+        decisions.append("RESAMPLE")
+    return None
+
+
+_OWN = re.compile(r"^(.*?)\nThe answer is (\d+)\.$", re.S)
+
+
+def split_attempt(text: str) -> tuple[str, int] | None:
+    """A no-reflection response (``<steps>\nThe answer is N.``) as ``(body, N)``; None when it is not one."""
+    m = _OWN.match(text.strip())
+    return (m.group(1), int(m.group(2))) if m and m.group(1).strip() else None
 
 
 def check_example(p: Problem, rng: random.Random, wrong_fraction: float = 0.5) -> TaskTrace:
@@ -207,7 +248,7 @@ def held_out(levels=TEST_LEVELS, n_per_level: int = 100, seed: int = 0) -> froze
     return frozenset((p.a, p.b) for p in test_questions(levels, n_per_level, seed))
 
 
-_ATTEMPT_CHECK = re.compile(r"The product is (\d+)\.\n(Check(?:: [^\n]*?)?: the check (passes|fails)\.)")
+_ATTEMPT_CHECK = re.compile(r"The answer is (\d+)\.\nCheck [^\n]*\n(Check(?:: [^\n]*?)?: the check (passes|fails)\.)")
 
 
 def check_fidelity(question_a: int, question_b: int, response: str) -> list[dict]:

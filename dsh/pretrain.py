@@ -133,10 +133,12 @@ def lr_at(step: int, total: int, cfg: PretrainConfig) -> float:
 
 
 def pretrain(model, tok, rows, out, cfg: PretrainConfig = PretrainConfig(), progress: bool = True,
-             stop_after: int | None = None) -> dict | None:
+             stop_after: int | None = None, stop_rule=None, rule_every: int = 250) -> dict | None:
     """Train ``model`` on ``rows`` (from :func:`encode` or :func:`pack`) for ``cfg.tokens`` tokens; checkpoints in
     ``out`` (resumed when present). Returns the run's statistics (steps, tokens, seconds, tokens/s, loss curve).
-    ``stop_after``: leave after that many steps of this call with the state saved, as a kill would (returns None)."""
+    ``stop_after``: leave after that many steps of this call with the state saved, as a kill would (returns None).
+    ``stop_rule(model, step) -> dict | None``: called every ``rule_every`` steps; training ends early when it
+    returns a dict (recorded as ``stopped_early``)."""
     import torch
     from tqdm.auto import tqdm
 
@@ -148,7 +150,7 @@ def pretrain(model, tok, rows, out, cfg: PretrainConfig = PretrainConfig(), prog
     total = max(1, int(cfg.tokens / mean_tokens))
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=(0.9, 0.98), weight_decay=cfg.weight_decay)
     state_path = out / "state.pt"
-    step, seen, curve, elapsed = 0, 0, [], 0.0
+    step, seen, curve, elapsed, stopped, rule_log = 0, 0, [], 0.0, None, []
     if state_path.exists():
         st = torch.load(state_path, weights_only=False)
         if st["config"] != asdict(cfg) or st["n_rows"] != len(rows):
@@ -156,6 +158,7 @@ def pretrain(model, tok, rows, out, cfg: PretrainConfig = PretrainConfig(), prog
         model.load_state_dict(st["model"])
         opt.load_state_dict(st["optimizer"])
         step, seen, curve, elapsed = st["step"], st["tokens"], st["curve"], st["seconds"]
+        rule_log = st.get("rule_log", [])
     while len(epochs) * len(epochs[0]) <= step + len(epochs[0]):   # regenerate the epochs' order up to here
         epochs.append(batches(rows, cfg.tokens_per_batch, data_rng))
     flat = [b for e in epochs for b in e]
@@ -183,11 +186,20 @@ def pretrain(model, tok, rows, out, cfg: PretrainConfig = PretrainConfig(), prog
         if step % 25 == 0 or step == total:
             curve.append((step, seen, round(ema, 5), round(time.time() - t0, 1)))
             bar.set_postfix(loss=f"{ema:.4f}", tok_s=f"{seen / (time.time() - t0):.0f}")
+        if stop_rule is not None and step % rule_every == 0 and step < total:
+            model.eval()
+            verdict = stop_rule(model, step)
+            model.train()
+            rule_log.append({"step": step, "tokens": seen, "stop": verdict is not None})
+            if verdict is not None:
+                stopped = {"step": step, "tokens": seen, **verdict}
+                break
         interrupted = stop_after is not None and step - start >= stop_after and step < total
         if (step % cfg.save_every == 0 and step < total) or interrupted:
             tmp = out / "state.pt.tmp"
             torch.save({"model": model.state_dict(), "optimizer": opt.state_dict(), "step": step, "tokens": seen,
-                        "curve": curve, "seconds": time.time() - t0, "config": asdict(cfg), "n_rows": len(rows)}, tmp)
+                        "curve": curve, "seconds": time.time() - t0, "config": asdict(cfg), "n_rows": len(rows),
+                        "rule_log": rule_log}, tmp)
             os.replace(tmp, state_path)
         if interrupted:
             bar.close()
@@ -196,6 +208,7 @@ def pretrain(model, tok, rows, out, cfg: PretrainConfig = PretrainConfig(), prog
     dt = time.time() - t0
     state_path.unlink(missing_ok=True)
     stats = {"steps": step, "tokens": seen, "seconds": round(dt, 1), "tokens_per_s": round(seen / max(dt, 1e-9)),
-             "final_loss_ema": ema, "curve": curve, "config": asdict(cfg)}
+             "final_loss_ema": ema, "curve": curve, "config": asdict(cfg), "stopped_early": stopped,
+             "rule_log": rule_log}
     (out / "train_stats.json").write_text(json.dumps(stats, indent=1) + "\n")
     return stats

@@ -47,6 +47,8 @@ class TrainConfig:
     task: str = "paper"                    # paper: dsh.traces on the paper's levels; laptop: dsh.laptop_task
                                            # (1xN ladder, computed nines check) for the tiny from-scratch models
     laptop_check: str = "computed"         # laptop reflection traces: computed checks or the verdict only
+    laptop_attempts: str = "own"           # laptop reflection traces: the starting model's own sampled attempts
+                                           # ("own") or the generator's injected slips ("injected")
     n_train: int = 20_000
     train_levels: tuple = ("4x5", "5x4")
     granularity: str = "digit"
@@ -108,6 +110,7 @@ class TrainConfig:
         v.length("seed", self.seed)
         v.choice("task", self.task, TASKS)
         v.choice("laptop_check", self.laptop_check, lt.CHECK_STYLES)
+        v.choice("laptop_attempts", self.laptop_attempts, ("own", "injected"))
         v.positive_int("n_train", self.n_train)
         self.train_levels = tuple(self.train_levels)
         if not self.train_levels:
@@ -236,10 +239,21 @@ def laptop_dataset(cfg: TrainConfig) -> list[dict]:
     if cfg.method == "grpo":
         return prompt_records(problems)
     style = cfg.dft_style if cfg.method == "dft" else STYLE_OF[cfg.method]
+    own = None
+    if style == "reflection" and cfg.laptop_attempts == "own":
+        from .laptop import own_attempts
+        from .models import resolve_model
+
+        own = own_attempts(resolve_model(cfg.model), problems, k=max(1, cfg.max_attempts - 1), seed=cfg.seed)
     out = []
     for i, p in enumerate(problems):
-        t = lt.trace(p, style, retry_fraction=cfg.retry_fraction, max_attempts=cfg.max_attempts, seed=cfg.seed + i,
-                     check=cfg.laptop_check)
+        if own is not None:
+            t = lt.trace_from_attempts(p, own[i], cfg.max_attempts, check=cfg.laptop_check)
+            if t is None:
+                continue
+        else:
+            t = lt.trace(p, style, retry_fraction=cfg.retry_fraction, max_attempts=cfg.max_attempts,
+                         seed=cfg.seed + i, check=cfg.laptop_check)
         out.append({"prompt": [{"role": "user", "content": p.question}],
                     "completion": [{"role": "assistant", "content": t.text}], "answer": str(p.answer),
                     "level": p.level})

@@ -59,7 +59,7 @@ def test_traces_parse_back_exactly(style):
 def test_check_fidelity_reads_a_wrong_verdict():
     p = Problem(8, 69857)
     wrong = lt.check_text(8, 69857, 558854)[0].replace("2!=0: the check fails.", "0=0: the check passes.")
-    resp = f"x\n{lt.PRODUCT}558854.\n{wrong}\n{lt.ANSWER}558854."
+    resp = f"x\n{lt.ANSWER}558854.\nCheck 8 * 69857 = 558854.\n{wrong}"
     (f,) = lt.check_fidelity(p.a, p.b, resp)
     assert f["verdict"] and not f["true_check"] and not f["exact"] and not f["correct"]
 

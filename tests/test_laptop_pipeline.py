@@ -1,0 +1,55 @@
+"""The laptop preset and its runner's plan: every stage x seed, both ablations, budgets that hold the traces,
+bad input refused before any work."""
+
+import random
+
+import pytest
+
+from dsh import laptop_task as lt
+from dsh import presets
+from dsh.laptop_pipeline import KL_BETAS, job_config, plan_jobs
+
+
+def test_plan_has_every_stage_for_every_seed_and_both_ablations():
+    jobs = plan_jobs(seeds=(0, 1, 2), ablation_seeds=(0,))
+    names = [j.name for j in jobs]
+    assert len(names) == len(set(names))
+    for s in (0, 1, 2):
+        for st in ("sft", "sft_reflection", "dft", "rl"):
+            assert f"{st}-s{s}" in names
+    assert {f"rl_beta{b:g}-s0" for b in KL_BETAS} <= set(names)
+    assert {"sft_verdict-s0", "rl_verdict-s0"} <= set(names)
+    pos = {n: i for i, n in enumerate(names)}
+    for j in jobs:                      # a job runs after the one it starts from
+        if j.init:
+            assert pos[j.init] < pos[j.name]
+    cfgs = {j.name: job_config(j, "runs/x", "base/") for j in jobs if j.method}
+    assert cfgs["rl-s1"].model == "runs/x/sft_reflection-s1" and cfgs["rl-s1"].seed == 1
+    assert cfgs["rl_beta0-s0"].beta == 0 and cfgs["rl-s0"].beta == presets.LAPTOP.training["grpo"]["beta"]
+    assert cfgs["sft_verdict-s0"].laptop_check == "verdict" and cfgs["sft_reflection-s0"].laptop_check == "computed"
+    assert cfgs["dft-s2"].model == "base/" and all(c.task == "laptop" for c in cfgs.values())
+
+
+def test_token_limits_hold_the_longest_traces():
+    from dsh.tiny import build_tokenizer
+
+    tok = build_tokenizer()
+    rng = random.Random(0)
+    sft = presets.LAPTOP.training["sft_reflection"]
+    ev = presets.LAPTOP.evaluation
+    grpo = presets.LAPTOP.training["grpo"]
+    for lv in ev.levels:
+        longest = max(len(tok(lt.trace(lt.draw(lv, rng), "reflection", seed=i).text)["input_ids"])
+                      for i in range(300))
+        assert longest + 1 <= ev.max_new_tokens
+        if lv in sft["train_levels"]:
+            assert longest + 20 <= sft["max_length"] and longest + 1 <= grpo["max_completion_length"]
+
+
+def test_bad_plans_are_refused():
+    with pytest.raises(ValueError, match="ablation_seeds must be a subset"):
+        plan_jobs(seeds=(0,), ablation_seeds=(1,))
+    with pytest.raises(ValueError, match="seeds must"):
+        plan_jobs(seeds=(-1,))
+    with pytest.raises(ValueError, match="kl_betas must be"):
+        plan_jobs(kl_betas=(-0.1,))
