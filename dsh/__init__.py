@@ -29,6 +29,10 @@ Modules (one concept each):
   one-line argument checks.
 - :mod:`dsh.attribution` - sampling/decision gradient attribution inside a real transformer.
 - :mod:`dsh.verl` - parquet export and reward function for verl.
+- :mod:`dsh.laptop_task` - the laptop task: 1xN multiplication, a check the model computes, base corpus, faithfulness.
+- :mod:`dsh.tiny` / :mod:`dsh.pretrain` - a tiny ``LlamaForCausalLM`` and its alphabet tokenizer; training from scratch.
+- :mod:`dsh.laptop` - the shipped base (``python -m dsh base``), its stopping rule, the model's own attempts.
+- :mod:`dsh.laptop_pipeline` / :mod:`dsh.laptop_report` - every stage, seeds and ablations on 2 CPU cores; its tables.
 """
 
 from .two_stage import accuracy_within, predicted_accuracy, simulate

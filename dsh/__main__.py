@@ -145,8 +145,9 @@ def _cmd_evaluate(args) -> int:
 
 def _cmd_pipeline(args) -> int:
     from .pipeline import run_pipeline
+    from .presets import LAPTOP
 
-    if args.preset == "laptop":
+    if args.preset == LAPTOP.name:
         return _cmd_laptop(args)
     overrides = _parse_overrides(args.set)
     eval_overrides = _parse_overrides(args.eval_set)
@@ -353,7 +354,8 @@ def build_parser() -> argparse.ArgumentParser:
     b = sub.add_parser("bench", help="dsh's generation, SFT and GRPO paths against the libraries' defaults")
     b.add_argument("--model", default=EMBEDDED, help=model_help)
     b.add_argument("--size", default="auto", help="auto (gpu on CUDA, else cpu), cpu or gpu")
-    b.add_argument("--parts", default="generation,sft,grpo", help="comma-separated: generation, sft, grpo")
+    b.add_argument("--parts", default="generation,sft,grpo,tiny",
+                   help="comma-separated: generation, sft, grpo, tiny (the laptop base)")
     b.add_argument("--out", help="write the JSON result here (e.g. book/results/bench-h100/bench.json)")
     b.add_argument("--seed", type=int, default=0)
     b.add_argument("--json", action="store_true", help="print the JSON result (the table goes to stderr)")

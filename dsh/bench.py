@@ -13,6 +13,12 @@ in one process, so that every ratio compares two numbers measured in the same ru
 - GRPO: seconds per optimizer step, split into rollout generation and update, for rollouts through
   the engine against TRL's own ``model.generate`` path, same configuration otherwise.
 
+- tiny: the laptop experiment's shipped base (``dsh/assets/laptop-base``, 0.9M parameters): training tokens/s of
+  the laptop preset's reflection SFT (TRL, batch 8), TRL's ``SFTTrainer`` defaults on the same data, and
+  ``dsh.pretrain``'s plain loop (the base's path); sampling tokens/s of the engine against ``model.generate``;
+  each with its share of the matmul peak measured in the same run (6 x parameters per trained token, 2 x
+  parameters per sampled token).
+
 Sizes follow the device (:data:`SIZES`): ``cpu`` runs in about a minute (a test runs it), ``gpu`` in
 a few minutes on one H100. The result is a JSON object with hardware, versions, commit and wall time.
 """
@@ -29,7 +35,7 @@ from . import validate as v
 from .models import EMBEDDED
 from .presets import CI, GPU_SMALL
 
-PARTS = ("generation", "sft", "grpo")
+PARTS = ("generation", "sft", "grpo", "tiny")
 
 
 @dataclass(frozen=True)
@@ -280,12 +286,85 @@ def bench_grpo(model_name: str, size: BenchSize, workdir: Path, seed: int = 0) -
     return rows
 
 
+def bench_tiny(peak_flops: float, workdir: Path, seed: int = 0, sft_steps: int = 8, prompts: int = 32,
+               max_new: int = 120) -> list:
+    """Rows of the tiny-model comparison (module docstring): training, then sampling."""
+    import torch
+
+    from .laptop import SHIPPED_BASE
+    from .models import load
+    from .presets import LAPTOP, resolve
+    from .pretrain import PretrainConfig, encode, pretrain
+    from .records import chat_prompt
+    from .train import build_dataset, train
+
+    base = str(SHIPPED_BASE)
+    m, tok = load(base)
+    n_params = sum(p.numel() for p in m.parameters())
+    rows = []
+    common = dict(model=base, n_train=8 * sft_steps, max_steps=sft_steps, seed=seed, report_to=(),
+                  save_steps=10 ** 6, logging_steps=1, laptop_attempts="injected")
+    cfgs = (("TRL SFTTrainer defaults (batch 8, lr 2e-5 linear)", resolve(
+                "sft_reflection", LAPTOP.name, output_dir=str(workdir / "tiny_default"), **common,
+                learning_rate=2e-5, lr_scheduler_type="linear", warmup_ratio=0.0, per_device_train_batch_size=8)),
+            ("dsh laptop preset (TRL, batch 8, lr 3e-4 cosine)", resolve(
+                "sft_reflection", LAPTOP.name, output_dir=str(workdir / "tiny_dsh"), **common)))
+    for label, cfg in cfgs:
+        s = train(cfg)
+        real = s["real_tokens"] or 0
+        rows.append({"part": "tiny training", "path": label, "seconds": s["wall_s"], "real_tokens": real,
+                     "tokens_per_s": real / s["wall_s"], "share_of_peak": 6 * n_params * real / s["wall_s"] / peak_flops})
+    recs = build_dataset(cfgs[1][1])
+    data = encode(tok, [(r["prompt"][0]["content"], r["completion"][0]["content"]) for r in recs])
+    per = sum(len(x) for x, _ in data) // len(data) * 8
+    t = time.perf_counter()
+    st = pretrain(m, tok, data, workdir / "tiny_loop", PretrainConfig(tokens=per * sft_steps, tokens_per_batch=per,
+                                                                      seed=seed, save_every=10 ** 6), progress=False)
+    dt = time.perf_counter() - t
+    rows.append({"part": "tiny training", "path": "dsh.pretrain loop (the base's path, ~8 traces a step)",
+                 "seconds": round(dt, 2), "real_tokens": st["tokens"], "tokens_per_s": st["tokens"] / dt,
+                 "share_of_peak": 6 * n_params * st["tokens"] / dt / peak_flops})
+    for r in rows:
+        r["ratio_to_default"] = r["tokens_per_s"] / rows[0]["tokens_per_s"]
+    m, tok = load(base)
+    m.eval()
+    from .laptop_task import test_questions
+
+    qs = [chat_prompt(tok, p.question) for p in test_questions(n_per_level=max(1, prompts // 7))][:prompts]
+    ids = [tok(q, add_special_tokens=False)["input_ids"] for q in qs]
+    from .engine import Engine
+
+    eng = Engine(m, [tok.eos_token_id], slots=len(ids), max_len=max(map(len, ids)) + max_new, bucket=32,
+                 cuda_graphs=False)
+    t = time.perf_counter()
+    gens = eng.generate(ids, max_new, temperature=1.0, seed=seed)
+    dt_e = time.perf_counter() - t
+    n_e = sum(len(g.text_tokens) for g in gens)
+    tok.padding_side = "left"
+    enc = tok(qs, return_tensors="pt", padding=True, add_special_tokens=False)
+    torch.manual_seed(seed)
+    t = time.perf_counter()
+    with torch.no_grad():
+        out = m.generate(**enc, max_new_tokens=max_new, do_sample=True, temperature=1.0, top_k=0, top_p=1.0,
+                         pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id)
+    dt_g = time.perf_counter() - t
+    new = out[:, enc["input_ids"].shape[1]:]
+    n_g = int(sum(int((row != tok.pad_token_id).sum()) - int((row == tok.eos_token_id).any()) for row in new))
+    samp = [{"part": "tiny sampling", "path": f"model.generate, batch {len(qs)}", "seconds": round(dt_g, 2),
+             "real_tokens": n_g, "tokens_per_s": n_g / dt_g, "share_of_peak": 2 * n_params * n_g / dt_g / peak_flops},
+            {"part": "tiny sampling", "path": f"dsh.engine, {len(qs)} slots", "seconds": round(dt_e, 2),
+             "real_tokens": n_e, "tokens_per_s": n_e / dt_e, "share_of_peak": 2 * n_params * n_e / dt_e / peak_flops}]
+    for r in samp:
+        r["ratio_to_default"] = r["tokens_per_s"] / samp[0]["tokens_per_s"]
+    return rows + samp
+
+
 # ------------------------------------------------------------------------------------------------
 # All of it
 # ------------------------------------------------------------------------------------------------
 def run(model: str = EMBEDDED, size: str = "auto", parts=PARTS, out: str | None = None, seed: int = 0,
         progress: bool = True) -> dict:
-    """Measure ``parts`` (generation, sft, grpo) at ``size`` (auto: gpu on CUDA, else cpu); write the
+    """Measure ``parts`` (generation, sft, grpo, tiny) at ``size`` (auto: gpu on CUDA, else cpu); write the
     JSON to ``out`` when given and return it."""
     import torch
 
@@ -324,6 +403,8 @@ def run(model: str = EMBEDDED, size: str = "auto", parts=PARTS, out: str | None 
             result["sft"] = bench_sft(loc, sz, info["matmul_peak_flops"], n_params, Path(work), seed=seed)
         if "grpo" in parts:
             result["grpo"] = bench_grpo(loc, sz, Path(work), seed=seed)
+        if "tiny" in parts:
+            result["tiny"] = bench_tiny(info["matmul_peak_flops"], Path(work), seed=seed)
     result.update(wall_s=round(time.time() - t0, 1), **provenance())
     if out is not None:
         from .files import write_text
@@ -344,6 +425,10 @@ def table(result: dict) -> list[dict]:
         rows.append({"part": "SFT", "path": r["path"], "measure": "real tokens/s (MFU)",
                      "value": r["real_tokens_per_s"], "ratio to default": r["ratio_to_default"],
                      "share of ceiling": r["mfu"]})
+    for r in result.get("tiny", []):
+        rows.append({"part": r["part"], "path": r["path"], "measure": "tokens/s (share of matmul peak)",
+                     "value": r["tokens_per_s"], "ratio to default": r["ratio_to_default"],
+                     "share of ceiling": r["share_of_peak"]})
     for r in result.get("grpo", []):
         rows.append({"part": "GRPO", "path": r["path"],
                      "measure": f"s/step (generation {r['generation_s_per_step']:.2f} s)",

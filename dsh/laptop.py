@@ -39,6 +39,7 @@ class BaseSpec:
     stop_early: bool = field(default=True, metadata={"help": "end at the first check where the base looks like the "
                                                              "paper's (see stop_rule)"})
     rule_every: int = field(default=250, metadata={"help": "steps between two checks of the stopping rule"})
+    report_n: int = field(default=100, metadata={"help": "test questions a level in the provenance's report"})
     levels: tuple = field(default=BASE_LEVELS, metadata={"help": "levels of the corpus"})
     weights: tuple = field(default=BASE_WEIGHTS, metadata={"help": "relative frequency of each level"})
 
@@ -75,7 +76,8 @@ def build_base(out, spec: BaseSpec = BaseSpec(), progress: bool = True) -> dict:
 
     prov["provenance"] = provenance()
     model.eval()
-    prov["report"] = {f"temperature {t}": base_report(model, tok, temperature=t) for t in (1.0, 0.0)}
+    prov["report"] = {f"temperature {t}": base_report(model, tok, n_per_level=spec.report_n, temperature=t)
+                      for t in (1.0, 0.0)}
     save(model, tok, out, prov)
     import shutil
 

@@ -106,7 +106,7 @@ def run_laptop(results_dir="book/results/laptop", runs_dir="runs/laptop", base=N
     from .evaluate import evaluate
     from .laptop import SHIPPED_BASE
     from .models import resolve_model
-    from .pipeline import _matches, calibrate_stage
+    from .pipeline import calibrate_stage, run_matches
     from .provenance import provenance
     from .train import train
 
@@ -142,7 +142,7 @@ def run_laptop(results_dir="book/results/laptop", runs_dir="runs/laptop", base=N
             cfg = cfgs[j.name]
             run = Path(cfg.output_dir)
             t0 = time.time()
-            if (run / "summary.json").is_file() and _matches(run, cfg):
+            if (run / "summary.json").is_file() and run_matches(run, cfg):
                 how = "reused"
             else:
                 if run.exists() and (run / "summary.json").is_file():
@@ -180,7 +180,7 @@ def run_laptop(results_dir="book/results/laptop", runs_dir="runs/laptop", base=N
         acc = out["calibration"]["all"]["overall"]["observed_accuracy"]
         _say(progress, f"evaluate {j.name}: accuracy {acc:.3f} in {timings[f'evaluate {j.name}']} s "
                        f"(elapsed {time.time() - t_start:.0f} s, load {load[-1][1]:.2f})")
-    summary = {"preset": "laptop", "base": base, "jobs": [dataclasses.asdict(j) for j in plan],
+    summary = {"preset": LAPTOP.name, "base": base, "jobs": [dataclasses.asdict(j) for j in plan],
                "eval": dataclasses.asdict(settings), "eval_seed": EVAL_SEED, "wall_s": round(time.time() - t_start, 1),
                "timings_s": timings, "load_average_1min": load, "cpu": _cpu_model(), "torch_threads": _threads(),
                **provenance()}

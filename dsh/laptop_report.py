@@ -226,3 +226,47 @@ def timings_table(res: dict) -> pd.DataFrame:
         what, job = k.split(" ", 1)
         rows.setdefault(job, {})[what] = s
     return pd.DataFrame(rows).T
+
+
+def as_pipeline_results(res: dict, seed: int = 0) -> dict:
+    """One seed of a laptop run in the shape of :func:`dsh.pipeline.load_results` (stages base, sft,
+    sft_reflection, rl, dft), so that :mod:`dsh.report`'s tables and claims read it."""
+    cal, acc = {}, {}
+    for st in TABLE1_STAGES:
+        j = res["jobs"].get("base" if st == "base" else f"{st}-s{seed}")
+        if j is None:
+            continue
+        cal[st] = j["calibration"]
+        acc[st] = {lv: {k: s[k] for k in ("n", "observed_accuracy", "ci_low", "ci_high")}
+                   for lv, s in _levels(j).items()}
+    return {"summary": {"accuracy": acc, "stages": list(cal)}, "calibration": cal}
+
+
+def headline(res: dict) -> list[str]:
+    """Plain sentences for the chapter, computed from the results (so the text follows the data whichever way it
+    falls): accuracy of each stage pooled over levels, RL's changes of p_s and p_dW, and the KL ablation's trend."""
+    out = []
+    df = long_table(res)
+
+    def pooled(stage, key, levels=lt.TEST_LEVELS):
+        d = df[(df.stage == stage) & df.level.isin(levels)]
+        return float(d[key].mean()) if len(d) else None
+
+    beyond = ("1x6", "1x7", "1x8")
+    for st in TABLE1_STAGES:
+        a, b = pooled(st, "accuracy"), pooled(st, "accuracy", beyond)
+        if a is not None:
+            out.append(f"{LABELS[st]}: mean accuracy {100 * a:.1f} % over the ladder, {100 * b:.1f} % on 1x6 ... 1x8.")
+    d = delta_table(res, [("RL minus its SFT (reflection)", "rl", "sft_reflection")])
+    if not d.empty and "Δp_s" in d:
+        out.append(f"RL minus SFT (reflection), same seed, pooled over levels: Δp_s {d['Δp_s'][0]}, "
+                   f"Δp_dC {d['Δp_dC'][0]}, Δp_dW {d['Δp_dW'][0]}, Δaccuracy {d['Δaccuracy'][0]} "
+                   f"(mean [range] over {d['seeds'][0]} seeds).")
+    kl = kl_table(res)
+    if not kl.empty and "Δp_s" in kl:
+        ps = [float(x.split(" ")[0]) for x in kl["Δp_s"]]
+        pw = [float(x.split(" ")[0]) for x in kl["Δp_dW"]]
+        out.append(f"KL ablation ({', '.join(kl.comparison)}): Δp_s {', '.join(f'{x:+.3f}' for x in ps)}; "
+                   f"Δp_dW {', '.join(f'{x:+.3f}' for x in pw)}. From the smallest to the largest beta, p_s's change "
+                   f"moves by {ps[-1] - ps[0]:+.3f} and p_dW's by {pw[-1] - pw[0]:+.3f} (one seed: no interval).")
+    return out

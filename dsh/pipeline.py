@@ -28,7 +28,8 @@ from .presets import DEFAULT, get
 from .problems import level_index
 
 
-def _matches(run: Path, cfg) -> bool:
+def run_matches(run: Path, cfg) -> bool:
+    """Whether the run directory ``run`` was trained with ``cfg`` (its output folder and resume flag aside)."""
     try:
         stored = json.loads((run / "run_config.json").read_text())["dsh"]
     except (OSError, ValueError, KeyError):
@@ -123,7 +124,7 @@ def run_pipeline(preset: str = DEFAULT, results_dir: str | None = None, runs_dir
         cfg = cfgs[st.name]
         run = Path(cfg.output_dir)
         t0 = time.time()
-        if (run / "summary.json").is_file() and _matches(run, cfg):
+        if (run / "summary.json").is_file() and run_matches(run, cfg):
             summary = json.loads((run / "summary.json").read_text())
             how = "reused"
         else:

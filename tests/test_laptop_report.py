@@ -44,6 +44,7 @@ def test_long_table_recovers_the_truth(results):
     for stage, (ps, pdc, pdw) in TRUTH.items():
         d = df[df.stage == stage]
         assert abs(d.p_s.mean() - ps) < 0.06
+        assert abs(d.p_dC.mean() - pdc) < 0.08
         if pdw > 0:
             assert abs(d.p_dW.mean() - pdw) < 0.08
     assert set(lr.table1(results).index) == {f"{lr.LABELS[s]} ({n} seed{'s' if n > 1 else ''})"

@@ -76,3 +76,48 @@ def test_bad_settings_are_one_line_errors(tmp_path):
     with pytest.raises(ValueError, match="out must be a new or empty folder"):
         build_base(tmp_path / "full")
     assert (tmp_path / "full" / "x").read_text() == "keep"
+
+
+@pytest.mark.slow
+def test_the_base_command_reproduces_a_model_bit_for_bit(tmp_path):
+    """`python -m dsh base` (dsh.laptop.build_base) on a short run, twice with the same seed: the same weights;
+    another seed: other weights."""
+    from dsh.laptop import BaseSpec, build_base
+
+    spec = BaseSpec(model=SMALL, train=PretrainConfig(tokens=15_000, tokens_per_batch=512, warmup_steps=2, seed=0),
+                    n_examples=1500, pack_length=256, stop_early=False, report_n=3)
+    import dataclasses
+
+    p1 = build_base(tmp_path / "a", spec, progress=False)
+    build_base(tmp_path / "b", spec, progress=False)
+    build_base(tmp_path / "c", dataclasses.replace(spec, train=dataclasses.replace(spec.train, seed=1)),
+               progress=False)
+    a, b, c = ((tmp_path / x / "model.safetensors").read_bytes() for x in "abc")
+    assert a == b and a != c
+    assert p1["train"]["tokens"] >= 15_000 and p1["report"]["temperature 1.0"]["accuracy"]
+    assert not (tmp_path / ".a.work").exists()
+    from dsh.models import load
+
+    m, tok = load(str(tmp_path / "a"))
+    assert tok.get_vocab() == build_tokenizer().get_vocab()
+
+
+@pytest.mark.slow
+def test_the_shipped_base_is_the_paper_shaped_base():
+    """The committed base loads as a Hugging Face model, has the tokenizer dsh builds, and its recorded test
+    accuracy has the paper's shape (>= 90 % on the easiest level, decaying, > 0 on >= 4 levels, < 50 % on >= 2);
+    a fresh evaluation of 30 questions a level agrees with the record within sampling error."""
+    import json
+
+    from dsh.laptop import SHIPPED_BASE, base_report
+    from dsh.models import load
+
+    prov = json.loads((SHIPPED_BASE / "dsh_provenance.json").read_text())
+    acc = list(prov["report"]["temperature 1.0"]["accuracy"].values())
+    assert acc[0] >= 0.9 and sum(a > 0 for a in acc) >= 4 and sum(a < 0.5 for a in acc) >= 2 and acc[0] > acc[-1]
+    m, tok = load(str(SHIPPED_BASE))
+    assert tok.get_vocab() == build_tokenizer().get_vocab()
+    fresh = base_report(m, tok, n_per_level=30, temperature=1.0, seed=3)["accuracy"]
+    for lv, a in prov["report"]["temperature 1.0"]["accuracy"].items():
+        se = max(0.05, (a * (1 - a) / 30) ** 0.5)
+        assert abs(fresh[lv] - a) < 4.5 * se, (lv, fresh[lv], a)

@@ -1,0 +1,90 @@
+"""Builds design.json, the laptop experiment's design table, from the measurement logs in logs/ (each log names
+the script and settings that produced it; the scripts are in logs/ as they were run). Run from the repository
+root: python book/results/laptop/design/make_design.py"""
+
+import json
+import re
+from pathlib import Path
+
+HERE = Path(__file__).parent
+LOGS = HERE / "logs"
+
+
+def jline(path, prefix):
+    """The JSON object on the first line of ``path`` that starts with ``prefix``."""
+    for line in (LOGS / path).read_text().splitlines():
+        if line.startswith(prefix):
+            return json.loads(line[len(prefix):].split(" eval s")[0].split(" wall ")[0].replace("'", '"'))
+    raise ValueError(f"{prefix!r} not in {path}")
+
+
+def verdicts(path, block=0):
+    """Per-level 'verdict right' of the block-th run of m3.py in a log."""
+    rows = re.findall(r"^(1x\d) verdict right ([\d.]+) exact ([\d.]+)$", (LOGS / path).read_text(), re.M)
+    rows = rows[7 * block:7 * block + 7]
+    return {lv: float(v) for lv, v, _ in rows}
+
+
+def acc(d):
+    return " / ".join(f"{d[lv]:.2f}" for lv in sorted(d))
+
+
+def rng(d):
+    xs = list(d.values())
+    return f"{min(xs):.2f}-{max(xs):.2f}"
+
+
+rows = []
+d1 = jline("d1_batch8192.log", "T 1.0 ")
+d1t = jline("d1_batch8192.log", "train ")
+d2t = jline("d2_compare_check_batch2048.log", "train ")
+d2 = jline("d2_compare_check_batch2048.log", "T 1.0 ")
+rows.append({"question": "base: optimizer steps at a fixed token budget (3M tokens)",
+             "tried": "8,192 tokens a step (368 steps) vs 2,048 (1,490 steps)",
+             "measured": f"loss {d1t['final_loss_ema']:.3f} vs {d2t['final_loss_ema']:.3f}; accuracy 1x2..1x8 at T=1: "
+                         f"{acc(d1['accuracy'])} vs {acc(d2['accuracy'])}",
+             "chosen": "2,048 tokens a step"})
+v_compare = verdicts("d2_compare_check_verdicts.log")
+v_sub0, v_sub1 = verdicts("d3_subtract_check.log", 0), verdicts("d3_subtract_check.log", 1)
+rows.append({"question": "check format: does the base compute its verdict?",
+             "tried": "two residues compared 20 tokens apart ('1=3') vs the candidate's digits subtracted from the "
+                      "product's residue one at a time, verdict on the last digit ('7!=0')",
+             "measured": f"verdict right on given claims (T=0, 40 a level): {rng(v_compare)} (chance 0.5) vs "
+                         f"{rng(v_sub0)} (T=1: {rng(v_sub1)})",
+             "chosen": "the subtraction chain (dsh.laptop_task.check_text)"})
+nll_single = re.findall(r"(\d+)-(\d+) ([\d.]+)", (LOGS / "d4_unpacked_base_reflection_sft.log").read_text().split(
+    "by position")[1])
+nll_packed = re.findall(r"(\d+)-(\d+) ([\d.]+)", (LOGS / "d5_packed_fixed768.log").read_text().split("by position")[1])
+rows.append({"question": "base rows: can the base work late in a long reflection trace?",
+             "tried": "one example a row (~30-110 tokens) vs examples packed into rows of up to 768 tokens",
+             "measured": "base's loss on reflection traces by position (nats/token): "
+                         + ", ".join(f"{a}-{b}: {x}" for a, b, x in nll_single) + " vs "
+                         + ", ".join(f"{a}-{b}: {x}" for a, b, x in nll_packed)
+                         + "; reflection SFT from the unpacked base: 1x2 accuracy 0.93 -> 0.00",
+             "chosen": "packed rows, each row's length drawn from 1..768 tokens"})
+d6 = jline("d6_packed_random_8M.log", "")["temperature 1.0"]["accuracy"] if False else json.loads(
+    (LOGS / "d6_packed_random_8M.log").read_text().splitlines()[2])["temperature 1.0"]["accuracy"]
+d7 = json.loads((LOGS / "d7_shipped_base_provenance.json").read_text())
+rows.append({"question": "base: how long to train (the paper's base decays from 74 % on 3x3 to 1 % on 3x9)",
+             "tried": "8M tokens, no stopping vs the stopping rule (dsh.laptop.stop_rule) checked every 250 steps",
+             "measured": f"8M tokens: {acc(d6)} (no decay) vs stopped at step {d7['stopped_early']['step']} "
+                         f"({d7['stopped_early']['tokens'] / 1e6:.2f}M tokens): "
+                         f"{acc(d7['report']['temperature 1.0']['accuracy'])}",
+             "chosen": "the stopping rule: the shipped base"})
+slips = (LOGS / "d8_sft_injected_slips.log").read_text()
+own = (LOGS / "d9_sft_own_attempts.log").read_text()
+a_slip = json.loads(re.search(r"## sr2.*?\naccuracy (\{.*?\})", slips, re.S).group(1))
+rows.append({"question": "reflection SFT data: whose first attempts?",
+             "tried": "the generator's injected slips in half the traces vs the base's own sampled attempts",
+             "measured": f"accuracy after SFT (1x4/1x5 data, lr 3e-4): {acc(a_slip)} (injected; the first attempt's "
+                         f"answer often lost in 'The product is N.') vs "
+                         + re.search(r"accuracy by level: (\{.*?\})", own).group(1) + " (own attempts, own words, "
+                         "dsh.pretrain's loop)",
+             "chosen": "the base's own attempts, stated as 'The answer is N.' with the base's check question"})
+rows.append({"question": "reflection SFT: which levels, what batch",
+             "tried": "1x4/1x5 data (batch 32, 125 steps) vs 1x2 ... 1x5 (batch 8, 500 steps)",
+             "measured": "1x4/1x5 only: levels not trained on fell to 0-2 % (own-loop row above); see the pipeline's "
+                         "SFT (reflection) row for 1x2 ... 1x5",
+             "chosen": "1x2 ... 1x5 in both operand orders, batch 8, lr 3e-4 cosine, one epoch of 4,000 traces"})
+(HERE / "design.json").write_text(json.dumps(rows, indent=1) + "\n")
+print(json.dumps(rows, indent=1))
