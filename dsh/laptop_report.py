@@ -5,6 +5,7 @@ faithfulness, the verdicts on claims (i)-(iii) per seed and level, and the two a
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pandas as pd
@@ -270,3 +271,62 @@ def headline(res: dict) -> list[str]:
                    f"Δp_dW {', '.join(f'{x:+.3f}' for x in pw)}. From the smallest to the largest beta, p_s's change "
                    f"moves by {ps[-1] - ps[0]:+.3f} and p_dW's by {pw[-1] - pw[0]:+.3f} (one seed: no interval).")
     return out
+
+
+def unfaithful_examples(results_dir, job: str, n: int = 3) -> list[dict]:
+    """Up to ``n`` checks from a job's generations whose verdict differs from the true check of the candidate:
+    the question, the candidate, the check the model wrote and the true one (what went wrong, to read)."""
+    import gzip
+
+    path = Path(results_dir) / "generations" / f"{job}.jsonl.gz"
+    out = []
+    with gzip.open(path, "rt") as f:
+        for line in f:
+            r = json.loads(line)
+            a, b = (int(x) for x in re.search(r"(\d+) \* (\d+)", r["question"]).groups())
+            for m in lt.ATTEMPT_CHECK.finditer(r["response"]):
+                cand = int(m.group(1))
+                true_text, true_ok = lt.check_text(a, b, cand)
+                if (m.group(3) == "passes") != true_ok:
+                    out.append({"question": r["question"], "candidate": cand, "written": m.group(2),
+                                "true": true_text})
+                    break
+            if len(out) >= n:
+                break
+    return out
+
+
+_WRITTEN = re.compile(r"Check: (\d+): [^.]*\. (\d+)\*(\d+)>(\d+)\. (\d+): ")
+
+
+def unfaithful_causes(results_dir, job: str) -> dict:
+    """Why a job's verdicts miss the true check: of the checks whose verdict differs from the true check of the
+    candidate, how many copied the candidate wrong into the check, how many copied the multiplicand wrong (and the
+    candidate right), and how many copied both right (an arithmetic slip in the chain) or do not parse."""
+    import gzip
+
+    from .arithmetic import multiplicand_multiplier
+
+    counts = {"checks": 0, "unfaithful": 0, "candidate miscopied": 0, "multiplicand miscopied": 0,
+              "copied right (arithmetic)": 0, "unreadable": 0}
+    with gzip.open(Path(results_dir) / "generations" / f"{job}.jsonl.gz", "rt") as f:
+        for line in f:
+            r = json.loads(line)
+            a, b = (int(x) for x in re.search(r"(\d+) \* (\d+)", r["question"]).groups())
+            x, _ = multiplicand_multiplier(a, b, "lean")
+            for m in lt.ATTEMPT_CHECK.finditer(r["response"]):
+                counts["checks"] += 1
+                cand = int(m.group(1))
+                if (m.group(3) == "passes") == lt.check_text(a, b, cand)[1]:
+                    continue
+                counts["unfaithful"] += 1
+                w = _WRITTEN.match(m.group(2))
+                if not w:
+                    counts["unreadable"] += 1
+                elif int(w.group(5)) != cand:
+                    counts["candidate miscopied"] += 1
+                elif int(w.group(1)) != x:
+                    counts["multiplicand miscopied"] += 1
+                else:
+                    counts["copied right (arithmetic)"] += 1
+    return counts

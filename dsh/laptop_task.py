@@ -248,14 +248,14 @@ def held_out(levels=TEST_LEVELS, n_per_level: int = 100, seed: int = 0) -> froze
     return frozenset((p.a, p.b) for p in test_questions(levels, n_per_level, seed))
 
 
-_ATTEMPT_CHECK = re.compile(r"The answer is (\d+)\.\nCheck [^\n]*\n(Check(?:: [^\n]*?)?: the check (passes|fails)\.)")
+ATTEMPT_CHECK = re.compile(r"The answer is (\d+)\.\nCheck [^\n]*\n(Check(?:: [^\n]*?)?: the check (passes|fails)\.)")
 
 
 def check_fidelity(question_a: int, question_b: int, response: str) -> list[dict]:
     """Every (product sentence, check) pair in a response: the candidate, the model's verdict, the true check's
     verdict on that candidate and whether the check line is exactly the true one."""
     out = []
-    for m in _ATTEMPT_CHECK.finditer(response):
+    for m in ATTEMPT_CHECK.finditer(response):
         cand = int(m.group(1))
         true_text, true_ok = check_text(question_a, question_b, cand)
         out.append({"candidate": cand, "verdict": m.group(3) == "passes", "true_check": true_ok,

@@ -25,10 +25,10 @@ def results(tmp_path_factory):
     for k, j in enumerate(jobs):
         recs = []
         for i, lv in enumerate(lt.TEST_LEVELS):
-            recs += synthetic_records(*TRUTH[j.stage], n=150, level=lv, seed=1000 * k + i, marker=lt.MARKER)
+            recs += synthetic_records(*TRUTH[j.stage], n=120, level=lv, seed=1000 * k + i, marker=lt.MARKER)
         out = {"job": {"name": j.name, "stage": j.stage, "method": j.method, "seed": j.seed, "init": j.init,
                        "overrides": j.overrides},
-               "calibration": calibrate_stage(recs, n_bootstrap=20), "laptop_faithfulness": lt.faithfulness(recs),
+               "calibration": calibrate_stage(recs, n_bootstrap=10), "laptop_faithfulness": lt.faithfulness(recs),
                "reward_curve": [{"step": 1, "reward": 0.5, "frac_reward_zero_std": 0.2, "kl": 0.01 * k}]
                if j.method == "grpo" else None}
         (root / f"{j.name}.json").write_text(json.dumps(out))
@@ -77,3 +77,40 @@ def test_claims_faithfulness_timings_and_figures(results):
 def test_load_refuses_a_folder_that_is_not_a_laptop_run(tmp_path):
     with pytest.raises(ValueError, match="results_dir must be a folder written by"):
         lr.load(tmp_path)
+
+
+def test_unfaithful_causes_sorts_the_misses(tmp_path):
+    import gzip
+
+    from dsh.problems import Problem
+
+    p = Problem(8, 69857)
+    body, res = lt.attempt_text(8, 69857)
+    good, _ = lt.attempt_block(p, body, res)
+    wrong_cand = good.replace("558856: 1 5>5 5>0 8>1 8>2 5>6 6>0. 0=0: the check passes.",
+                              "558854: 1 5>5 5>0 8>1 8>2 5>6 4>2. 2!=0: the check fails.")
+    wrong_mult = good.replace("Check: 69857: 6>6 9>6 8>5 5>1 7>8. 8*8>1. 558856: 1 ",
+                              "Check: 69858: 6>6 9>6 8>5 5>1 8>0. 0*8>0. 558856: 0 ").replace(
+        "5>6 6>0. 0=0: the check passes.", "5>6 6>0. 0=0: the check fails.")
+    slip = good.replace("5>6 6>0. 0=0: the check passes.", "5>6 6>1. 1!=0: the check fails.")
+    rows = [{"question": p.question, "response": t, "level": "1x5"} for t in (good, wrong_cand, wrong_mult, slip)]
+    (tmp_path / "generations").mkdir()
+    with gzip.open(tmp_path / "generations" / "j.jsonl.gz", "wt") as f:
+        f.write("\n".join(json.dumps(r) for r in rows) + "\n")
+    c = lr.unfaithful_causes(tmp_path, "j")
+    assert c == {"checks": 4, "unfaithful": 3, "candidate miscopied": 1, "multiplicand miscopied": 1,
+                 "copied right (arithmetic)": 1, "unreadable": 0}
+    ex = lr.unfaithful_examples(tmp_path, "j", n=5)
+    assert len(ex) == 3 and ex[0]["candidate"] == res and "558854" in ex[0]["written"]
+
+
+def test_as_pipeline_results_feeds_the_paper_tables(results):
+    from dsh import report
+
+    live = lr.as_pipeline_results(results, seed=1)
+    assert set(live["calibration"]) == {"base", "sft", "sft_reflection", "rl", "dft"}
+    t = report.table1(live)
+    assert len(t) == 5 and list(t.columns) == list(lt.TEST_LEVELS)
+    lines = lr.headline(results)
+    assert any(x.startswith("RL minus SFT (reflection)") for x in lines)
+    assert any(x.startswith("KL ablation (beta = 0, beta = 0.01, beta = 0.1)") for x in lines)

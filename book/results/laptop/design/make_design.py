@@ -81,10 +81,21 @@ rows.append({"question": "reflection SFT data: whose first attempts?",
                          + re.search(r"accuracy by level: (\{.*?\})", own).group(1) + " (own attempts, own words, "
                          "dsh.pretrain's loop)",
              "chosen": "the base's own attempts, stated as 'The answer is N.' with the base's check question"})
+d10 = (LOGS / "d10_sft_levels_1x2_1x5.log").read_text()
+a10 = {m.group(1): float(m.group(2)) for m in re.finditer(r"^(1x\d) \{'observed_accuracy': ([\d.]+)", d10, re.M)}
+f10 = re.search(r"^overall (\{.*\})$", d10, re.M).group(1)
 rows.append({"question": "reflection SFT: which levels, what batch",
-             "tried": "1x4/1x5 data (batch 32, 125 steps) vs 1x2 ... 1x5 (batch 8, 500 steps)",
-             "measured": "1x4/1x5 only: levels not trained on fell to 0-2 % (own-loop row above); see the pipeline's "
-                         "SFT (reflection) row for 1x2 ... 1x5",
+             "tried": "1x4/1x5 data (TRL batch 32, 125 steps) vs 1x2 ... 1x5 in both orders (batch 8, 500 steps)",
+             "measured": f"1x4/1x5 only: the levels not trained on fell to 0-2 % (rows above); 1x2 ... 1x5: accuracy "
+                         f"{acc(a10)}; decision faithfulness {f10}",
              "chosen": "1x2 ... 1x5 in both operand orders, batch 8, lr 3e-4 cosine, one epoch of 4,000 traces"})
+g = [line.split() for line in (LOGS / "d11_grpo_64_completions.log").read_text().splitlines()[1:]]
+rows.append({"question": "GRPO: rollouts per step within the hour's budget",
+             "tried": "8 prompts x 8 completions a step (64) vs 4 x 8 (32)",
+             "measured": f"64 a step: {len(g)} steps in 110 s (~12 s a step, rollouts clipped at 640 tokens "
+                         f"{min(float(x[5]) for x in g):.0%}-{max(float(x[5]) for x in g):.0%}), zero-variance groups "
+                         f"{float(g[0][2]):.2f} at step 1, mean reward {float(g[0][1]):.2f} -> {float(g[-1][1]):.2f}",
+             "chosen": "32 completions a step, 30 steps, lr 5e-5 constant (7 GRPO runs must fit the hour with the "
+                       "rest); the pipeline's reward curves show what it gave"})
 (HERE / "design.json").write_text(json.dumps(rows, indent=1) + "\n")
 print(json.dumps(rows, indent=1))
