@@ -439,10 +439,10 @@ def table(result: dict) -> list[dict]:
 
 def format_table(result: dict) -> str:
     rows = table(result)
-    head = f"{'part':<11}{'path':<70}{'measure':<34}{'value':>11}{'x default':>10}{'ceiling':>9}"
+    head = f"{'part':<15}{'path':<70}{'measure':<34}{'value':>11}{'x default':>10}{'ceiling':>9}"
     lines = [f"dsh bench ({result['size']}, {result['hardware'].get('gpu', 'cpu')}, {result['wall_s']} s)", head]
     for r in rows:
         share = "" if r["share of ceiling"] is None else f"{100 * r['share of ceiling']:.1f}%"
-        lines.append(f"{r['part']:<11}{r['path'][:69]:<70}{r['measure'][:33]:<34}{r['value']:>11.1f}"
+        lines.append(f"{r['part']:<15}{r['path'][:69]:<70}{r['measure'][:33]:<34}{r['value']:>11.1f}"
                      f"{r['ratio to default']:>9.2f}x{share:>9}")
     return "\n".join(lines)
