@@ -135,6 +135,7 @@ def run_laptop(results_dir="book/results/laptop", runs_dir="runs/laptop", base=N
     (results / "generations").mkdir(parents=True, exist_ok=True)
     (runs / "generations").mkdir(parents=True, exist_ok=True)
     t_start = time.time()
+    prov = provenance()              # the commit and versions the run starts from
     timings, load = {}, [(0.0, os.getloadavg()[0])]
     for j in plan:
         model = base
@@ -183,7 +184,7 @@ def run_laptop(results_dir="book/results/laptop", runs_dir="runs/laptop", base=N
     summary = {"preset": LAPTOP.name, "base": base, "jobs": [dataclasses.asdict(j) for j in plan],
                "eval": dataclasses.asdict(settings), "eval_seed": EVAL_SEED, "wall_s": round(time.time() - t_start, 1),
                "timings_s": timings, "load_average_1min": load, "cpu": _cpu_model(), "torch_threads": _threads(),
-               **provenance()}
+               **prov, "finished": time.strftime("%Y-%m-%d %H:%M:%S")}
     write_text(results / "summary.json", json.dumps(summary, indent=1, default=str))
     _say(progress, f"done in {summary['wall_s']} s: {results}")
     return summary
