@@ -73,6 +73,23 @@ def plan_jobs(seeds=(0, 1, 2), kl_betas=KL_BETAS, ablation_seeds=(0,)) -> list[J
     return jobs
 
 
+def select_jobs(plan: list[Job], names=None) -> list[Job]:
+    """The jobs of ``plan`` named in ``names`` (None: all), every job they start from, and the base (every run
+    evaluates the base it starts from), in the plan's order."""
+    if names is None:
+        return list(plan)
+    by_name = {j.name: j for j in plan}
+    want = {"base"}
+    for name in names:
+        v.choice("jobs[i]", name, list(by_name))
+        j = by_name[name]
+        want.add(j.name)
+        while j.init:
+            j = by_name[j.init]
+            want.add(j.name)
+    return [j for j in plan if j.name in want]
+
+
 def job_config(job: Job, runs_dir, base, overrides: dict | None = None):
     """The :class:`dsh.train.TrainConfig` of a training job (``overrides``: TrainConfig fields for every job, e.g.
     the book's short live run)."""
@@ -112,18 +129,7 @@ def run_laptop(results_dir="book/results/laptop", runs_dir="runs/laptop", base=N
 
     base = str(base or SHIPPED_BASE)
     resolve_model(base)
-    plan = plan_jobs(seeds, kl_betas, ablation_seeds)
-    by_name = {j.name: j for j in plan}
-    if jobs is not None:
-        want = set()
-        for name in jobs:
-            v.choice("jobs[i]", name, list(by_name))
-            j = by_name[name]
-            want.add(j.name)
-            while j.init:
-                j = by_name[j.init]
-                want.add(j.name)
-        plan = [j for j in plan if j.name in want]
+    plan = select_jobs(plan_jobs(seeds, kl_betas, ablation_seeds), jobs)
     settings = LAPTOP.eval_settings(**({"n_per_level": v.positive_int("n_per_level", n_per_level)}
                                        if n_per_level is not None else {}))
     if overrides is not None and not isinstance(overrides, dict):

@@ -53,3 +53,15 @@ def test_bad_plans_are_refused():
         plan_jobs(seeds=(-1,))
     with pytest.raises(ValueError, match="kl_betas must be"):
         plan_jobs(kl_betas=(-0.1,))
+
+
+def test_a_chosen_job_brings_what_it_starts_from_and_the_base():
+    from dsh.laptop_pipeline import select_jobs
+
+    plan = plan_jobs((0, 1), ablation_seeds=(0,))
+    assert [j.name for j in select_jobs(plan, ("rl-s1",))] == ["base", "sft_reflection-s1", "rl-s1"]
+    assert [j.name for j in select_jobs(plan, ("rl_verdict-s0", "sft-s0"))] == \
+        ["base", "sft-s0", "sft_verdict-s0", "rl_verdict-s0"]
+    assert select_jobs(plan) == plan
+    with pytest.raises(ValueError, match="jobs\\[i\\] must be one of"):
+        select_jobs(plan, ("rl-s7",))
