@@ -263,7 +263,7 @@ PAPER = Preset(
 # 2-core machine (chapter 04's design table); token limits cover the longest trace of each ladder (a test checks).
 LAPTOP_LEVELS = ("1x2", "2x1", "1x3", "3x1", "1x4", "4x1", "1x5", "5x1")
 LAPTOP_EVAL_LEVELS = ("1x2", "1x3", "1x4", "1x5", "1x6", "1x7", "1x8")
-_LAPTOP_SFT = dict(task="laptop", train_levels=LAPTOP_LEVELS, n_train=4000, max_length=1024, max_attempts=3,
+_LAPTOP_SFT = dict(task="laptop_task", train_levels=LAPTOP_LEVELS, n_train=4000, max_length=1024, max_attempts=3,
                    retry_fraction=0.5, per_device_train_batch_size=8, learning_rate=3e-4,
                    lr_scheduler_type="cosine", warmup_ratio=0.05, num_train_epochs=1.0, weight_decay=0.0,
                    save_steps=50, logging_steps=5, report_to=(), bf16=False)
@@ -272,7 +272,7 @@ LAPTOP = Preset(
     name="laptop", about="tiny transformers trained from scratch on 2 CPU cores: every stage, several seeds",
     training={
         "sft": dict(_LAPTOP_SFT), "sft_reflection": dict(_LAPTOP_SFT), "dft": dict(_LAPTOP_SFT),
-        "grpo": dict(task="laptop", train_levels=LAPTOP_LEVELS, n_train=1000, max_steps=30,
+        "grpo": dict(task="laptop_task", train_levels=LAPTOP_LEVELS, n_train=1000, max_steps=30,
                      per_device_train_batch_size=32, num_generations=8, max_completion_length=640,
                      learning_rate=5e-5, lr_scheduler_type="constant", weight_decay=0.0, beta=0.001, epsilon=0.2,
                      loss_type="dapo", temperature=1.0, save_steps=25, logging_steps=1, report_to=(), bf16=False,

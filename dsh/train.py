@@ -31,7 +31,7 @@ from .records import prompt_records, sft_records
 from .traces import GRANULARITIES, TraceConfig
 
 METHODS = ("sft", "sft_reflection", "dft", "grpo")
-TASKS = ("paper", "laptop")
+TASKS = ("traces", "laptop_task")   # the module that writes the data: dsh.traces or dsh.laptop_task
 STYLE_OF = {"sft": "no_reflection", "sft_reflection": "reflection", "dft": "reflection"}
 
 
@@ -44,7 +44,7 @@ class TrainConfig:
     output_dir: str = "runs/run"
     seed: int = 0
     # data
-    task: str = "paper"                    # paper: dsh.traces on the paper's levels; laptop: dsh.laptop_task
+    task: str = "traces"                   # traces: dsh.traces on the paper's levels; laptop_task: dsh.laptop_task
                                            # (1xN ladder, computed nines check) for the tiny from-scratch models
     laptop_check: str = "computed"         # laptop reflection traces: computed checks or the verdict only
     laptop_attempts: str = "own"           # laptop reflection traces: the starting model's own sampled attempts
@@ -213,7 +213,7 @@ def to_trl_config(cfg: TrainConfig):
 def build_dataset(cfg: TrainConfig) -> list[dict]:
     """Training records for the method (the paper's 20,000 problems by default; test problems of
     3x3 ... 3x9 are held out)."""
-    if cfg.task == "laptop":
+    if cfg.task == "laptop_task":
         return laptop_dataset(cfg)
     problems = make_splits(n_train=cfg.n_train, train_levels=cfg.train_levels, n_test=100, seed=cfg.seed)["train"]
     if cfg.method == "grpo":

@@ -27,7 +27,7 @@ def test_plan_has_every_stage_for_every_seed_and_both_ablations():
     assert cfgs["rl-s1"].model == "runs/x/sft_reflection-s1" and cfgs["rl-s1"].seed == 1
     assert cfgs["rl_beta0-s0"].beta == 0 and cfgs["rl-s0"].beta == presets.LAPTOP.training["grpo"]["beta"]
     assert cfgs["sft_verdict-s0"].laptop_check == "verdict" and cfgs["sft_reflection-s0"].laptop_check == "computed"
-    assert cfgs["dft-s2"].model == "base/" and all(c.task == "laptop" for c in cfgs.values())
+    assert cfgs["dft-s2"].model == "base/" and all(c.task == "laptop_task" for c in cfgs.values())
 
 
 def test_token_limits_hold_the_longest_traces():
