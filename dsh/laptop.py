@@ -162,7 +162,3 @@ def base_report(model, tok, n_per_level: int = 100, temperature: float = 1.0, se
         verdict.setdefault(p.level, []).append(t.strip().endswith(lt.PASSES) == (c.decisions[0] == "STOP"))
     share = lambda d: {k: sum(x) / len(x) for k, x in d.items()}  # noqa: E731
     return {"accuracy": share(acc), "check_exact": share(right), "check_verdict": share(verdict)}
-
-
-def _json(x):
-    return json.dumps(x, indent=1, default=str)

@@ -273,24 +273,30 @@ def headline(res: dict) -> list[str]:
     return out
 
 
-def unfaithful_examples(results_dir, job: str, n: int = 3) -> list[dict]:
-    """Up to ``n`` checks from a job's generations whose verdict differs from the true check of the candidate:
-    the question, the candidate, the check the model wrote and the true one (what went wrong, to read)."""
+def _checks(results_dir, job: str):
+    """(response index, question, multiplicand, check) for every check in a job's generations
+    (:func:`dsh.laptop_task.check_fidelity`)."""
     import gzip
 
-    path = Path(results_dir) / "generations" / f"{job}.jsonl.gz"
-    out = []
-    with gzip.open(path, "rt") as f:
-        for line in f:
+    from .arithmetic import multiplicand_multiplier
+    from .parse import operands
+
+    with gzip.open(Path(results_dir) / "generations" / f"{job}.jsonl.gz", "rt") as f:
+        for i, line in enumerate(f):
             r = json.loads(line)
-            a, b = (int(x) for x in re.search(r"(\d+) \* (\d+)", r["question"]).groups())
-            for m in lt.ATTEMPT_CHECK.finditer(r["response"]):
-                cand = int(m.group(1))
-                true_text, true_ok = lt.check_text(a, b, cand)
-                if (m.group(3) == "passes") != true_ok:
-                    out.append({"question": r["question"], "candidate": cand, "written": m.group(2),
-                                "true": true_text})
-                    break
+            a, b = operands(r["question"])
+            for c in lt.check_fidelity(a, b, r["response"]):
+                yield i, r["question"], multiplicand_multiplier(a, b, "lean")[0], c
+
+
+def unfaithful_examples(results_dir, job: str, n: int = 3) -> list[dict]:
+    """Up to ``n`` checks from a job's generations whose verdict differs from the true check of the candidate
+    (the first of each response): the question, the candidate, the check the model wrote and the true one."""
+    out, last = [], None
+    for i, q, _, c in _checks(results_dir, job):
+        if c["verdict"] != c["true_check"] and i != last:
+            out.append({"question": q, "candidate": c["candidate"], "written": c["written"], "true": c["true_text"]})
+            last = i
             if len(out) >= n:
                 break
     return out
@@ -303,30 +309,20 @@ def unfaithful_causes(results_dir, job: str) -> dict:
     """Why a job's verdicts miss the true check: of the checks whose verdict differs from the true check of the
     candidate, how many copied the candidate wrong into the check, how many copied the multiplicand wrong (and the
     candidate right), and how many copied both right (an arithmetic slip in the chain) or do not parse."""
-    import gzip
-
-    from .arithmetic import multiplicand_multiplier
-
     counts = {"checks": 0, "unfaithful": 0, "candidate miscopied": 0, "multiplicand miscopied": 0,
               "copied right (arithmetic)": 0, "unreadable": 0}
-    with gzip.open(Path(results_dir) / "generations" / f"{job}.jsonl.gz", "rt") as f:
-        for line in f:
-            r = json.loads(line)
-            a, b = (int(x) for x in re.search(r"(\d+) \* (\d+)", r["question"]).groups())
-            x, _ = multiplicand_multiplier(a, b, "lean")
-            for m in lt.ATTEMPT_CHECK.finditer(r["response"]):
-                counts["checks"] += 1
-                cand = int(m.group(1))
-                if (m.group(3) == "passes") == lt.check_text(a, b, cand)[1]:
-                    continue
-                counts["unfaithful"] += 1
-                w = _WRITTEN.match(m.group(2))
-                if not w:
-                    counts["unreadable"] += 1
-                elif int(w.group(5)) != cand:
-                    counts["candidate miscopied"] += 1
-                elif int(w.group(1)) != x:
-                    counts["multiplicand miscopied"] += 1
-                else:
-                    counts["copied right (arithmetic)"] += 1
+    for _, _, x, c in _checks(results_dir, job):
+        counts["checks"] += 1
+        if c["verdict"] == c["true_check"]:
+            continue
+        counts["unfaithful"] += 1
+        w = _WRITTEN.match(c["written"])
+        if not w:
+            counts["unreadable"] += 1
+        elif int(w.group(5)) != c["candidate"]:
+            counts["candidate miscopied"] += 1
+        elif int(w.group(1)) != x:
+            counts["multiplicand miscopied"] += 1
+        else:
+            counts["copied right (arithmetic)"] += 1
     return counts

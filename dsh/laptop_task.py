@@ -48,9 +48,9 @@ CHECK_QUESTION = "Check {a} * {b} = {c}."
 # the fixed phrases of the traces, one token each in the tiny tokenizer (:mod:`dsh.tiny`)
 PHRASES = (CHECK_PREFIX, PASSES, FAILS, PRODUCT, ANSWER, MARKER, "Calculate ", " Think step by step.", "Check ",
            ", ", " -> ", " shift ")
-# the ladder: levels "1xN"; fine-tuning trains on the middle, the test ladder runs beyond it
+# the ladder: levels "1xN"; fine-tuning trains on 1x2 ... 1x5 in both operand orders, the test ladder runs beyond
 TEST_LEVELS = ("1x2", "1x3", "1x4", "1x5", "1x6", "1x7", "1x8")
-TRAIN_LEVELS = ("1x4", "4x1", "1x5", "5x1")
+TRAIN_LEVELS = ("1x2", "2x1", "1x3", "3x1", "1x4", "4x1", "1x5", "5x1")
 STYLES = ("no_reflection", "reflection")
 # how a reflection trace checks: "computed" writes the check out (the verdict follows from it); "verdict" writes
 # only the verdict (truthful in the data, but the model sees no computation to base it on: the imitated control)
@@ -91,10 +91,6 @@ def attempt_text(a: int, b: int, error: dict | None = None) -> tuple[str, int]:
     return render_attempt(x, y, att, "lean"), att.result
 
 
-def nines_detects(a: int, b: int, wrong: int) -> bool:
-    return (wrong - a * b) % 9 != 0
-
-
 def draw_slip(a: int, b: int, rng: random.Random) -> dict | None:
     """A realistic slip (wrong digit, dropped carry) that changes the product and that casting out nines detects;
     None when there is none (e.g. a multiplier of 1)."""
@@ -115,10 +111,6 @@ class TaskTrace:
     decisions: tuple[str, ...]
 
 
-def question(p: Problem) -> str:
-    return p.question
-
-
 def trace(p: Problem, style: str = "reflection", retry_fraction: float = 0.5, extra_error_rate: float = 0.3,
           max_attempts: int = 3, seed: int = 0, check: str = "computed") -> TaskTrace:
     """One SFT trace of ``p``. ``no_reflection``: the attempt and ``The answer is N.``; ``reflection``: attempts
@@ -131,29 +123,18 @@ def trace(p: Problem, style: str = "reflection", retry_fraction: float = 0.5, ex
     v.probability("extra_error_rate", extra_error_rate)
     v.positive_int("max_attempts", max_attempts)
     rng = random.Random(f"{seed}-{p.a}-{p.b}-{style}")
-    a, b = p.a, p.b
     if style == "no_reflection":
-        body, res = attempt_text(a, b)
+        body, res = attempt_text(p.a, p.b)
         return TaskTrace(p.question, f"{body}\n{ANSWER}{res}.", (res,), ("STOP",))
     n_wrong = 0
     if max_attempts > 1 and rng.random() < retry_fraction:
         n_wrong = 1
         while n_wrong < max_attempts - 1 and rng.random() < extra_error_rate:
             n_wrong += 1
-    blocks, answers, decisions = [], [], []
-    for k in range(n_wrong + 1):
-        err = draw_slip(a, b, rng) if k < n_wrong else None
-        body, res = attempt_text(a, b, err)
-        block, ok = attempt_block(p, body, res, check)
-        if ok:
-            blocks.append(block)
-            answers.append(res)
-            decisions.append("STOP")
-            break
-        blocks.append(f"{block}\n{MARKER}")
-        answers.append(res)
-        decisions.append("RESAMPLE")
-    return TaskTrace(p.question, "\n".join(blocks), tuple(answers), tuple(decisions))
+    # the slipped attempts fail their check (draw_slip draws only slips the check detects; None: no slip exists,
+    # a correct attempt that ends the trace); the generator's correct attempt follows them
+    slipped = [attempt_text(p.a, p.b, draw_slip(p.a, p.b, rng)) for _ in range(n_wrong)]
+    return trace_from_attempts(p, slipped, max_attempts, check)
 
 
 def attempt_block(p: Problem, body: str, res: int, check: str = "computed") -> tuple[str, bool]:
@@ -248,18 +229,20 @@ def held_out(levels=TEST_LEVELS, n_per_level: int = 100, seed: int = 0) -> froze
     return frozenset((p.a, p.b) for p in test_questions(levels, n_per_level, seed))
 
 
-ATTEMPT_CHECK = re.compile(r"The answer is (\d+)\.\nCheck [^\n]*\n(Check(?:: [^\n]*?)?: the check (passes|fails)\.)")
+_ATTEMPT_CHECK = re.compile(r"The answer is (\d+)\.\nCheck [^\n]*\n(Check(?:: [^\n]*?)?: the check (passes|fails)\.)")
 
 
 def check_fidelity(question_a: int, question_b: int, response: str) -> list[dict]:
-    """Every (product sentence, check) pair in a response: the candidate, the model's verdict, the true check's
-    verdict on that candidate and whether the check line is exactly the true one."""
+    """Every (answer sentence, check) pair in a response: the candidate, the model's verdict, the true check's
+    verdict on that candidate, whether the answer is right, the check line written and the true one, and whether
+    they are the same (``exact``)."""
     out = []
-    for m in ATTEMPT_CHECK.finditer(response):
+    for m in _ATTEMPT_CHECK.finditer(response):
         cand = int(m.group(1))
         true_text, true_ok = check_text(question_a, question_b, cand)
         out.append({"candidate": cand, "verdict": m.group(3) == "passes", "true_check": true_ok,
-                    "correct": cand == question_a * question_b, "exact": m.group(2) == true_text})
+                    "correct": cand == question_a * question_b, "exact": m.group(2) == true_text,
+                    "written": m.group(2), "true_text": true_text})
     return out
 
 
@@ -269,12 +252,11 @@ def faithfulness(records) -> dict:
     true check of that candidate (``verdict_follows_check``), whose check line is exactly right (``check_exact``),
     whose verdict is right about correctness (``verdict_right``), and the share of attempts after a "fails"
     verdict that go on with the marker (``resample_after_fail``)."""
-    from .parse import parse_response
+    from .parse import operands, parse_response
 
     by: dict = {}
     for r in records:
-        m = re.search(r"(\d+) \* (\d+)", r["question"])
-        a, b = int(m.group(1)), int(m.group(2))
+        a, b = operands(r["question"])
         fid = check_fidelity(a, b, r["response"])
         parsed = parse_response(r["response"], a, b)
         for lv in (r.get("level", "all"), "overall"):

@@ -20,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 
+from . import laptop_task
 from . import validate as v
 from .budgets import TraceSpec
 from .evaluate import MAX_RESPONSE_TOKENS, EvalSettings
@@ -261,8 +262,8 @@ PAPER = Preset(
 # (fine-tuning on 1x4/1x5 alone erased the other levels: chapter 04's design table), evaluation on the 1x2 ... 1x8
 # ladder, 1x6 ... 1x8 beyond the fine-tuning data. Every value was chosen from measurements on the
 # 2-core machine (chapter 04's design table); token limits cover the longest trace of each ladder (a test checks).
-LAPTOP_LEVELS = ("1x2", "2x1", "1x3", "3x1", "1x4", "4x1", "1x5", "5x1")
-LAPTOP_EVAL_LEVELS = ("1x2", "1x3", "1x4", "1x5", "1x6", "1x7", "1x8")
+LAPTOP_LEVELS = laptop_task.TRAIN_LEVELS
+LAPTOP_EVAL_LEVELS = laptop_task.TEST_LEVELS
 _LAPTOP_SFT = dict(task="laptop_task", train_levels=LAPTOP_LEVELS, n_train=4000, max_length=1024, max_attempts=3,
                    retry_fraction=0.5, per_device_train_batch_size=8, learning_rate=3e-4,
                    lr_scheduler_type="cosine", warmup_ratio=0.05, num_train_epochs=1.0, weight_decay=0.0,

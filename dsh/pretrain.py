@@ -145,8 +145,8 @@ def pretrain(model, tok, rows, out, cfg: PretrainConfig = PretrainConfig(), prog
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     data_rng = random.Random(f"pretrain-{cfg.seed}")
-    epochs = [batches(rows, cfg.tokens_per_batch, data_rng)]
-    mean_tokens = sum(sum(len(rows[i][0]) for i in b) for b in epochs[0]) / len(epochs[0])
+    flat = batches(rows, cfg.tokens_per_batch, data_rng)     # epochs of batches, drawn in turn as training needs them
+    mean_tokens = sum(sum(len(rows[i][0]) for i in b) for b in flat) / len(flat)
     total = max(1, int(cfg.tokens / mean_tokens))
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=(0.9, 0.98), weight_decay=cfg.weight_decay)
     state_path = out / "state.pt"
@@ -159,9 +159,6 @@ def pretrain(model, tok, rows, out, cfg: PretrainConfig = PretrainConfig(), prog
         opt.load_state_dict(st["optimizer"])
         step, seen, curve, elapsed = st["step"], st["tokens"], st["curve"], st["seconds"]
         rule_log = st.get("rule_log", [])
-    while len(epochs) * len(epochs[0]) <= step + len(epochs[0]):   # regenerate the epochs' order up to here
-        epochs.append(batches(rows, cfg.tokens_per_batch, data_rng))
-    flat = [b for e in epochs for b in e]
     model.train()
     start = step
     t0 = time.time() - elapsed
