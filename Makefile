@@ -57,7 +57,7 @@ browser: $(STAMP) $(CHROMIUM)
 test: $(STAMP)
 	@echo "== the tests and the strict book build, side by side =="
 	@mkdir -p _build
-	$(PY) -c "from dsh.models import embedded_model_dir; print(embedded_model_dir())"
+	$(PY) -c "from dsh.llm.models import embedded_model_dir; print(embedded_model_dir())"
 	rm -rf _build/html _build/.doctrees _build/jupyter_execute _build/.jupyter_cache _build/screenshots
 	@PATH="$(abspath $(VENV))/bin:$$PATH" MPLBACKEND=Agg OMP_NUM_THREADS=1 $(PY) -m pytest -q > _build/pytest.log 2>&1 & tests=$$!; \
 	book=0; OMP_NUM_THREADS=1 $(MAKE) --no-print-directory book || book=$$?; \
@@ -81,4 +81,4 @@ clean:
 
 # the whole gpu-small experiment on a GPU host (system python3 with torch + CUDA; no venv, no network)
 gpu-small:
-	python3 -m dsh.gpu_small --bundle $(BUNDLE) $(if $(RESULTS),--results $(RESULTS))
+	python3 -m dsh.experiment.gpu_small --bundle $(BUNDLE) $(if $(RESULTS),--results $(RESULTS))

@@ -10,7 +10,7 @@ from . import __version__
 
 
 def _cmd_accuracy(args) -> int:
-    from .two_stage import predicted_accuracy
+    from .theory.two_stage import predicted_accuracy
 
     acc = predicted_accuracy(args.p_s, args.p_dC, args.p_dW)
     if args.json:
@@ -21,7 +21,7 @@ def _cmd_accuracy(args) -> int:
 
 
 def _cmd_simulate(args) -> int:
-    from .two_stage import predicted_accuracy, simulate
+    from .theory.two_stage import predicted_accuracy, simulate
 
     sim = simulate(args.p_s, args.p_dC, args.p_dW, n=args.n, seed=args.seed)
     obs = float(sim.final_correct.mean())
@@ -33,7 +33,7 @@ def _cmd_simulate(args) -> int:
 
 
 def _cmd_table(args) -> int:
-    from .theory import comparison_table
+    from .theory.symbolic import comparison_table
 
     table = comparison_table()
     if args.json:
@@ -49,8 +49,8 @@ def _cmd_table(args) -> int:
 
 
 def _cmd_calibrate(args) -> int:
-    from .calibration import calibrate, format_table, read_jsonl
-    from .parse import DEFAULT_MARKERS
+    from .measure.calibration import calibrate, format_table, read_jsonl
+    from .task.parse import DEFAULT_MARKERS
 
     records = read_jsonl(args.file)
     import re
@@ -70,21 +70,21 @@ def _cmd_calibrate(args) -> int:
 
 def _cmd_data(args) -> int:
 
-    from .files import write_jsonl
-    from .problems import make_splits
-    from .records import prompt_records, sft_records
-    from .traces import TraceConfig
+    from .core.files import write_jsonl
+    from .task.problems import make_splits
+    from .task.records import prompt_records, sft_records
+    from .task.traces import TraceConfig
 
     cfg = TraceConfig(granularity=args.granularity, style=args.style, retry_fraction=args.retry_fraction,
                       max_attempts=args.max_attempts)
-    from .validate import output_path
+    from .core.validate import output_path
 
     out = output_path("out", args.out, kind="folder")
     splits = make_splits(n_train=args.n_train, n_test=args.n_test, seed=args.seed)
     files = [write_jsonl(sft_records(splits["train"], cfg, args.seed), out / f"train_{args.style}_{args.granularity}.jsonl"),
              write_jsonl(prompt_records(splits["test"]), out / "test.jsonl")]
     if args.verl:
-        from .verl import write_parquet
+        from .task.verl import write_parquet
 
         files += [write_parquet(splits["train"], out / "verl_train.parquet", "train"),
                   write_parquet(splits["test"], out / "verl_test.parquet", "test")]
@@ -110,8 +110,8 @@ def _parse_overrides(items) -> dict:
 
 
 def _cmd_train(args) -> int:
-    from .presets import resolve
-    from .train import to_trl_config, train
+    from .experiment.presets import resolve
+    from .training.train import to_trl_config, train
 
     overrides = _parse_overrides(args.set)
     if args.model:
@@ -130,7 +130,7 @@ def _cmd_train(args) -> int:
 
 
 def _cmd_evaluate(args) -> int:
-    from .evaluate import evaluate
+    from .experiment.evaluate import evaluate
 
     levels = [x.strip() for x in args.levels.split(",") if x.strip()]
     path = evaluate(model=args.model, out=args.out, levels=levels, n_per_level=args.n,
@@ -144,8 +144,8 @@ def _cmd_evaluate(args) -> int:
 
 
 def _cmd_pipeline(args) -> int:
-    from .pipeline import run_pipeline
-    from .presets import LAPTOP
+    from .experiment.pipeline import run_pipeline
+    from .experiment.presets import LAPTOP
 
     if args.preset == LAPTOP.name:
         return _cmd_laptop(args)
@@ -167,7 +167,7 @@ def _int_list(name: str, text: str) -> tuple:
 
 
 def _cmd_laptop(args) -> int:
-    from .laptop_pipeline import run_laptop
+    from .experiment.laptop_pipeline import run_laptop
 
     if args.set or args.stages or args.eval_set and any(not x.startswith("n_per_level=") for x in args.eval_set):
         raise ValueError("preset laptop takes --seeds, --jobs and --eval-set n_per_level=N; --set and --stages "
@@ -186,7 +186,7 @@ def _cmd_laptop(args) -> int:
 def _cmd_base(args) -> int:
     from dataclasses import replace
 
-    from .laptop import BaseSpec, build_base
+    from .training.laptop_base import BaseSpec, build_base
 
     spec = BaseSpec()
     train = replace(spec.train, seed=args.seed, **({"tokens": args.tokens} if args.tokens is not None else {}))
@@ -198,14 +198,13 @@ def _cmd_base(args) -> int:
 
 
 def _cmd_budgets(args) -> int:
-    from . import budgets
-
+    from .training import budgets
     if args.write:
         out = budgets.write(n_per_level=args.n)
     else:
         out = budgets.derive(n_per_level=args.n)
         if args.check and out != budgets.load():
-            print("error: dsh/budgets.json is stale; run python -m dsh budgets --write", file=sys.stderr)
+            print("error: dsh/training/budgets.json is stale; run python -m dsh budgets --write", file=sys.stderr)
             return 1
     if args.json:
         print(json.dumps(out))
@@ -220,7 +219,7 @@ def _cmd_budgets(args) -> int:
 def _cmd_bench(args) -> int:
     import contextlib
 
-    from .bench import format_table, run
+    from .experiment.bench import format_table, run
 
     parts = [x.strip() for x in args.parts.split(",") if x.strip()]
     # with --json, stdout carries the JSON only: what the trainers print goes to stderr
@@ -245,13 +244,13 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from .budgets import N_PER_LEVEL
-    from .evaluate import BACKENDS, EvalSettings
-    from .models import EMBEDDED
-    from .presets import DEFAULT, NAMES
-    from .problems import N_TEST, N_TRAIN
-    from .traces import GRANULARITIES, STYLES, TraceConfig
-    from .train import METHODS
+    from .experiment.evaluate import BACKENDS, EvalSettings
+    from .experiment.presets import DEFAULT, NAMES
+    from .llm.models import EMBEDDED
+    from .task.problems import N_TEST, N_TRAIN
+    from .task.traces import GRANULARITIES, STYLES, TraceConfig
+    from .training.budgets import N_PER_LEVEL
+    from .training.train import METHODS
 
     presets_help = f"{', '.join(NAMES)} (default {DEFAULT})"
     model_help = f"'{EMBEDDED}' (default), a Hugging Face id, a local path or a run directory"
@@ -345,8 +344,8 @@ def build_parser() -> argparse.ArgumentParser:
     ba.set_defaults(func=_cmd_base)
 
     bu = sub.add_parser("budgets", help="token budgets of the presets that derive them, from their own traces")
-    bu.add_argument("--write", action="store_true", help="recompute and write dsh/budgets.json")
-    bu.add_argument("--check", action="store_true", help="exit 1 when dsh/budgets.json differs from a recomputation")
+    bu.add_argument("--write", action="store_true", help="recompute and write dsh/training/budgets.json")
+    bu.add_argument("--check", action="store_true", help="exit 1 when dsh/training/budgets.json differs from a recomputation")
     bu.add_argument("--n", type=int, default=N_PER_LEVEL, help=f"traces per level (default {N_PER_LEVEL})")
     bu.add_argument("--json", action="store_true")
     bu.set_defaults(func=_cmd_budgets)

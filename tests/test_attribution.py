@@ -3,8 +3,9 @@
 import pytest
 import torch
 
-from dsh import attribution as at
-from dsh import models, problems, traces
+from dsh.llm import attribution as at
+from dsh.llm import models
+from dsh.task import problems, traces
 
 pytestmark = pytest.mark.slow   # loads or trains the embedded model (make check leaves it out)
 

@@ -12,8 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from dsh import calibration, evaluate, parse, presets, problems, traces, two_stage
 from dsh.__main__ import main
+from dsh.experiment import evaluate, presets
+from dsh.measure import calibration
+from dsh.task import parse, problems, traces
+from dsh.theory import two_stage
 
 ROOT = Path(__file__).resolve().parent.parent
 GOOD = {"question": "Calculate 12 * 34. Think step by step.", "answer": 408, "response": "The answer is 408."}
@@ -163,7 +166,7 @@ API_CASES = [
     ("make_splits-n_test", lambda: problems.make_splits(n_test=-1), "n_test must be an integer >= 0"),
     ("TraceConfig-granularity", lambda: traces.TraceConfig(granularity="huge"), "granularity must be one of"),
     ("TraceConfig-checks", lambda: traces.TraceConfig(checks=("threes",)), "checks must be a non-empty subset"),
-    ("make_trace-not-a-problem", lambda: traces.make_trace((12, 34)), "problem must be a dsh.problems.Problem"),
+    ("make_trace-not-a-problem", lambda: traces.make_trace((12, 34)), "problem must be a dsh.task.problems.Problem"),
     ("presets-get", lambda: presets.get("fast"), "preset must be one of ci, gpu-small, paper"),
     ("eval_settings-field", lambda: presets.CI.eval_settings(tokens=3), "unknown evaluation field(s) tokens"),
     ("resolve-field", lambda: presets.resolve("sft", "ci", lr=1), "unknown field(s) lr"),

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from dsh import bench
+from dsh.experiment import bench
 
 pytestmark = pytest.mark.slow   # loads or trains the embedded model (make check leaves it out)
 

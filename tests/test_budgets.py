@@ -2,7 +2,8 @@
 
 import pytest
 
-from dsh import budgets, pipeline, presets
+from dsh.experiment import pipeline, presets
+from dsh.training import budgets
 
 
 @pytest.fixture(scope="module")
@@ -12,7 +13,7 @@ def tok():
 
 @pytest.mark.slow
 def test_committed_budgets_are_a_recomputation(tok):
-    """Fails when dsh/budgets.json was edited by hand or a preset's traces changed without
+    """Fails when dsh/training/budgets.json was edited by hand or a preset's traces changed without
     ``python -m dsh budgets --write``."""
     assert budgets.derive(tok) == budgets.load()
 
@@ -65,9 +66,9 @@ def test_budget_errors_name_the_budget(monkeypatch):
 
 
 def test_training_summary_truncation_counts_what_is_cut(tok):
-    """dsh.train.example_truncation on records whose lengths are known: 2 of 4 are over the limit."""
-    from dsh import problems, records, traces, train
-
+    """dsh.training.train.example_truncation on records whose lengths are known: 2 of 4 are over the limit."""
+    from dsh.task import problems, records, traces
+    from dsh.training import train
     recs = records.sft_records(problems.draw_problems("2x2", 4, seed=0), traces.TraceConfig(style="no_reflection"))
     def count(r):
         ids = tok.apply_chat_template(r["prompt"] + r["completion"], tokenize=True)

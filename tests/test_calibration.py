@@ -8,7 +8,8 @@ import sys
 import pytest
 
 import dsh
-from dsh import calibration, synthetic
+from dsh.measure import calibration
+from dsh.task import synthetic
 
 KEYS = {"n", "observed_accuracy", "ci_low", "ci_high", "p_s", "p_d_given_correct", "p_d_given_wrong",
         "predicted_accuracy", "predicted_ci_low", "predicted_ci_high", "no_answer", "transitions"}
@@ -145,8 +146,7 @@ def test_synthetic_results_recover_their_truth_and_draw():
     import matplotlib
 
     matplotlib.use("Agg")
-    from dsh import report
-
+    from dsh.experiment import report
     known = {"rl": {"3x3": (0.8, 0.9, 0.6), "3x7": (0.2, 0.9, 0.6)}, "sft_reflection": {"3x3": (0.5, 0.7, 0.2)}}
     res = synthetic.synthetic_results(known, n=3000, seed=1, n_bootstrap=0)
     for stage, by_level in known.items():

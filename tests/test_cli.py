@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from dsh.paper import paper_results
+from dsh.core.paper import paper_results
 
 
 def run(*args):
@@ -47,7 +47,7 @@ def test_simulate_matches_formula():
 
 def test_table_json_agrees_with_the_papers_printed_table():
     """`dsh table` derives Appendix D's table from the paper's definitions; every cell is compared with the
-    table as the paper prints it (dsh/paper_results.yaml), which the derivation does not read."""
+    table as the paper prints it (dsh/core/paper_results.yaml), which the derivation does not read."""
     r = run("table", "--json")
     ours = json.loads(r.stdout)
     printed = paper_results()["appendix_d_comparison_table"]["rows"]

@@ -5,7 +5,8 @@ import json
 import pandas as pd
 import pytest
 
-from dsh import arithmetic, files, parse, problems, records, traces, verl
+from dsh.core import files
+from dsh.task import arithmetic, parse, problems, records, traces, verl
 
 
 def test_splits_are_the_papers_and_deterministic():

@@ -1,4 +1,4 @@
-"""dsh.engine against model.generate: the same greedy tokens on the embedded model, the same sampling
+"""dsh.llm.engine against model.generate: the same greedy tokens on the embedded model, the same sampling
 distribution on a tiny model, reproducible from its seed, and clear errors."""
 
 import json
@@ -8,8 +8,10 @@ import pytest
 import torch
 from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
 
-from dsh import evaluate, models, problems, records
-from dsh.engine import Engine, kv_bytes_per_token, supports
+from dsh.experiment import evaluate
+from dsh.llm import models
+from dsh.llm.engine import Engine, kv_bytes_per_token, supports
+from dsh.task import problems, records
 
 pytestmark = pytest.mark.slow   # loads or trains the embedded model (make check leaves it out)
 
@@ -130,7 +132,7 @@ def test_evaluate_backends_agree_when_greedy(tmp_path):
 
 
 def test_bad_input(tiny):
-    with pytest.raises(ValueError, match="^model is not supported by dsh.engine: model_type 'gpt2'"):
+    with pytest.raises(ValueError, match="^model is not supported by dsh.llm.engine: model_type 'gpt2'"):
         Engine(GPT2LMHeadModel(GPT2Config(n_layer=1, n_embd=16, n_head=2, vocab_size=10)), [0])
     assert supports(tiny) is None
     with pytest.raises(ValueError, match="^eos_token_ids must name at least one"):

@@ -4,8 +4,8 @@ import random
 
 import pytest
 
-from dsh import faithfulness as F
-from dsh import problems, traces
+from dsh.measure import faithfulness as F
+from dsh.task import problems, traces
 
 
 def _traces(n=120, seed=0, granularity="lean", checks=("nines",)):

@@ -1,4 +1,4 @@
-"""The one command of the GPU experiment (python3 -m dsh.gpu_small), run on CPU at ci size: the bundle
+"""The one command of the GPU experiment (python3 -m dsh.experiment.gpu_small), run on CPU at ci size: the bundle
 set-up, every stage, the results folder's format, resuming, and bad input."""
 
 import gzip
@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from dsh import models, pipeline, presets, report
+from dsh.experiment import pipeline, presets, report
+from dsh.llm import models
 
 pytestmark = pytest.mark.slow   # loads or trains the embedded model (make check leaves it out)
 
@@ -35,7 +36,7 @@ def _bundle(root: Path) -> Path:
 def _run(*args, env=None):
     env = {**os.environ, "DSH_CACHE": str(models.cache_dir()), **(env or {})}   # the converted model, reused
     env["PATH"] = str(Path(sys.executable).parent) + os.pathsep + env.get("PATH", "")
-    return subprocess.run([sys.executable, "-m", "dsh.gpu_small", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "dsh.experiment.gpu_small", *args], capture_output=True, text=True,
                           env=env, timeout=1200)
 
 
@@ -116,8 +117,7 @@ def test_bad_input_is_one_line_and_writes_nothing(tmp_path):
 
 
 def test_stage_table_shows_each_stage_its_own_budget():
-    from dsh import budgets
-
+    from dsh.training import budgets
     t = report.stage_table("gpu-small")
     assert list(t.index) == STAGES
     assert t.loc["rl", "token_budget"] == budgets.tokens("gpu-small", "grpo.max_completion_length")

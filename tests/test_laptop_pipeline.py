@@ -5,9 +5,9 @@ import random
 
 import pytest
 
-from dsh import laptop_task as lt
-from dsh import presets
-from dsh.laptop_pipeline import KL_BETAS, job_config, plan_jobs
+from dsh.experiment import presets
+from dsh.experiment.laptop_pipeline import KL_BETAS, job_config, plan_jobs
+from dsh.task import laptop_task as lt
 
 
 def test_plan_has_every_stage_for_every_seed_and_both_ablations():
@@ -31,7 +31,7 @@ def test_plan_has_every_stage_for_every_seed_and_both_ablations():
 
 
 def test_token_limits_hold_the_longest_traces():
-    from dsh.tiny import build_tokenizer
+    from dsh.llm.tiny import build_tokenizer
 
     tok = build_tokenizer()
     rng = random.Random(0)
@@ -56,7 +56,7 @@ def test_bad_plans_are_refused():
 
 
 def test_a_chosen_job_brings_what_it_starts_from_and_the_base():
-    from dsh.laptop_pipeline import select_jobs
+    from dsh.experiment.laptop_pipeline import select_jobs
 
     plan = plan_jobs((0, 1), ablation_seeds=(0,))
     assert [j.name for j in select_jobs(plan, ("rl-s1",))] == ["base", "sft_reflection-s1", "rl-s1"]

@@ -1,15 +1,15 @@
-"""dsh.laptop_report on a results folder built from simulated responses whose p_s, p_dC, p_dW are known: the
+"""dsh.experiment.laptop_report on a results folder built from simulated responses whose p_s, p_dC, p_dW are known: the
 tables recover the truth, the deltas have the right sign, the claims run per seed."""
 
 import json
 
 import pytest
 
-from dsh import laptop_report as lr
-from dsh import laptop_task as lt
-from dsh.laptop_pipeline import plan_jobs
-from dsh.pipeline import calibrate_stage
-from dsh.synthetic import synthetic_records
+from dsh.experiment import laptop_report as lr
+from dsh.experiment.laptop_pipeline import plan_jobs
+from dsh.experiment.pipeline import calibrate_stage
+from dsh.task import laptop_task as lt
+from dsh.task.synthetic import synthetic_records
 
 TRUTH = {  # stage: (p_s, p_dC, p_dW) at every level
     "base": (0.6, 1.0, 0.0), "sft": (0.6, 1.0, 0.0), "sft_reflection": (0.5, 0.9, 0.3), "dft": (0.5, 0.9, 0.3),
@@ -82,7 +82,7 @@ def test_load_refuses_a_folder_that_is_not_a_laptop_run(tmp_path):
 def test_unfaithful_causes_sorts_the_misses(tmp_path):
     import gzip
 
-    from dsh.problems import Problem
+    from dsh.task.problems import Problem
 
     p = Problem(8, 69857)
     body, res = lt.attempt_text(8, 69857)
@@ -105,8 +105,7 @@ def test_unfaithful_causes_sorts_the_misses(tmp_path):
 
 
 def test_as_pipeline_results_feeds_the_paper_tables(results):
-    from dsh import report
-
+    from dsh.experiment import report
     live = lr.as_pipeline_results(results, seed=1)
     assert set(live["calibration"]) == {"base", "sft", "sft_reflection", "rl", "dft"}
     t = report.table1(live)

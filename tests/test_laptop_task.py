@@ -1,13 +1,13 @@
-"""The laptop task (dsh.laptop_task) and the tiny tokenizer (dsh.tiny): traces parse back to their structure,
+"""The laptop task (dsh.task.laptop_task) and the tiny tokenizer (dsh.llm.tiny): traces parse back to their structure,
 the check decides exactly as arithmetic mod 9, the corpus is reproducible and keeps the test questions out."""
 
 import random
 
 import pytest
 
-from dsh import laptop_task as lt
-from dsh.parse import parse_response
-from dsh.problems import Problem
+from dsh.task import laptop_task as lt
+from dsh.task.parse import parse_response
+from dsh.task.problems import Problem
 
 
 def test_check_decides_as_arithmetic_mod_9():
@@ -94,8 +94,8 @@ def test_bad_arguments_are_one_line_errors():
 
 
 def test_tiny_tokenizer_round_trips_and_formats_questions():
-    from dsh import tiny
-    from dsh.records import chat_prompt
+    from dsh.llm import tiny
+    from dsh.task.records import chat_prompt
 
     tok = tiny.build_tokenizer()
     rng = random.Random(2)

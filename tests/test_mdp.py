@@ -5,9 +5,9 @@ import numpy as np
 import pytest
 import torch
 
-from dsh import bellman as B
-from dsh import clipping as C
-from dsh import mdp as M
+from dsh.theory import bellman as B
+from dsh.theory import clipping as C
+from dsh.theory import mdp as M
 
 
 @pytest.fixture(scope="module")
@@ -66,7 +66,7 @@ def test_lemma_3_2(setup, gamma):
 
 @pytest.mark.parametrize("gamma", [1.0, 0.9])
 def test_theorem_3_1_q_values_are_one_continuation(setup, gamma):
-    """Theorem 3.1 with Q-values as exact conditional expectations (dsh.bellman.surrogate_q): every immediate
+    """Theorem 3.1 with Q-values as exact conditional expectations (dsh.theory.bellman.surrogate_q): every immediate
     reward is 0, so Q_sample and Q_d are gamma times one continuation value (the shared Phi), and these Q
     give the policy gradient: sum_tau P(tau) sum_t gamma^t Q_t grad log pi_t equals autograd of
     E[gamma^t_end A] = grad J. Fails if the discount gamma^(t_end - t) or the sign of A is wrong."""
@@ -156,7 +156,7 @@ def test_theorem_3_2_option_bellman(setup):
 
 
 def test_kl_immediate_rewards_are_the_independent_log_ratios(setup):
-    """Definition 3.1's split Q = r + gamma E[Q_next] (dsh.bellman) applied to the exact KL Q-values recovers
+    """Definition 3.1's split Q = r + gamma E[Q_next] (dsh.theory.bellman) applied to the exact KL Q-values recovers
     the per-token log-ratios computed independently (tests/finite_policy.py); applied to the surrogate it
     recovers zeros (test above): one rule, two verdicts."""
     m, th, ref = setup

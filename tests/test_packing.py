@@ -1,10 +1,10 @@
-"""Padding-free SFT (dsh.packing): a packed batch gives the loss and gradients of the padded batch."""
+"""Padding-free SFT (dsh.llm.packing): a packed batch gives the loss and gradients of the padded batch."""
 
 import pytest
 import torch
 from trl.trainer.sft_trainer import DataCollatorForLanguageModeling
 
-from dsh import models, packing
+from dsh.llm import models, packing
 
 pytestmark = pytest.mark.slow   # loads or trains the embedded model (make check leaves it out)
 

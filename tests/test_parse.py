@@ -3,7 +3,7 @@
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dsh import parse
+from dsh.task import parse
 
 A, B = 123, 4567
 
@@ -97,8 +97,8 @@ def test_non_strings_do_not_raise():
 
 def test_one_reward_behind_trl_and_verl():
     """train.correctness_reward (TRL) and verl.compute_score are both parse.is_correct."""
-    from dsh import train, verl
-
+    from dsh.task import verl
+    from dsh.training import train
     q = "Calculate 12 * 34. Think step by step."
     cases = [("The answer is 408.", "408"), ("12 * 34 = 408", "408"), ("The answer is 1,408.", "1408"),
              ("nothing", "12"), ("The answer is 407.", "408"), ("The answer is 408.", " 408 "),

@@ -1,4 +1,4 @@
-"""dsh.parse on responses it was not written from (tests/heldout/generate.py: its own arithmetic layout, marker
+"""dsh.task.parse on responses it was not written from (tests/heldout/generate.py: its own arithmetic layout, marker
 phrasings and answer forms, labels by construction): calibration within 0.02 of the labels on every estimate."""
 
 import json
@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from dsh import calibration, parse
+from dsh.measure import calibration
+from dsh.task import parse
 
 HERE = Path(__file__).parent / "heldout"
 RECORDS = [json.loads(x) for x in (HERE / "parser_heldout.jsonl").read_text().splitlines()]
@@ -38,15 +39,15 @@ def test_the_file_is_the_generators_output():
 
 
 def test_the_set_measures_generality_not_memory():
-    """At least 6 marker phrasings and 6 answer forms; several markers contain none of dsh.parse's literal
-    phrases, and no answer form is one that dsh.traces writes."""
+    """At least 6 marker phrasings and 6 answer forms; several markers contain none of dsh.task.parse's literal
+    phrases, and no answer form is one that dsh.task.traces writes."""
     gen = _generator()
     assert len(gen.MARKERS) >= 6 and len(gen.ANSWERS) >= 6
     literal = [m.lower() for m in parse.LITERAL_MARKERS]
     unseen = [m for m in gen.MARKERS if not any(x in m.lower() for x in literal)]
     assert len(unseen) >= 3, unseen
     assert not any(f.startswith(("So {a} * {b}", "The answer is")) for f in gen.ANSWERS)
-    for m in gen.MARKERS:        # every phrasing is a marker to dsh.parse, by a literal or by the pattern family
+    for m in gen.MARKERS:        # every phrasing is a marker to dsh.task.parse, by a literal or by the pattern family
         assert parse.marker_regex().search(m), m
 
 

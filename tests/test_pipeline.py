@@ -5,9 +5,10 @@ import math
 
 import pytest
 
-from dsh import pipeline, report, synthetic
-from dsh.calibration import Z95
-from dsh.paper import paper_results
+from dsh.core.paper import paper_results
+from dsh.experiment import pipeline, report
+from dsh.measure.calibration import Z95
+from dsh.task import synthetic
 
 pytestmark = pytest.mark.slow   # loads or trains the embedded model (make check leaves it out)
 
@@ -143,8 +144,7 @@ def test_design_checks_on_known_outcomes():
 
 
 def test_grpo_diagnostics_read_the_logs():
-    from dsh import train
-
+    from dsh.training import train
     logs = [{"loss": 0.1}, {"frac_reward_zero_std": 0.75, "completions/clipped_ratio": 0.5, "reward": 0.1},
             {"frac_reward_zero_std": 0.25, "completions/clipped_ratio": 0.0, "reward": 0.3}]
     d = train.grpo_diagnostics(logs)

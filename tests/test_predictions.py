@@ -1,9 +1,9 @@
-"""Claim (i) on predictions the fit did not use (dsh.predictions), on simulated responses with known truth."""
+"""Claim (i) on predictions the fit did not use (dsh.measure.predictions), on simulated responses with known truth."""
 
 import pytest
 
-from dsh import predictions as P
-from dsh import synthetic
+from dsh.measure import predictions as P
+from dsh.task import synthetic
 
 
 def test_data_from_the_model_agree_on_every_check():

@@ -1,13 +1,13 @@
-"""Training from scratch (dsh.pretrain, dsh.laptop): packing, determinism under a seed, exact resume after an
+"""Training from scratch (dsh.training.pretrain, dsh.training.laptop_base): packing, determinism under a seed, exact resume after an
 interruption, and the base command's bad input."""
 
 import random
 
 import pytest
 
-from dsh import laptop_task as lt
-from dsh.pretrain import PretrainConfig, encode, pack, pretrain
-from dsh.tiny import TinyConfig, build_tokenizer, make_model
+from dsh.llm.tiny import TinyConfig, build_tokenizer, make_model
+from dsh.task import laptop_task as lt
+from dsh.training.pretrain import PretrainConfig, encode, pack, pretrain
 
 SMALL = TinyConfig(d_model=32, layers=1, heads=2, ffn=64, max_positions=256)
 
@@ -69,7 +69,7 @@ def test_bad_settings_are_one_line_errors(tmp_path):
         PretrainConfig(lr=5)
     with pytest.raises(ValueError, match="heads must divide"):
         TinyConfig(d_model=100, heads=3)
-    from dsh.laptop import build_base
+    from dsh.training.laptop_base import build_base
 
     (tmp_path / "full").mkdir()
     (tmp_path / "full" / "x").write_text("keep")
@@ -80,9 +80,9 @@ def test_bad_settings_are_one_line_errors(tmp_path):
 
 @pytest.mark.slow
 def test_the_base_command_reproduces_a_model_bit_for_bit(tmp_path):
-    """`python -m dsh base` (dsh.laptop.build_base) on a short run, twice with the same seed: the same weights;
+    """`python -m dsh base` (dsh.training.laptop_base.build_base) on a short run, twice with the same seed: the same weights;
     another seed: other weights."""
-    from dsh.laptop import BaseSpec, build_base
+    from dsh.training.laptop_base import BaseSpec, build_base
 
     spec = BaseSpec(model=SMALL, train=PretrainConfig(tokens=15_000, tokens_per_batch=512, warmup_steps=2, seed=0),
                     n_examples=1500, pack_length=256, stop_early=False, report_n=3)
@@ -96,7 +96,7 @@ def test_the_base_command_reproduces_a_model_bit_for_bit(tmp_path):
     assert a == b and a != c
     assert p1["train"]["tokens"] >= 15_000 and p1["report"]["temperature 1.0"]["accuracy"]
     assert not (tmp_path / ".a.work").exists()
-    from dsh.models import load
+    from dsh.llm.models import load
 
     m, tok = load(str(tmp_path / "a"))
     assert tok.get_vocab() == build_tokenizer().get_vocab()
@@ -109,8 +109,8 @@ def test_the_shipped_base_is_the_paper_shaped_base():
     a fresh evaluation of 30 questions a level agrees with the record within sampling error."""
     import json
 
-    from dsh.laptop import SHIPPED_BASE, base_report
-    from dsh.models import load
+    from dsh.llm.models import load
+    from dsh.training.laptop_base import SHIPPED_BASE, base_report
 
     prov = json.loads((SHIPPED_BASE / "dsh_provenance.json").read_text())
     acc = list(prov["report"]["temperature 1.0"]["accuracy"].values())

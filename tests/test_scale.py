@@ -3,7 +3,9 @@
 import pytest
 from transformers import AutoConfig
 
-from dsh import models, presets, scale, train
+from dsh.experiment import presets
+from dsh.llm import models, scale
+from dsh.training import train
 
 
 def test_embedded_shape_is_the_models_config():

@@ -1,11 +1,11 @@
-"""Appendix D on the finite MDP (dsh.sft_pg): Lemma D.1, the Theorem D.1 erratum, Lemma D.2, Theorem D.2."""
+"""Appendix D on the finite MDP (dsh.theory.sft_pg): Lemma D.1, the Theorem D.1 erratum, Lemma D.2, Theorem D.2."""
 
 import finite_policy as FP
 import numpy as np
 import pytest
 
-from dsh import mdp as M
-from dsh import sft_pg as S
+from dsh.theory import mdp as M
+from dsh.theory import sft_pg as S
 
 
 @pytest.fixture(scope="module", params=[(0, 0), (0, 5), (3, 9)])

@@ -11,10 +11,12 @@ from pathlib import Path
 import jupytext
 import pytest
 
-from dsh import presets
+from dsh.experiment import presets
 
 ROOT = Path(__file__).resolve().parent.parent
-MODULES = sorted((ROOT / "dsh").glob("*.py"))
+MODULES = sorted((ROOT / "dsh").rglob("*.py"))
+# the layers, bottom first: a module may import its own layer and those before it, never one after it
+LAYERS = ("core", "theory", "task", "measure", "llm", "training", "experiment")
 
 
 def _code_constants(path: Path):
@@ -43,7 +45,7 @@ def test_each_preset_name_and_evaluation_default_is_spelled_in_one_module():
                 where.setdefault(c.value, set()).add(path.name)
     assert where.get("ci") == where.get("gpu-small") == where.get("paper") == {"presets.py"}, where
     assert where.get(8192) <= {"evaluate.py", "bench.py"}, where   # bench: a matrix size, not a default
-    # the chapters take preset objects and settings from dsh.presets outside their parameters cell
+    # the chapters take preset objects and settings from dsh.experiment.presets outside their parameters cell
     for md in sorted((ROOT / "chapters").glob("*.md")):
         for cell in jupytext.read(md).cells:
             if cell.cell_type != "code" or "parameters" in cell.metadata.get("tags", []):

@@ -1,10 +1,10 @@
-"""Section 3.3 and Appendix D, symbolically (dsh.theory)."""
+"""Section 3.3 and Appendix D, symbolically (dsh.theory.symbolic)."""
 
 import numpy as np
 import pytest
 import sympy as sp
 
-from dsh import theory as th
+from dsh.theory import symbolic as th
 
 
 def _token_positions(lengths):

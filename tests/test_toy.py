@@ -7,8 +7,8 @@ import pytest
 import torch
 
 import dsh
-from dsh import toy, toy_grpo
-from dsh.paper import paper_results
+from dsh.core.paper import paper_results
+from dsh.theory import toy, toy_grpo
 
 INP = toy.appendix_c_inputs()
 
@@ -51,7 +51,7 @@ def _appendix_c_by_finite_differences(theta, theta_ref, attempts, len_C, len_W, 
 
 
 def test_appendix_c_against_an_independent_computation():
-    """dsh.toy's Appendix C numbers (hand-coded derivatives, backward recursion) against finite differences
+    """dsh.theory.toy's Appendix C numbers (hand-coded derivatives, backward recursion) against finite differences
     of the log-probabilities and direct sums; also at another trajectory, lengths and gamma."""
     for kw in (INP, {**INP, "attempts": "WWC", "len_C": 3, "len_W": 11, "gamma": 0.9, "advantage": -0.7}):
         a = toy.trajectory_attribution(**kw)

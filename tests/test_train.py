@@ -11,8 +11,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from dsh import calibration, evaluate, models, presets, train
-from dsh.paper import paper_results
+from dsh.core.paper import paper_results
+from dsh.experiment import evaluate, presets
+from dsh.llm import models
+from dsh.measure import calibration
+from dsh.training import train
 
 pytestmark = pytest.mark.slow   # loads or trains the embedded model (make check leaves it out)
 
@@ -123,7 +126,7 @@ def test_ci_grpo_moves_the_policy(ci_runs):
     assert changed > 0.9, changed
     assert cfg["trl"]["beta"] == 0.001 and cfg["trl"]["use_bias_correction_kl"] is False
     assert cfg["trl"]["temperature"] == 1.0
-    assert s["generation_backend"] == "dsh" and s["generation_s"] > 0     # rollouts through dsh.engine
+    assert s["generation_backend"] == "dsh" and s["generation_s"] > 0     # rollouts through dsh.llm.engine
     t = s["truncation"]                                                  # GRPO's budget and signal, reported
     assert t["limit"] == 96 and 0 <= t["clipped_rate"] <= 1 and 0 <= t["zero_std_groups_first"] <= 1
 

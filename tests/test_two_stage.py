@@ -7,7 +7,7 @@ import pytest
 import sympy as sp
 
 import dsh
-from dsh import theory as th
+from dsh.theory import symbolic as th
 
 SETTINGS = [(0.8, 0.95, 0.5), (0.2, 0.95, 0.5), (0.5, 0.9, 0.0), (0.3, 0.6, 0.9), (0.05, 0.99, 0.95)]
 

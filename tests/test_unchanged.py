@@ -10,7 +10,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from dsh import presets, problems, records, toy, toy_grpo, traces
+from dsh.experiment import presets
+from dsh.task import problems, records, traces
+from dsh.theory import toy, toy_grpo
 
 REF = json.loads((Path(__file__).parent / "reference" / "unchanged.json").read_text())
 

@@ -1,12 +1,12 @@
-"""A held-out evaluation set for dsh.parse, written by a generator that shares nothing with dsh.traces: its own
+"""A held-out evaluation set for dsh.task.parse, written by a generator that shares nothing with dsh.task.traces: its own
 problems, its own arithmetic layout (partial products "a * d * 10^k = v" and "running total: N" lines), its own
 reflection phrasings and answer forms. Each response follows a known two-stage process (p_s, p_dC, p_dW), so the
 attempts' correctness and STOP / RESAMPLE decisions are labels by construction.
 
     python tests/heldout/generate.py        # rewrites tests/heldout/parser_heldout.jsonl (deterministic)
 
-Several marker phrasings are in none of dsh.parse's literal lists (they must be caught by its pattern family or
-not at all), and the answer forms are not the ones dsh.traces writes ("So a * b = N.", "The answer is N.").
+Several marker phrasings are in none of dsh.task.parse's literal lists (they must be caught by its pattern family or
+not at all), and the answer forms are not the ones dsh.task.traces writes ("So a * b = N.", "The answer is N.").
 """
 
 from __future__ import annotations

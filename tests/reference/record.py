@@ -28,8 +28,8 @@ def sha(obj) -> str:
 
 
 def data_values() -> dict:
-    from dsh import data, presets
-
+    from dsh import data
+    from dsh.experiment import presets
     out = {}
     for seed in (0, 7):
         splits = data.make_splits(n_train=40, n_test=3, seed=seed)
@@ -45,8 +45,7 @@ def data_values() -> dict:
 
 
 def toy_values() -> dict:
-    from dsh import toy
-
+    from dsh.theory import toy
     inputs = toy.appendix_c_inputs()
     att = toy.trajectory_attribution(**inputs)
     out = {"trajectory_attribution": {"rows": [[r.step, r.action, r.d, r.future, r.q, r.grad_log_pi, r.parameter,
@@ -68,8 +67,8 @@ def toy_values() -> dict:
 
 
 def training_losses() -> dict:
-    from dsh import presets, train
-
+    from dsh.training import train
+    from dsh.experiment import presets
     out = {}
     with tempfile.TemporaryDirectory() as tmp:
         for m in ("sft", "sft_reflection", "dft"):   # the ci runs of tests/test_train.py's fixture

@@ -51,7 +51,7 @@ rows.append({"question": "check format: does the base compute its verdict?",
                       "product's residue one at a time, verdict on the last digit ('7!=0')",
              "measured": f"verdict right on given claims (T=0, 40 a level): {rng(v_compare)} (chance 0.5) vs "
                          f"{rng(v_sub0)} (T=1: {rng(v_sub1)})",
-             "chosen": "the subtraction chain (dsh.laptop_task.check_text)"})
+             "chosen": "the subtraction chain (dsh.task.laptop_task.check_text)"})
 nll_single = re.findall(r"(\d+)-(\d+) ([\d.]+)", (LOGS / "d4_unpacked_base_reflection_sft.log").read_text().split(
     "by position")[1])
 nll_packed = re.findall(r"(\d+)-(\d+) ([\d.]+)", (LOGS / "d5_packed_fixed768.log").read_text().split("by position")[1])
@@ -66,7 +66,7 @@ d6 = jline("d6_packed_random_8M.log", "")["temperature 1.0"]["accuracy"] if Fals
     (LOGS / "d6_packed_random_8M.log").read_text().splitlines()[2])["temperature 1.0"]["accuracy"]
 d7 = json.loads((LOGS / "d7_shipped_base_provenance.json").read_text())
 rows.append({"question": "base: how long to train (the paper's base decays from 74 % on 3x3 to 1 % on 3x9)",
-             "tried": "8M tokens, no stopping vs the stopping rule (dsh.laptop.stop_rule) checked every 250 steps",
+             "tried": "8M tokens, no stopping vs the stopping rule (dsh.training.laptop_base.stop_rule) checked every 250 steps",
              "measured": f"8M tokens: {acc(d6)} (no decay) vs stopped at step {d7['stopped_early']['step']} "
                          f"({d7['stopped_early']['tokens'] / 1e6:.2f}M tokens): "
                          f"{acc(d7['report']['temperature 1.0']['accuracy'])}",
@@ -79,7 +79,7 @@ rows.append({"question": "reflection SFT data: whose first attempts?",
              "measured": f"accuracy after SFT (1x4/1x5 data, lr 3e-4): {acc(a_slip)} (injected; the first attempt's "
                          f"answer often lost in 'The product is N.') vs "
                          + re.search(r"accuracy by level: (\{.*?\})", own).group(1) + " (own attempts, own words, "
-                         "dsh.pretrain's loop)",
+                         "dsh.training.pretrain's loop)",
              "chosen": "the base's own attempts, stated as 'The answer is N.' with the base's check question"})
 d10 = (LOGS / "d10_sft_levels_1x2_1x5.log").read_text()
 a10 = {m.group(1): float(m.group(2)) for m in re.finditer(r"^(1x\d) \{'observed_accuracy': ([\d.]+)", d10, re.M)}

@@ -1,0 +1,448 @@
+"""``python -m dsh bench``: dsh's paths against the libraries' defaults, on whatever device is present,
+in one process, so that every ratio compares two numbers measured in the same run.
+
+- generation: the same test questions, sampling settings (temperature 1, no top-k/top-p) and token
+  limit through ``model.generate`` (default cache; on CUDA also the static cache) and through
+  :class:`dsh.llm.engine.Engine` (and vLLM when installed). Useful tokens (before the end-of-turn token,
+  no padding) per second, rows per second, and the share of the KV-bandwidth ceiling: a decoding step
+  must read the weights and the KV cache of every row, so at batch ``B`` and mean context ``c``
+  tokens/s <= bandwidth / (weight_bytes / B + c x kv_bytes_per_token), with the bandwidth measured here.
+- SFT: real (non-padding) tokens per second and MFU (6 x parameters x real tokens/s over the matmul
+  peak measured here) of the preset's SFT (reflection) configuration against TRL's defaults
+  (padded batches of 8, sdpa) on the same data.
+- GRPO: seconds per optimizer step, split into rollout generation and update, for rollouts through
+  the engine against TRL's own ``model.generate`` path, same configuration otherwise.
+
+- tiny: the laptop experiment's shipped base (``dsh/assets/laptop-base``, 0.9M parameters): training tokens/s of
+  the laptop preset's reflection SFT (TRL, batch 8), TRL's ``SFTTrainer`` defaults on the same data, and
+  ``dsh.training.pretrain``'s plain loop (the base's path); sampling tokens/s of the engine against ``model.generate``;
+  each with its share of the matmul peak measured in the same run (6 x parameters per trained token, 2 x
+  parameters per sampled token).
+
+Sizes follow the device (:data:`SIZES`): ``cpu`` runs in about a minute (a test runs it), ``gpu`` in
+a few minutes on one H100. The result is a JSON object with hardware, versions, commit and wall time.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from ..core import validate as v
+from ..llm.models import EMBEDDED
+from .presets import CI, GPU_SMALL
+
+PARTS = ("generation", "sft", "grpo", "tiny")
+
+
+@dataclass(frozen=True)
+class BenchSize:
+    gen_prompts: int            # test questions in the generation comparison
+    gen_max_new: int            # token limit per response
+    gen_batch: int              # rows at once (model.generate's batch, the engine's slots)
+    eval_prompts: int           # the evaluation workload, engine only (0: skip)
+    eval_max_new: int
+    eval_batch: int
+    sft_steps: int              # optimizer steps per SFT configuration
+    sft_n_train: int
+    sft_default_batch: int      # the baseline's padded batch (TRL's default is 8)
+    sft_levels: tuple           # operand lengths of the SFT data (() : the preset's)
+    grpo_steps: int
+    grpo_overrides: tuple       # (key, value) pairs over the preset's GRPO configuration
+    preset: str                 # whose SFT / GRPO configuration is measured
+
+
+SIZES = {
+    "cpu": BenchSize(gen_prompts=6, gen_max_new=24, gen_batch=6, eval_prompts=0, eval_max_new=0, eval_batch=0,
+                     sft_steps=1, sft_n_train=8, sft_default_batch=2, sft_levels=("2x2",), grpo_steps=1,
+                     preset=CI.name, grpo_overrides=(("n_train", 8), ("max_completion_length", 12), ("max_steps", 1))),
+    "gpu": BenchSize(gen_prompts=256, gen_max_new=1024, gen_batch=256, eval_prompts=700, eval_max_new=2048,
+                     eval_batch=256, sft_steps=30, sft_n_train=2000, sft_default_batch=8, sft_levels=(),
+                     grpo_steps=8, preset=GPU_SMALL.name,
+                     grpo_overrides=(("n_train", 512), ("max_steps", 8))),
+}
+
+
+# ------------------------------------------------------------------------------------------------
+# The device
+# ------------------------------------------------------------------------------------------------
+def _sync(device):
+    import torch
+
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def memory_bandwidth(device, mbytes: int | None = None, repeats: int = 5) -> float:
+    """Bytes per second of a large tensor copy (a read and a write of every byte), best of ``repeats``."""
+    import torch
+
+    n = (mbytes or (1024 if device.type == "cuda" else 256)) * 2 ** 20
+    x = torch.empty(n, dtype=torch.uint8, device=device).fill_(1)
+    y = torch.empty_like(x)
+    best = float("inf")
+    for _ in range(repeats + 1):
+        _sync(device)
+        t = time.perf_counter()
+        y.copy_(x)
+        _sync(device)
+        best = min(best, time.perf_counter() - t)
+    return 2 * n / best
+
+
+def matmul_peak(device, repeats: int = 5) -> float:
+    """FLOP/s of a large matmul in the training dtype (bf16 on CUDA, fp32 on CPU), best of ``repeats``."""
+    import torch
+
+    cuda = device.type == "cuda"
+    n, dtype = (8192, torch.bfloat16) if cuda else (1024, torch.float32)
+    a = torch.randn(n, n, device=device, dtype=dtype)
+    b = torch.randn(n, n, device=device, dtype=dtype)
+    best = float("inf")
+    for _ in range(repeats + 1):
+        _sync(device)
+        t = time.perf_counter()
+        a @ b
+        _sync(device)
+        best = min(best, time.perf_counter() - t)
+    return 2 * n ** 3 / best
+
+
+def kv_ceiling(tokens_per_s_args: dict) -> float:
+    """The KV-bandwidth ceiling (tokens/s) for ``batch`` rows of mean context ``context`` tokens:
+    bandwidth / (weight_bytes / batch + context x kv_bytes_per_token)."""
+    a = tokens_per_s_args
+    return a["bandwidth"] / (a["weight_bytes"] / a["batch"] + a["context"] * a["kv_bytes_per_token"])
+
+
+# ------------------------------------------------------------------------------------------------
+# Generation
+# ------------------------------------------------------------------------------------------------
+def _useful(rows, eos) -> list[int]:
+    """Tokens before the first end-of-turn (or pad) token of each row."""
+    out = []
+    for r in rows:
+        n = len(r)
+        for j, t in enumerate(r):
+            if t in eos:
+                n = j
+                break
+        out.append(n)
+    return out
+
+
+def _gen_row(path, n_rows, useful, seconds, batch, prompt_lens, ceiling_of):
+    ctx = (sum(prompt_lens) / len(prompt_lens)) + (sum(useful) / max(1, len(useful))) / 2
+    rate = sum(useful) / seconds
+    ceiling = ceiling_of(batch, ctx)
+    return {"path": path, "rows": n_rows, "batch": batch, "useful_tokens": int(sum(useful)),
+            "seconds": round(seconds, 3), "tokens_per_s": rate, "rows_per_s": n_rows / seconds,
+            "mean_context": round(ctx, 1), "kv_ceiling_tokens_per_s": ceiling, "share_of_ceiling": rate / ceiling}
+
+
+def bench_generation(model, tok, size: BenchSize, device_info: dict, seed: int = 0, progress: bool = False) -> list:
+    """Rows of the generation comparison (module docstring); the first row is the library default."""
+    import torch
+
+    from ..llm.engine import Engine, kv_bytes_per_token
+    from ..task.problems import TEST_LEVELS, test_problems
+    from ..task.records import chat_prompt
+
+    dev = next(model.parameters()).device
+    levels = [f"{m}x{n}" for m, n in TEST_LEVELS]
+    per = -(-max(size.gen_prompts, size.eval_prompts) // len(levels))
+    questions = [p.question for p in test_problems(levels, per, seed)]
+    texts = [chat_prompt(tok, q) for q in questions]
+    ids = [tok(t)["input_ids"] for t in texts]
+    eos = set(model.generation_config.eos_token_id) | {tok.pad_token_id}
+    weight_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
+    kvb = kv_bytes_per_token(model)
+
+    def ceiling_of(batch, ctx):
+        return kv_ceiling({"bandwidth": device_info["bandwidth_bytes_per_s"], "weight_bytes": weight_bytes,
+                           "batch": batch, "context": ctx, "kv_bytes_per_token": kvb})
+
+    rows = []
+    n, B, T = size.gen_prompts, size.gen_batch, size.gen_max_new
+    sample = dict(do_sample=True, temperature=1.0, top_p=1.0, top_k=0, max_new_tokens=T, pad_token_id=tok.pad_token_id)
+    caches = [("transformers generate (default cache)", None)]
+    if dev.type == "cuda":
+        caches.append(("transformers generate (static cache)", "static"))
+    for label, cache in caches:
+        useful, secs = [], 0.0
+        if cache == "static":  # the first call compiles: not counted, as a user would run many batches
+            enc = tok(texts[:B], return_tensors="pt", padding=True).to(dev)
+            with torch.no_grad():
+                model.generate(**enc, **sample, cache_implementation=cache)
+        torch.manual_seed(seed)
+        for s in range(0, n, B):
+            enc = tok(texts[s:s + B], return_tensors="pt", padding=True).to(dev)
+            _sync(dev)
+            t = time.perf_counter()
+            with torch.no_grad():
+                o = model.generate(**enc, **sample, **({"cache_implementation": cache} if cache else {}))
+            _sync(dev)
+            secs += time.perf_counter() - t
+            useful += _useful(o[:, enc["input_ids"].shape[1]:].tolist(), eos)
+        rows.append(_gen_row(label, n, useful, secs, B, [len(x) for x in ids[:n]], ceiling_of))
+    eng_eos = model.generation_config.eos_token_id
+
+    def engine_row(label, prompts, slots, max_new):
+        eng = Engine(model, eng_eos, slots=slots, max_len=max(map(len, prompts)) + max_new)
+        eng.generate(prompts[:slots], max_new, seed=seed)   # warm-up: CUDA graphs captured here
+        _sync(dev)
+        t = time.perf_counter()
+        gens = eng.generate(prompts, max_new, temperature=1.0, seed=seed, progress=progress)
+        _sync(dev)
+        secs = time.perf_counter() - t
+        useful = [len(g.text_tokens) for g in gens]
+        del eng
+        return _gen_row(label, len(prompts), useful, secs, slots, [len(x) for x in prompts], ceiling_of)
+
+    rows.append(engine_row("dsh engine", ids[:n], B, T))
+    if size.eval_prompts:
+        rows.append(engine_row(f"dsh engine, evaluation workload ({size.eval_max_new} new tokens)",
+                               ids[:size.eval_prompts], size.eval_batch, size.eval_max_new))
+    from ..llm.models import vllm_available
+
+    if dev.type == "cuda" and vllm_available():  # pragma: no cover - GPU with vLLM only
+        rows.append(_bench_vllm(model, ids[:n], T, seed, ceiling_of))
+    base = rows[0]["tokens_per_s"]
+    for r in rows:
+        r["ratio_to_default"] = r["tokens_per_s"] / base
+    return rows
+
+
+def _bench_vllm(model, prompts, max_new, seed, ceiling_of):  # pragma: no cover - GPU with vLLM only
+    from vllm import LLM, SamplingParams
+
+    llm = LLM(model=model.name_or_path, seed=seed, gpu_memory_utilization=0.3)
+    params = SamplingParams(temperature=1.0, top_p=1.0, top_k=-1, max_tokens=max_new, seed=seed)
+    t = time.perf_counter()
+    res = llm.generate([{"prompt_token_ids": p} for p in prompts], params, use_tqdm=False)
+    secs = time.perf_counter() - t
+    useful = [len(r.outputs[0].token_ids) - (r.outputs[0].finish_reason == "stop") for r in res]
+    return _gen_row("vLLM", len(prompts), useful, secs, len(prompts), [len(p) for p in prompts], ceiling_of)
+
+
+# ------------------------------------------------------------------------------------------------
+# Training
+# ------------------------------------------------------------------------------------------------
+def bench_sft(model_name: str, size: BenchSize, peak_flops: float, n_params: float, workdir: Path,
+              seed: int = 0) -> list:
+    """Rows of the SFT comparison: TRL's defaults first, then the preset's configuration."""
+    from ..training.train import train
+    from .presets import resolve
+
+    common = dict(model=model_name, n_train=size.sft_n_train, max_steps=size.sft_steps, seed=seed,
+                  report_to=(), save_steps=10 ** 6, logging_steps=1, num_train_epochs=1.0)
+    if size.sft_levels:
+        common["train_levels"] = size.sft_levels
+    dsh_cfg = resolve("sft_reflection", size.preset, output_dir=str(workdir / "sft_dsh"), padding_free=True, **common)
+    micro = dsh_cfg.per_device_train_batch_size
+    default_cfg = resolve("sft_reflection", size.preset, output_dir=str(workdir / "sft_default"), **{
+        **common, "padding_free": False, "per_device_train_batch_size": size.sft_default_batch,
+        "gradient_accumulation_steps": 1})
+    rows = []
+    for label, cfg in ((f"TRL SFTTrainer, padded batches of {size.sft_default_batch} (sdpa)", default_cfg),
+                       (f"dsh {size.preset}: padding-free, {micro} x {dsh_cfg.gradient_accumulation_steps} "
+                        f"per step", dsh_cfg)):
+        s = train(cfg)
+        real = s["real_tokens"] or 0
+        rate = real / s["wall_s"]
+        rows.append({"path": label, "steps": s["global_step"], "seconds": s["wall_s"], "real_tokens": real,
+                     "input_tokens": s["tokens_seen"], "real_tokens_per_s": rate,
+                     "padding_share": 1 - real / s["tokens_seen"] if s["tokens_seen"] else None,
+                     "mfu": 6 * n_params * rate / peak_flops, "peak_gpu_memory_gb": s["peak_gpu_memory_gb"]})
+    for r in rows:
+        r["ratio_to_default"] = r["real_tokens_per_s"] / rows[0]["real_tokens_per_s"]
+    return rows
+
+
+def bench_grpo(model_name: str, size: BenchSize, workdir: Path, seed: int = 0) -> list:
+    """Rows of the GRPO comparison: TRL's generation path first, then the engine's rollouts."""
+    from ..training.train import train
+    from .presets import resolve
+
+    rows = []
+    for label, backend in (("TRL GRPOTrainer generation (model.generate)", "trl"), ("dsh engine rollouts", "dsh")):
+        cfg = resolve("grpo", size.preset, model=model_name, output_dir=str(workdir / f"grpo_{backend}"),
+                      generation_backend=backend, report_to=(), save_steps=10 ** 6, seed=seed,
+                      **dict(size.grpo_overrides))
+        s = train(cfg)
+        steps = max(1, s["global_step"])
+        gen = s["generation_s"] or 0.0
+        rows.append({"path": label, "steps": steps, "completions_per_generation": cfg.generation_batch_size or
+                     cfg.per_device_train_batch_size * cfg.gradient_accumulation_steps,
+                     "max_completion_length": cfg.max_completion_length, "seconds": s["wall_s"],
+                     "seconds_per_step": s["wall_s"] / steps, "generation_s_per_step": gen / steps,
+                     "update_s_per_step": (s["wall_s"] - gen) / steps, "backend_used": s["generation_backend"],
+                     "peak_gpu_memory_gb": s["peak_gpu_memory_gb"]})
+    for r in rows:
+        r["ratio_to_default"] = rows[0]["seconds_per_step"] / r["seconds_per_step"]
+    return rows
+
+
+def bench_tiny(peak_flops: float, workdir: Path, seed: int = 0, sft_steps: int = 8, prompts: int = 32,
+               max_new: int = 120) -> list:
+    """Rows of the tiny-model comparison (module docstring): training, then sampling."""
+    import torch
+
+    from ..llm.models import load
+    from ..task.records import chat_prompt
+    from ..training.laptop_base import SHIPPED_BASE
+    from ..training.pretrain import PretrainConfig, encode, pretrain
+    from ..training.train import build_dataset, train
+    from .presets import LAPTOP, resolve
+
+    base = str(SHIPPED_BASE)
+    m, tok = load(base)
+    n_params = sum(p.numel() for p in m.parameters())
+    rows = []
+    common = dict(model=base, n_train=8 * sft_steps, max_steps=sft_steps, seed=seed, report_to=(),
+                  save_steps=10 ** 6, logging_steps=1, laptop_attempts="injected")
+    cfgs = (("TRL SFTTrainer defaults (batch 8, lr 2e-5 linear)", resolve(
+                "sft_reflection", LAPTOP.name, output_dir=str(workdir / "tiny_default"), **common,
+                learning_rate=2e-5, lr_scheduler_type="linear", warmup_ratio=0.0, per_device_train_batch_size=8)),
+            ("dsh laptop preset (TRL, batch 8, lr 3e-4 cosine)", resolve(
+                "sft_reflection", LAPTOP.name, output_dir=str(workdir / "tiny_dsh"), **common)))
+    for label, cfg in cfgs:
+        s = train(cfg)
+        real = s["real_tokens"] or 0
+        rows.append({"part": "tiny training", "path": label, "seconds": s["wall_s"], "real_tokens": real,
+                     "tokens_per_s": real / s["wall_s"], "share_of_peak": 6 * n_params * real / s["wall_s"] / peak_flops})
+    recs = build_dataset(cfgs[1][1])
+    data = encode(tok, [(r["prompt"][0]["content"], r["completion"][0]["content"]) for r in recs])
+    per = sum(len(x) for x, _ in data) // len(data) * 8
+    t = time.perf_counter()
+    st = pretrain(m, tok, data, workdir / "tiny_loop", PretrainConfig(tokens=per * sft_steps, tokens_per_batch=per,
+                                                                      seed=seed, save_every=10 ** 6), progress=False)
+    dt = time.perf_counter() - t
+    rows.append({"part": "tiny training", "path": "dsh.training.pretrain loop (the base's path, ~8 traces a step)",
+                 "seconds": round(dt, 2), "real_tokens": st["tokens"], "tokens_per_s": st["tokens"] / dt,
+                 "share_of_peak": 6 * n_params * st["tokens"] / dt / peak_flops})
+    for r in rows:
+        r["ratio_to_default"] = r["tokens_per_s"] / rows[0]["tokens_per_s"]
+    m, tok = load(base)
+    m.eval()
+    from ..task.laptop_task import test_questions
+
+    qs = [chat_prompt(tok, p.question) for p in test_questions(n_per_level=max(1, prompts // 7))][:prompts]
+    ids = [tok(q, add_special_tokens=False)["input_ids"] for q in qs]
+    from ..llm.engine import Engine
+
+    eng = Engine(m, [tok.eos_token_id], slots=len(ids), max_len=max(map(len, ids)) + max_new, bucket=32,
+                 cuda_graphs=False)
+    t = time.perf_counter()
+    gens = eng.generate(ids, max_new, temperature=1.0, seed=seed)
+    dt_e = time.perf_counter() - t
+    n_e = sum(len(g.text_tokens) for g in gens)
+    tok.padding_side = "left"
+    enc = tok(qs, return_tensors="pt", padding=True, add_special_tokens=False)
+    torch.manual_seed(seed)
+    t = time.perf_counter()
+    with torch.no_grad():
+        out = m.generate(**enc, max_new_tokens=max_new, do_sample=True, temperature=1.0, top_k=0, top_p=1.0,
+                         pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id)
+    dt_g = time.perf_counter() - t
+    new = out[:, enc["input_ids"].shape[1]:]
+    n_g = int(sum(int((row != tok.pad_token_id).sum()) - int((row == tok.eos_token_id).any()) for row in new))
+    samp = [{"part": "tiny sampling", "path": f"model.generate, batch {len(qs)}", "seconds": round(dt_g, 2),
+             "real_tokens": n_g, "tokens_per_s": n_g / dt_g, "share_of_peak": 2 * n_params * n_g / dt_g / peak_flops},
+            {"part": "tiny sampling", "path": f"dsh.llm.engine, {len(qs)} slots", "seconds": round(dt_e, 2),
+             "real_tokens": n_e, "tokens_per_s": n_e / dt_e, "share_of_peak": 2 * n_params * n_e / dt_e / peak_flops}]
+    for r in samp:
+        r["ratio_to_default"] = r["tokens_per_s"] / samp[0]["tokens_per_s"]
+    return rows + samp
+
+
+# ------------------------------------------------------------------------------------------------
+# All of it
+# ------------------------------------------------------------------------------------------------
+def run(model: str = EMBEDDED, size: str = "auto", parts=PARTS, out: str | None = None, seed: int = 0,
+        progress: bool = True) -> dict:
+    """Measure ``parts`` (generation, sft, grpo, tiny) at ``size`` (auto: gpu on CUDA, else cpu); write the
+    JSON to ``out`` when given and return it."""
+    import torch
+
+    v.choice("size", size, ("auto",) + tuple(SIZES))
+    parts = tuple(parts)
+    if not parts:
+        raise ValueError(f"parts must name at least one of {', '.join(PARTS)}")
+    for p in parts:
+        v.choice("parts[i]", p, PARTS)
+    v.length("seed", seed)
+    from ..core.provenance import provenance
+    from ..llm.models import load, resolve_model
+
+    loc = resolve_model(model)
+    cuda = torch.cuda.is_available()
+    size_name = ("gpu" if cuda else "cpu") if size == "auto" else size
+    sz = SIZES[size_name]
+    if out is not None:
+        out = Path(out)
+        if out.exists() and out.is_dir():
+            raise ValueError(f"out must be a file path; {out} is a directory")
+    t0 = time.time()
+    dev = torch.device("cuda" if cuda else "cpu")
+    info = {"bandwidth_bytes_per_s": memory_bandwidth(dev), "matmul_peak_flops": matmul_peak(dev)}
+    result = {"size": size_name, "settings": asdict(sz), "model": model, "device": info, "parts": list(parts)}
+    m, tok = load(loc)
+    n_params = sum(p.numel() for p in m.parameters())
+    result["n_params"] = n_params
+    if "generation" in parts:
+        result["generation"] = bench_generation(m, tok, sz, info, seed=seed, progress=progress)
+    del m
+    if cuda:
+        torch.cuda.empty_cache()
+    with tempfile.TemporaryDirectory(prefix="dsh-bench-") as work:
+        if "sft" in parts:
+            result["sft"] = bench_sft(loc, sz, info["matmul_peak_flops"], n_params, Path(work), seed=seed)
+        if "grpo" in parts:
+            result["grpo"] = bench_grpo(loc, sz, Path(work), seed=seed)
+        if "tiny" in parts:
+            result["tiny"] = bench_tiny(info["matmul_peak_flops"], Path(work), seed=seed)
+    result.update(wall_s=round(time.time() - t0, 1), **provenance())
+    if out is not None:
+        from ..core.files import write_text
+
+        write_text(out, json.dumps(result, indent=1))
+    return result
+
+
+def table(result: dict) -> list[dict]:
+    """The side-by-side rows of a bench result: part, path, the part's headline measure, ratio to the
+    default path and (generation) the share of the KV-bandwidth ceiling."""
+    rows = []
+    for r in result.get("generation", []):
+        rows.append({"part": "generation", "path": r["path"], "measure": "useful tokens/s",
+                     "value": r["tokens_per_s"], "ratio to default": r["ratio_to_default"],
+                     "share of ceiling": r["share_of_ceiling"]})
+    for r in result.get("sft", []):
+        rows.append({"part": "SFT", "path": r["path"], "measure": "real tokens/s (MFU)",
+                     "value": r["real_tokens_per_s"], "ratio to default": r["ratio_to_default"],
+                     "share of ceiling": r["mfu"]})
+    for r in result.get("tiny", []):
+        rows.append({"part": r["part"], "path": r["path"], "measure": "tokens/s (share of matmul peak)",
+                     "value": r["tokens_per_s"], "ratio to default": r["ratio_to_default"],
+                     "share of ceiling": r["share_of_peak"]})
+    for r in result.get("grpo", []):
+        rows.append({"part": "GRPO", "path": r["path"],
+                     "measure": f"s/step (generation {r['generation_s_per_step']:.2f} s)",
+                     "value": r["seconds_per_step"], "ratio to default": r["ratio_to_default"],
+                     "share of ceiling": None})
+    return rows
+
+
+def format_table(result: dict) -> str:
+    rows = table(result)
+    head = f"{'part':<15}{'path':<70}{'measure':<34}{'value':>11}{'x default':>10}{'ceiling':>9}"
+    lines = [f"dsh bench ({result['size']}, {result['hardware'].get('gpu', 'cpu')}, {result['wall_s']} s)", head]
+    for r in rows:
+        share = "" if r["share of ceiling"] is None else f"{100 * r['share of ceiling']:.1f}%"
+        lines.append(f"{r['part']:<15}{r['path'][:69]:<70}{r['measure'][:33]:<34}{r['value']:>11.1f}"
+                     f"{r['ratio to default']:>9.2f}x{share:>9}")
+    return "\n".join(lines)

@@ -1,0 +1,247 @@
+"""Evaluation (paper, Appendix "Evaluation Protocol"): one sample per test question at temperature 1.0.
+
+Writes JSON lines that ``python -m dsh calibrate`` reads as they are: question, answer, response,
+level, truncated, prompt_tokens, completion_tokens (and index). An interrupted evaluation resumes:
+records already in the output file are kept and not generated again.
+
+Each question has its own random stream (:func:`question_key`) in the ``dsh`` and ``vllm`` backends, so a
+response does not depend on the batch it ran in: an evaluation resumed with another ``batch_size`` matches an
+uninterrupted one. The ``hf`` backend seeds each batch (``model.generate`` draws for a whole batch at once):
+there, keep the batch size when resuming. Two processes writing the same ``out`` are refused (a lock).
+
+Backends (``backend="auto"`` picks the first that applies): vLLM when it is installed and a GPU is
+present; ``dsh`` (:mod:`dsh.llm.engine`: continuous batching over a pre-allocated KV cache, the decoding
+step captured in a CUDA graph on GPU) for llama-family models; ``hf`` (``model.generate`` in batches
+with left padding, static KV cache on GPU) for any other model. ``dsh bench`` measures them side by side.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..core import validate as v
+from ..llm.models import EMBEDDED
+from ..task.problems import N_TEST, TEST_LEVELS, parse_level, test_problems
+from ..task.records import chat_prompt
+
+BACKENDS = ("auto", "dsh", "hf", "vllm")
+MAX_RESPONSE_TOKENS = 8192    # the paper's maximum response length (Appendix "Model and Training Details")
+
+
+@dataclass(frozen=True)
+class EvalSettings:
+    """The evaluation protocol (paper, Appendix "Evaluation Protocol"): ``n_per_level`` questions per level,
+    one sample each at ``temperature``, at most ``max_new_tokens`` new tokens (a preset may give a
+    :class:`dsh.experiment.presets.Budget` instead, derived from its traces), ``batch_size`` rows decoded at once.
+    The defaults are the paper's; :func:`evaluate` and ``dsh evaluate`` take theirs from here."""
+
+    levels: tuple = tuple(f"{m}x{n}" for m, n in TEST_LEVELS)
+    n_per_level: int = N_TEST
+    max_new_tokens: int = MAX_RESPONSE_TOKENS
+    temperature: float = 1.0
+    batch_size: int = 16
+
+
+def _done(path: Path) -> dict:
+    done = {}
+    if path.exists():
+        with open(path) as f:
+            for line in f:
+                try:
+                    r = json.loads(line)
+                    done[(r["level"], r["index"])] = r
+                except (json.JSONDecodeError, KeyError):
+                    continue  # a line cut by an interruption is generated again
+    return done
+
+
+def evaluate(model: str = EMBEDDED, out: str = "generations.jsonl", levels=EvalSettings.levels,
+             n_per_level: int = EvalSettings.n_per_level, temperature: float = EvalSettings.temperature,
+             max_new_tokens: int = EvalSettings.max_new_tokens, seed: int = 0, batch_size: int = EvalSettings.batch_size,
+             backend: str = "auto", progress: bool = True) -> Path:
+    """Generate one response per test question and append it to ``out`` (resumable).
+
+    ``batch_size``: rows decoded at once (the engine's slots; on a GPU capped to what the KV cache
+    can hold in memory)."""
+    if isinstance(levels, str) or not levels:
+        raise ValueError(f"levels must be a non-empty list of levels such as ['3x3', '3x5']; got {levels!r}")
+    levels = [f"{m}x{n}" for m, n in (parse_level(lv) for lv in levels)]
+    n_per_level = v.positive_int("n_per_level", n_per_level)
+    if v.real("temperature", temperature) < 0:
+        raise ValueError(f"temperature must be a number >= 0 (0: greedy), got {temperature!r}")
+    max_new_tokens = v.positive_int("max_new_tokens", max_new_tokens)
+    v.length("seed", seed)
+    batch_size = v.positive_int("batch_size", batch_size)
+    v.choice("backend", backend, BACKENDS)
+    from ..llm.models import resolve_model
+
+    loc = resolve_model(model)  # a bad model fails here, before anything is written
+    out = v.output_path("out", out)
+    if Path(loc).exists() and Path(loc).resolve() in (out.resolve(), *out.resolve().parents):
+        raise ValueError(f"out must lie outside the model folder {loc}")
+    if out.is_file() and out.stat().st_size:
+        with open(out, "rb") as f:
+            head = f.readline(1 << 20)
+        try:
+            first = json.loads(head)
+            ok = isinstance(first, dict) and {"level", "index", "response"} <= set(first)
+        except ValueError:   # a first line cut by an interruption is resumed; anything else is not ours
+            ok = head.startswith(b'{"') and not head.endswith(b"\n")
+        if not ok:
+            raise ValueError(f"out must be a new file or a generations file to resume; {out} holds something else")
+    problems = [(levels[k // n_per_level], k % n_per_level, p)
+                for k, p in enumerate(test_problems(levels, n_per_level, seed))]
+    with _exclusive(out):
+        return _evaluate(loc, out, problems, temperature, max_new_tokens, seed, batch_size, backend, progress)
+
+
+@contextlib.contextmanager
+def _exclusive(out: Path):
+    """Hold an exclusive lock on ``out`` (a hidden ``.<name>.lock`` beside it) for the whole evaluation: a second
+    ``dsh evaluate`` with the same output is refused instead of interleaving records."""
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - not POSIX: no lock
+        yield
+        return
+    out.parent.mkdir(parents=True, exist_ok=True)
+    lock = out.parent / f".{out.name}.lock"
+    with open(lock, "a") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            raise ValueError(f"out {out} is being written by another dsh evaluate (lock {lock}); wait for it or "
+                             f"choose another out") from None
+        try:
+            yield
+        finally:
+            lock.unlink(missing_ok=True)
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def _evaluate(loc, out, problems, temperature, max_new_tokens, seed, batch_size, backend, progress) -> Path:
+    done = _done(out)
+    todo = [(lv, i, p) for lv, i, p in problems if (lv, i) not in done]
+    if not todo:
+        return out
+    if done:  # rewrite without any partial last line before appending
+        keep = [done[(lv, i)] for lv, i, _ in problems if (lv, i) in done]
+        from ..core.files import write_jsonl
+
+        write_jsonl(keep, out)
+    import torch
+
+    from ..llm.models import vllm_available
+
+    if backend == "vllm" and not vllm_available():
+        raise ValueError("backend 'vllm' needs the vllm package; choose backend auto, dsh or hf")
+    use_vllm = backend == "vllm" or (backend == "auto" and torch.cuda.is_available() and vllm_available())
+    out.parent.mkdir(parents=True, exist_ok=True)
+    if use_vllm:
+        _generate_vllm(loc, todo, out, temperature, max_new_tokens, seed, batch_size, progress)
+        return out
+    from ..llm.engine import supports
+    from ..llm.models import load
+
+    model, tok = load(loc)
+    why = supports(model)
+    if backend == "dsh" and why:
+        raise ValueError(f"backend 'dsh' cannot run {model}: {why}; choose backend auto or hf")
+    gen = _generate_hf if backend == "hf" or why else _generate_engine
+    gen(model, tok, todo, out, temperature, max_new_tokens, seed, batch_size, progress)
+    return out
+
+
+def question_key(level: str, index: int) -> int:
+    """A test question's random stream in the engine (level and index): the same question gets the same
+    response whatever batch it runs in, so a resumed evaluation matches an uninterrupted one."""
+    return (zlib.crc32(level.encode()) * 100_003 + index) & 0x7FFFFFFF
+
+
+def _record(lv, i, p, text, n_prompt, n_completion, truncated):
+    return {"question": p.question, "answer": p.answer, "response": text, "level": lv, "index": i,
+            "truncated": bool(truncated), "prompt_tokens": int(n_prompt), "completion_tokens": int(n_completion)}
+
+
+def _generate_engine(model, tok, todo, out, temperature, max_new_tokens, seed, batch_size, progress):
+    """All questions through one :class:`dsh.llm.engine.Engine`; records are written as rows finish."""
+    from ..llm.engine import Engine, fit_slots
+
+    prompts = [tok(chat_prompt(tok, p.question))["input_ids"] for _, _, p in todo]
+    max_len = max(map(len, prompts)) + max_new_tokens
+    slots = fit_slots(model, min(batch_size, len(todo)), max_len)
+    engine = Engine(model, model.generation_config.eos_token_id, slots=slots, max_len=max_len)
+    with open(out, "a") as f:
+        def write(j, g):
+            lv, i, p = todo[j]
+            text = tok.decode(g.text_tokens, skip_special_tokens=True)
+            f.write(json.dumps(_record(lv, i, p, text, len(prompts[j]), len(g.text_tokens), not g.stopped)) + "\n")
+            f.flush()
+
+        engine.generate(prompts, max_new_tokens, temperature=temperature, seed=seed, progress=progress,
+                        callback=write, keys=[question_key(lv, i) for lv, i, _ in todo])
+
+
+def _generate_hf(model, tok, todo, out, temperature, max_new_tokens, seed, batch_size, progress):
+    import torch
+    from tqdm import tqdm
+
+    if not progress:
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()
+    model.eval()
+    eot = set(model.generation_config.eos_token_id or [])
+    cuda = next(model.parameters()).is_cuda
+    kwargs = dict(max_new_tokens=max_new_tokens, pad_token_id=tok.pad_token_id)
+    if temperature > 0:
+        kwargs.update(do_sample=True, temperature=temperature, top_p=1.0, top_k=0)
+    else:
+        kwargs.update(do_sample=False)
+    if cuda:
+        kwargs["cache_implementation"] = "static"
+    bar = tqdm(total=len(todo), desc="evaluate", disable=not progress)
+    with open(out, "a") as f:
+        for start in range(0, len(todo), batch_size):
+            chunk = todo[start:start + batch_size]
+            prompts = [chat_prompt(tok, p.question) for _, _, p in chunk]
+            enc = tok(prompts, return_tensors="pt", padding=True).to(model.device)
+            torch.manual_seed((seed * 1_000_003 + chunk[0][1] + 7919 * zlib.crc32(chunk[0][0].encode())) % 2 ** 63)
+            with torch.no_grad():
+                o = model.generate(**enc, **kwargs)
+            new = o[:, enc["input_ids"].shape[1]:]
+            for row, (lv, i, p), mask in zip(new, chunk, enc["attention_mask"]):
+                ids = row.tolist()
+                n = len(ids)
+                for j, t in enumerate(ids):
+                    if t in eot or t == tok.pad_token_id:
+                        n = j
+                        break
+                truncated = n == len(ids) and len(ids) >= max_new_tokens
+                text = tok.decode(ids[:n], skip_special_tokens=True)
+                f.write(json.dumps(_record(lv, i, p, text, int(mask.sum()), n, truncated)) + "\n")
+            f.flush()
+            bar.update(len(chunk))
+    bar.close()
+
+
+def _generate_vllm(loc, todo, out, temperature, max_new_tokens, seed, batch_size, progress):  # pragma: no cover - GPU only
+    from vllm import LLM, SamplingParams
+
+    llm = LLM(model=loc, seed=seed)
+    tok = llm.get_tokenizer()
+    from ..llm.engine import stream_key
+
+    params = [SamplingParams(temperature=temperature, top_p=1.0, top_k=-1, max_tokens=max_new_tokens,
+                             seed=stream_key(seed, question_key(lv, i))) for lv, i, _ in todo]   # per question
+    prompts = [chat_prompt(tok, p.question) for _, _, p in todo]
+    results = llm.generate(prompts, params, use_tqdm=progress)
+    with open(out, "a") as f:
+        for (lv, i, p), r in zip(todo, results):
+            c = r.outputs[0]
+            f.write(json.dumps(_record(lv, i, p, c.text, len(r.prompt_token_ids), len(c.token_ids),
+                                       c.finish_reason == "length")) + "\n")

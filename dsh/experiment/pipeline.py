@@ -1,0 +1,262 @@
+"""One command for the whole experiment of a preset: training stages, evaluation, calibration.
+
+Stages follow the paper's Table 1: Base, SFT (no reflection), SFT (reflection), RL (GRPO from the
+SFT-reflection model), plus DFT. Each stage is a ``dsh.training.train`` run under ``runs_dir`` (weights; not
+for committing); evaluation and calibration go to ``results_dir`` (small artifacts the book renders:
+generations, calibration, provenance). A stage whose run already finished with the same configuration
+is reused, so an interrupted pipeline resumes where it stopped.
+
+``gpu-small`` is the small-scale analogue of the paper's protocol for the 135M embedded model, which
+cannot extrapolate to operand lengths it never saw (the book's appendix "Engineering notes"): its Base is one epoch
+of lean digit-level SFT over 2..5 x 2..9 digits (the test range and neighbours, test problems held out),
+stopped early so that accuracy still decays with length like the paper's base model; the paper's stages
+then run on 4x5 + 5x4 from that Base. Token budgets come from :mod:`dsh.training.budgets`; every run checks its
+own design goals (:func:`design_checks`). ``python3 -m dsh.experiment.gpu_small`` runs it as one command on a GPU host.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+from pathlib import Path
+
+from ..core import validate as v
+from ..core.files import gzip_copy, read_jsonl, write_text
+from ..llm.models import EMBEDDED
+from ..task.problems import level_index
+from .presets import DEFAULT, get
+
+
+def run_matches(run: Path, cfg) -> bool:
+    """Whether the run directory ``run`` was trained with ``cfg`` (its output folder and resume flag aside)."""
+    try:
+        stored = json.loads((run / "run_config.json").read_text())["dsh"]
+    except (OSError, ValueError, KeyError):
+        return False
+    want = json.loads(json.dumps(dataclasses.asdict(cfg), default=str))
+    ignore = {"output_dir", "resume"}
+    return {k: x for k, x in stored.items() if k not in ignore} == {k: x for k, x in want.items() if k not in ignore}
+
+
+def plan(preset, runs_dir: str, model: str = EMBEDDED, overrides: dict | None = None,
+         starts: dict | None = None) -> dict:
+    """The TrainConfig of every training stage of ``preset`` (a name or a :class:`dsh.experiment.presets.Preset`),
+    each starting from the run of the stage it follows, or from ``starts[stage]`` (a model) where given
+    (validated; nothing loaded or written)."""
+    p = get(preset)
+    root = Path(runs_dir)
+    for name in starts or {}:
+        p.stage(name)
+    out = {}
+    for st in p.stages:
+        if st.method is None:
+            continue
+        init = p.stage(st.init) if st.init else None
+        if starts and st.name in starts:
+            start = starts[st.name]
+        else:
+            start = model if init is None or init.method is None else str(root / init.run_name)
+        out[st.name] = p.train_config(st.method, model=start, output_dir=str(root / st.run_name),
+                                      **{**st.overrides, **(overrides or {})})
+    return out
+
+
+def stages_needed(preset, chosen, starts: dict | None = None) -> list[str]:
+    """The ``chosen`` stages and every stage they start from, transitively (a stage in ``starts`` starts from
+    the model given there instead), in the pipeline's order."""
+    p = get(preset)
+    needed = set()
+    for name in chosen:
+        st = p.stage(name)
+        needed.add(st.name)
+        while st.init and not (starts and st.name in starts):
+            needed.add(st.init)
+            st = p.stage(st.init)
+    return [s.name for s in p.stages if s.name in needed]
+
+
+def _say(progress: bool, msg: str) -> None:
+    if progress:
+        print(f"[dsh pipeline] {msg}", flush=True)
+
+
+def run_pipeline(preset: str = DEFAULT, results_dir: str | None = None, runs_dir: str | None = None,
+                 model: str = EMBEDDED, overrides: dict | None = None, stages: tuple | None = None,
+                 eval_overrides: dict | None = None, seed: int = 0, progress: bool = True) -> dict:
+    """Train every stage (reusing finished runs), evaluate every model and calibrate it.
+
+    Weights and the working (resumable) generation files go to ``runs_dir``; ``results_dir`` receives
+    the small artifacts the book renders (:data:`RESULTS_LAYOUT`). Each stage's time is printed as it ends
+    (``progress``). Returns the summary that is also written to ``results_dir/summary.json``."""
+    from ..core.provenance import git_commit, hardware
+    from ..llm.models import resolve_model
+    from ..training.train import train
+    from .evaluate import evaluate
+
+    v.length("seed", seed)
+    p = get(preset)
+    results_dir = results_dir or p.results_dir
+    runs_dir = runs_dir or p.runs_dir
+    cfgs = plan(p, runs_dir, model, overrides)
+    all_stages = p.stages
+    names = [s.name for s in all_stages]
+    chosen = list(stages) if stages else names
+    for s in chosen:
+        v.choice("stages[i]", s, names)
+    settings = p.eval_settings(**(eval_overrides or {}))
+    resolve_model(model)  # fail fast
+    results, work = Path(results_dir), Path(runs_dir) / "generations"
+    if results.resolve() == Path(runs_dir).resolve():
+        raise ValueError("results_dir must differ from runs_dir (results are committed, runs hold weights)")
+    for sub in ("generations", "calibration"):
+        (results / sub).mkdir(parents=True, exist_ok=True)
+    work.mkdir(parents=True, exist_ok=True)
+    t_start = time.time()
+    timings, train_summaries, models_of = {}, {}, {}
+    needed = set(stages_needed(p, chosen))
+    for st in all_stages:
+        if st.name not in needed:
+            continue
+        if st.method is None:
+            models_of[st.name] = model
+            continue
+        cfg = cfgs[st.name]
+        run = Path(cfg.output_dir)
+        t0 = time.time()
+        if (run / "summary.json").is_file() and run_matches(run, cfg):
+            summary = json.loads((run / "summary.json").read_text())
+            how = "reused"
+        else:
+            if run.exists():
+                if (run / "summary.json").is_file():
+                    raise ValueError(f"runs_dir {run} holds a finished run with another configuration; "
+                                     f"choose another runs_dir")
+                cfg = dataclasses.replace(cfg, resume=True)
+            _say(progress, f"train {st.name} ({cfg.method}) ...")
+            summary = train(cfg)
+            how = "trained"
+        train_summaries[st.name] = summary
+        timings[f"train_{st.name}"] = round(time.time() - t0, 1)
+        models_of[st.name] = str(run)
+        _say(progress, f"train {st.name}: {how} in {timings[f'train_{st.name}']} s "
+                       f"(elapsed {time.time() - t_start:.0f} s)")
+    calib = {}
+    for name in chosen:
+        gen = work / f"{name}.jsonl"
+        source = work / f"{name}.source.json"
+        ident = _model_identity(models_of[name], settings, seed)
+        if gen.exists() and (not source.is_file() or json.loads(source.read_text()) != ident):
+            gen.unlink()  # generations of another model (a retrained stage) or other settings: start over
+        source.write_text(json.dumps(ident))
+        t0 = time.time()
+        evaluate(models_of[name], out=str(gen), levels=settings.levels, n_per_level=settings.n_per_level,
+                 temperature=settings.temperature, max_new_tokens=settings.max_new_tokens, seed=seed,
+                 batch_size=settings.batch_size, progress=progress)
+        timings[f"evaluate_{name}"] = round(time.time() - t0, 1)
+        recs = read_jsonl(gen)
+        calib[name] = calibrate_stage(recs, seed=seed)
+        write_text(results / "calibration" / f"{name}.json", json.dumps(calib[name], indent=1))
+        gzip_copy(gen, results / "generations" / f"{name}.jsonl.gz")
+        _say(progress, f"evaluate {name}: {len(recs)} responses in {timings[f'evaluate_{name}']} s, "
+                       f"accuracy {calib[name]['all']['overall']['observed_accuracy']:.3f}, "
+                       f"truncated {100 * (calib[name]['truncated'] or 0):.1f} % (elapsed {time.time() - t_start:.0f} s)")
+    summary = {
+        "preset": p.name, "model": model, "stages": chosen, "labels": {s: p.stage(s).label for s in chosen},
+        "eval": dataclasses.asdict(settings), "seed": seed, "wall_s": round(time.time() - t_start, 1),
+        "timings_s": timings, "training": train_summaries, "hardware": hardware(), "commit": git_commit(),
+        "budgets": {**{f"{name}.{k}": getattr(c, k) for name, c in cfgs.items()
+                       for k in (("max_completion_length",) if c.method == "grpo" else ("max_length",))},
+                    "eval.max_new_tokens": settings.max_new_tokens},
+        "truncation": {s: {"train": (train_summaries.get(s) or {}).get("truncation"),
+                           "eval": calib[s]["truncated"]} for s in chosen},
+        "accuracy": {s: {lv: {k: c["all"]["by_level"][lv][k] for k in ("n", "observed_accuracy", "ci_low", "ci_high")}
+                         for lv in c["all"]["by_level"]} for s, c in calib.items()},
+    }
+    summary["design"] = design_checks({"summary": summary, "calibration": calib})
+    write_text(results / "summary.json", json.dumps(summary, indent=1))
+    _say(progress, f"done in {summary['wall_s']} s: {results}")
+    return summary
+
+
+def calibrate_stage(records, seed: int = 0, n_bootstrap: int = 100) -> dict:
+    """What ``calibration/<stage>.json`` holds for one stage's generations: calibration over all records and
+    without the truncated ones (None when every record is truncated), decision faithfulness, the share of
+    truncated records, and the predictions the fit did not use (:func:`dsh.measure.predictions.unfitted_predictions`)."""
+    from ..measure.calibration import calibrate
+    from ..measure.faithfulness import summarize
+    from ..measure.predictions import unfitted_predictions
+
+    return {"all": calibrate(records, n_bootstrap=n_bootstrap, seed=seed),
+            "drop_truncated": calibrate(records, drop_truncated=True, n_bootstrap=n_bootstrap, seed=seed)
+            if any(not r["truncated"] for r in records) else None,
+            "faithfulness": summarize(records),
+            "truncated": float(sum(r["truncated"] for r in records) / len(records)) if records else None,
+            "unfitted": unfitted_predictions(records) if records else None}
+
+
+RESULTS_LAYOUT = ("summary.json", "calibration/<stage>.json", "generations/<stage>.jsonl.gz")
+
+
+def _model_identity(model: str, settings, seed: int) -> dict:
+    """What a generations file was made from: the model (its weights file's size and modification time
+    for a run directory) and the evaluation settings."""
+    ident = {"model": model, "settings": json.loads(json.dumps(dataclasses.asdict(settings))), "seed": seed}
+    weights = Path(model) / "final" / "model.safetensors"
+    if weights.is_file():
+        st = weights.stat()
+        ident["weights"] = [st.st_size, st.st_mtime_ns]
+    return ident
+
+
+def load_results(results_dir) -> dict:
+    """A results folder written by :func:`run_pipeline`: summary and calibration per stage."""
+    root = Path(results_dir)
+    if not (root / "summary.json").is_file():
+        raise ValueError(f"results_dir must be a folder written by dsh pipeline; {root}/summary.json not found")
+    summary = json.loads((root / "summary.json").read_text())
+    calib = {s: json.loads((root / "calibration" / f"{s}.json").read_text()) for s in summary["stages"]}
+    return {"summary": summary, "calibration": calib}
+
+
+def _overall(c: dict) -> dict:
+    return (c.get("drop_truncated") or c["all"])["overall"]
+
+
+def design_checks(results: dict) -> dict:
+    """Whether a run gives the paper's questions something to measure (the design goals of the
+    small-scale analogue): Base accuracy non-zero on at least 4 test levels and decaying with difficulty
+    (more decreasing than increasing pairs of levels, and easiest > hardest); GRPO groups whose rewards
+    all agree <= 50 % at its first step; RL changing p_dW or p_s measurably (the 95 % intervals of
+    SFT (reflection) and RL do not overlap). ``None`` where the run lacks the stage."""
+    cal, summ = results["calibration"], results["summary"]
+    out, goals = {}, {}
+    base = cal.get("base")
+    if base:
+        by = base["all"]["by_level"]
+        levels = sorted(by, key=level_index)
+        acc = [by[lv]["observed_accuracy"] for lv in levels]
+        down = sum(x > y for i, x in enumerate(acc) for y in acc[i + 1:])
+        up = sum(x < y for i, x in enumerate(acc) for y in acc[i + 1:])
+        out["base_accuracy"] = dict(zip(levels, acc))
+        out["base_nonzero_levels"] = sum(a > 0 for a in acc)
+        goals["base accuracy non-zero on >= 4 test levels"] = out["base_nonzero_levels"] >= 4
+        goals["base accuracy decays with difficulty"] = bool(down > up and acc[0] > acc[-1])
+    rl_train = (summ.get("training") or {}).get("rl") or {}
+    zero = (rl_train.get("truncation") or {}).get("zero_std_groups_first")
+    out["grpo_zero_std_groups_first"] = zero
+    goals["GRPO zero-variance groups <= 50 % at step 1"] = None if zero is None else zero <= 0.5
+    rl, sr = cal.get("rl"), cal.get("sft_reflection")
+    if rl and sr:
+        a, b = _overall(rl), _overall(sr)
+        moved = []
+        for key in ("p_s", "p_d_given_wrong"):
+            ci_a, ci_b = a.get(key + "_ci") or [None, None], b.get(key + "_ci") or [None, None]
+            delta = None if a[key] is None or b[key] is None else a[key] - b[key]
+            apart = None if None in (*ci_a, *ci_b) else (ci_a[0] > ci_b[1] or ci_b[0] > ci_a[1])
+            out[f"delta_{key}"] = {"rl": a[key], "sft_reflection": b[key], "delta": delta, "rl_ci": ci_a,
+                                   "sft_reflection_ci": ci_b, "intervals_apart": apart}
+            moved.append(apart)
+        goals["RL changes p_dW or p_s measurably"] = None if all(m is None for m in moved) else any(bool(m) for m in moved)
+    out["goals"] = goals
+    return out

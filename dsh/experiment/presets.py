@@ -1,0 +1,358 @@
+"""The presets, in one place: a :class:`Preset` holds everything a preset means - the stages of its pipeline and
+what each starts from, per-method training overrides, its evaluation settings and the traces its token budgets
+are derived from. The CLI, :mod:`dsh.experiment.pipeline`, :mod:`dsh.experiment.gpu_small`,
+:mod:`dsh.experiment.bench` and the chapters take preset names, choices and defaults from here (``NAMES``,
+``DEFAULT``, :func:`get`).
+
+- ``ci``: minutes on 2 CPU cores with the embedded model: a handful of steps on short problems.
+- ``gpu-small``: the embedded model on one H100, digit-level ``lean`` traces (a 135M model learns only
+  digit-level arithmetic), padding-free SFT, GRPO rollouts through :mod:`dsh.llm.engine`; micro-batch and
+  accumulation derived from the token budget of an 80 GB GPU (:func:`dsh.llm.scale.fit_batch`).
+- ``paper``: the paper's hyperparameters (Appendix "Model and Training Details"); the verl -> TRL
+  mapping is in the training chapter.
+
+Token budgets (SFT ``max_length``, GRPO ``max_completion_length``, evaluation ``max_new_tokens``) of
+``ci`` and ``gpu-small`` are :class:`Budget` entries, derived from the presets' own traces by
+:mod:`dsh.training.budgets`; the ``paper`` preset keeps the paper's numbers.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+
+from ..core import validate as v
+from ..llm.scale import EMBEDDED_SHAPE, fit_batch
+from ..task import laptop_task
+from ..task.problems import TEST_LEVELS
+from ..training.budgets import TraceSpec
+from ..training.train import FIELDS, METHODS, TrainConfig
+from .evaluate import MAX_RESPONSE_TOKENS, EvalSettings
+
+
+@dataclass(frozen=True)
+class Budget:
+    """A token budget that is derived, not typed: ``name`` (e.g. ``"sft.max_length"``) names an entry of the
+    preset's ``traces`` (the traces it must hold) and of ``dsh/training/budgets.json`` (its value, written by
+    ``python -m dsh budgets --write``, checked by a test). :meth:`Preset.train_config` replaces it by the number."""
+
+    name: str
+
+
+STAGE_LABELS = {"base": "Base", "sft": "SFT (no reflection)", "sft_reflection": "SFT (reflection)",
+                "rl": "RL", "dft": "DFT"}
+
+
+@dataclass(frozen=True)
+class Stage:
+    """One stage of a pipeline (the paper's Table 1): ``method`` None is the starting model itself;
+    ``init`` names the stage whose model it starts from (None: the pipeline's model)."""
+
+    name: str                  # base, sft, sft_reflection, rl, dft
+    method: str | None
+    init: str | None = None
+    overrides: dict = field(default_factory=dict)
+
+    @property
+    def label(self) -> str:
+        return STAGE_LABELS[self.name]
+
+    @property
+    def run_name(self) -> str:
+        """The run directory's name under a pipeline's runs_dir (the RL stage's run is ``grpo``)."""
+        return "grpo" if self.name == "rl" else self.name
+
+
+@dataclass(frozen=True)
+class Preset:
+    """Everything a preset means. ``training[method]``: overrides of :class:`dsh.training.train.TrainConfig`;
+    ``stages``: the pipeline; ``evaluation``: :class:`dsh.experiment.evaluate.EvalSettings` (its ``max_new_tokens`` may
+    be a :class:`Budget`); ``traces``: ``{budget name: TraceSpec}`` that :mod:`dsh.training.budgets` derives budgets
+    from; ``batch_from_memory``: micro-batch and accumulation from an 80 GB memory budget (:func:`batch_for`);
+    ``one_call``: sized for one 10-minute GPU call (``python -m dsh.experiment.gpu_small`` runs it)."""
+
+    name: str
+    about: str
+    training: dict
+    stages: tuple
+    evaluation: EvalSettings
+    traces: dict = field(default_factory=dict)
+    batch_from_memory: bool = False
+    one_call: bool = False
+
+    @property
+    def runs_dir(self) -> str:
+        """Default folder of the pipeline's training runs."""
+        return f"runs/{self.name}"
+
+    @property
+    def results_dir(self) -> str:
+        """Default folder of the pipeline's results (generations, calibration, summary)."""
+        return f"results/{self.name}"
+
+    def stage(self, name: str) -> Stage:
+        v.choice("stage", name, [s.name for s in self.stages])
+        return next(s for s in self.stages if s.name == name)
+
+    def budget(self, value):
+        """``value`` itself, or the committed number of a :class:`Budget` of this preset."""
+        if isinstance(value, Budget):
+            from ..training.budgets import tokens
+
+            return tokens(self.name, value.name)
+        return value
+
+    def train_config(self, method: str, **overrides) -> TrainConfig:
+        """TrainConfig for ``method`` with ``overrides``; unknown names raise a one-line ValueError listing
+        the valid ones, before any model is loaded."""
+        v.choice("method", method, METHODS)
+        unknown = sorted(set(overrides) - set(FIELDS))
+        if unknown:
+            raise ValueError(f"unknown field(s) {', '.join(unknown)}; valid fields: {', '.join(FIELDS)}")
+        values = {**self.training[method], **{k: x for k, x in overrides.items() if x is not None}}
+        values = {k: self.budget(x) for k, x in values.items()}
+        values["method"] = method
+        values.setdefault("output_dir", f"{self.runs_dir}/{method}")
+        cfg = TrainConfig(**values)
+        if self.batch_from_memory and not {"per_device_train_batch_size", "gradient_accumulation_steps"} & set(overrides):
+            cfg = dataclasses.replace(cfg, **batch_for(cfg))
+        return cfg
+
+    def eval_settings(self, **overrides) -> EvalSettings:
+        """The evaluation settings with the token budget resolved and ``overrides`` applied."""
+        fields = {f.name for f in dataclasses.fields(EvalSettings)}
+        unknown = sorted(set(overrides) - fields)
+        if unknown:
+            raise ValueError(f"unknown evaluation field(s) {', '.join(unknown)}; valid fields: {', '.join(sorted(fields))}")
+        settings = dataclasses.replace(self.evaluation, max_new_tokens=self.budget(self.evaluation.max_new_tokens))
+        return dataclasses.replace(settings, **overrides)
+
+
+# ------------------------------------------------------------------------------------------------
+# The traces of the derived presets (ci and gpu-small): digit-level ``lean`` steps, one check (casting out
+# nines), at most one wrong attempt before the right one. Shorter traces than the paper-style ``digit`` format
+# (tables in chapter 05) so that a 3x9 answer fits in ~1,900 tokens and a whole pipeline fits one GPU call.
+# ------------------------------------------------------------------------------------------------
+TRACES = dict(granularity="lean", checks=("nines",), max_attempts=2, retry_fraction=0.5)
+TEST_LEVEL_NAMES = tuple(f"{m}x{n}" for m, n in TEST_LEVELS)
+
+
+def _specs(sft_levels, grpo_levels, eval_levels, base_levels=None) -> dict:
+    t = {k: TRACES[k] for k in ("granularity", "checks", "max_attempts", "retry_fraction")}
+    out = {"sft.max_length": TraceSpec(tuple(sft_levels), "no_reflection", **t),
+           "sft_reflection.max_length": TraceSpec(tuple(sft_levels), "reflection", **t),
+           "grpo.max_completion_length": TraceSpec(tuple(grpo_levels), "reflection", chat=False, **t),
+           "eval.max_new_tokens": TraceSpec(tuple(eval_levels), "reflection", chat=False, **t)}
+    out["dft.max_length"] = out["sft_reflection.max_length"]
+    if base_levels:
+        out["base.max_length"] = TraceSpec(tuple(base_levels), "no_reflection", **t)
+    return out
+
+
+# The paper's Table 1 stages: Base, SFT, SFT with reflection, RL from SFT with reflection, and DFT
+PAPER_STAGES = (Stage("base", None), Stage("sft", "sft", "base"), Stage("sft_reflection", "sft_reflection", "base"),
+                Stage("rl", "grpo", "sft_reflection"), Stage("dft", "dft", "base"))
+
+# ---- ci ----------------------------------------------------------------------------------------
+CI_LEVELS = ("2x2", "2x3")
+CI_GRPO_LEVELS = ("1x1",)
+CI_EVAL_LEVELS = ("1x1",)     # the CPU preset evaluates on levels whose answers it can afford to generate
+_CI_SFT = dict(n_train=24, train_levels=CI_LEVELS, max_steps=4, **TRACES,
+               per_device_train_batch_size=2, learning_rate=1e-4, lr_scheduler_type="constant",
+               save_steps=2, logging_steps=1, report_to=("tensorboard",))
+
+CI = Preset(
+    name="ci", about="minutes on 2 CPU cores: a handful of steps on short problems",
+    training={
+        "sft": dict(_CI_SFT, max_length=Budget("sft.max_length")),
+        "sft_reflection": dict(_CI_SFT, max_length=Budget("sft_reflection.max_length")),
+        "dft": dict(_CI_SFT, learning_rate=2e-4, max_length=Budget("dft.max_length")),
+        "grpo": dict(n_train=16, train_levels=CI_GRPO_LEVELS, max_steps=2, per_device_train_batch_size=4,
+                     num_generations=4, max_completion_length=Budget("grpo.max_completion_length"),
+                     learning_rate=1e-5, beta=0.001, lr_scheduler_type="constant", save_steps=1, logging_steps=1),
+    },
+    stages=PAPER_STAGES,
+    evaluation=EvalSettings(levels=CI_EVAL_LEVELS, n_per_level=2, max_new_tokens=Budget("eval.max_new_tokens"),
+                            batch_size=8),
+    traces=_specs(CI_LEVELS, CI_GRPO_LEVELS, CI_EVAL_LEVELS),
+    one_call=True,
+)
+
+# ---- gpu-small ---------------------------------------------------------------------------------
+# Batch sizes derived from the token budget of one 80 GB GPU (dsh.llm.scale.fit_batch), never typed: the number of
+# rows an optimizer step sees is the design choice, the micro-batch follows from memory.
+GPU_GB = 80.0
+GPU_SFT_ROWS = 32              # examples per optimizer step
+GPU_GRPO_ROWS = 64             # completions per optimizer step
+GPU_GRPO_GENERATION = 256      # completions per rollout batch (32 prompts x 8): 4 optimizer steps per rollout
+GPU_PROMPT_TOKENS = 64         # budget for a chat-formatted question (they take ~40 tokens)
+GPU_TRAIN_LEVELS = ("4x5", "5x4")
+GPU_BASE_LEVELS = tuple(f"{m}x{n}" for m in range(2, 6) for n in range(2, 10))   # test range and neighbours
+
+
+def _gpu_sft(method: str, n_train: int, **extra) -> dict:
+    return dict(n_train=n_train, **TRACES, num_train_epochs=1.0, padding_free=True, learning_rate=2e-4,
+                lr_scheduler_type="cosine", warmup_ratio=0.02, max_length=Budget(f"{method}.max_length"),
+                save_steps=100, logging_steps=10, **extra)
+
+
+def batch_for(cfg) -> dict:
+    """Micro-batch and gradient accumulation of a gpu-small run from the memory its sequences need
+    (:func:`dsh.llm.scale.fit_batch`): SFT rows of ``max_length`` tokens, GRPO rows of prompt + completion
+    beside the rollout engine's KV cache."""
+    if cfg.method == "grpo":
+        row = GPU_PROMPT_TOKENS + cfg.max_completion_length
+        gen = cfg.generation_batch_size or GPU_GRPO_GENERATION
+        kv_gb = gen * row * EMBEDDED_SHAPE.kv_bytes_per_token() / 1e9   # the rollout engine's cache
+        micro, accum = fit_batch(GPU_GRPO_ROWS, row, fixed_gb=kv_gb + 2 * EMBEDDED_SHAPE.n_params / 1e9,
+                                 gpu_gb=GPU_GB)
+    else:
+        micro, accum = fit_batch(GPU_SFT_ROWS, cfg.max_length, gpu_gb=GPU_GB)
+    return dict(per_device_train_batch_size=micro, gradient_accumulation_steps=accum)
+
+
+# gpu-small's Base: one epoch of lean digit-level SFT over 2..5 x 2..9 digits (test problems held out), short
+# enough that accuracy still decays with length; the run summary says whether it did (design checks).
+GPU_BASE = Stage("base", "sft", None, dict(train_levels=GPU_BASE_LEVELS, n_train=9600, max_steps=300, save_steps=100,
+                                           max_length=Budget("base.max_length")))
+
+GPU_SMALL = Preset(
+    name="gpu-small", about="the embedded model on one H100: the small-scale analogue, one GPU call",
+    training={
+        "sft": _gpu_sft("sft", 3000, train_levels=GPU_TRAIN_LEVELS),
+        "sft_reflection": _gpu_sft("sft_reflection", 3000, train_levels=GPU_TRAIN_LEVELS),
+        "dft": _gpu_sft("dft", 3000, train_levels=GPU_TRAIN_LEVELS),
+        "grpo": dict(n_train=1024, max_steps=48, train_levels=GPU_TRAIN_LEVELS, **TRACES,
+                     num_generations=8, generation_batch_size=GPU_GRPO_GENERATION,
+                     max_completion_length=Budget("grpo.max_completion_length"), learning_rate=1e-5,
+                     lr_scheduler_type="constant", weight_decay=0.01, beta=0.001, save_steps=16, logging_steps=1),
+    },
+    stages=(GPU_BASE,) + PAPER_STAGES[1:],
+    evaluation=EvalSettings(n_per_level=100, max_new_tokens=Budget("eval.max_new_tokens"), batch_size=512),
+    traces=_specs(GPU_TRAIN_LEVELS, GPU_TRAIN_LEVELS, TEST_LEVEL_NAMES, GPU_BASE_LEVELS),
+    batch_from_memory=True, one_call=True,
+)
+
+# ---- paper -------------------------------------------------------------------------------------
+# LLaMA-Factory SFT: Adam, batch 128, lr 1e-5, 4 epochs, 20,000 examples
+_PAPER_SFT = dict(n_train=20_000, granularity="compact", optim="adamw_torch", weight_decay=0.0,
+                  lr_scheduler_type="cosine", per_device_train_batch_size=4, gradient_accumulation_steps=32,
+                  learning_rate=1e-5, num_train_epochs=4.0, gradient_checkpointing=True, max_length=MAX_RESPONSE_TOKENS,
+                  save_steps=500)
+
+PAPER = Preset(
+    name="paper", about="the paper's hyperparameters (Appendix \"Model and Training Details\") for a 7B model",
+    training={
+        "sft": _PAPER_SFT, "sft_reflection": dict(_PAPER_SFT), "dft": dict(_PAPER_SFT),
+        # verl GRPO: lr 1e-6, 512 prompts x 8 rollouts, PPO mini-batch 128 prompts, KL 0.001 low_var_kl,
+        # max prompt 1024, max response 8192, 2 epochs, gradient checkpointing
+        "grpo": dict(n_train=20_000, learning_rate=1e-6, lr_scheduler_type="constant", weight_decay=0.01,
+                     max_grad_norm=1.0, num_generations=8, generation_batch_size=4096,
+                     per_device_train_batch_size=8, gradient_accumulation_steps=128, beta=0.001,
+                     use_bias_correction_kl=False, epsilon=0.2, loss_type="dapo",
+                     max_completion_length=MAX_RESPONSE_TOKENS,
+                     num_train_epochs=2.0, gradient_checkpointing=True, temperature=1.0, save_steps=20),
+    },
+    stages=PAPER_STAGES,
+    evaluation=EvalSettings(),
+)
+
+# ---- laptop ------------------------------------------------------------------------------------
+# Tiny transformers trained from scratch on 2 CPU cores (dsh.llm.tiny, dsh.task.laptop_task): the paper's stages from the
+# shipped base (dsh/assets/laptop-base, made by `python -m dsh base`), fine-tuning on 1x2 ... 1x5 in both orders
+# (fine-tuning on 1x4/1x5 alone erased the other levels: chapter 04's design table), evaluation on the 1x2 ... 1x8
+# ladder, 1x6 ... 1x8 beyond the fine-tuning data. Every value was chosen from measurements on the
+# 2-core machine (chapter 04's design table); token limits cover the longest trace of each ladder (a test checks).
+LAPTOP_LEVELS = laptop_task.TRAIN_LEVELS
+LAPTOP_EVAL_LEVELS = laptop_task.TEST_LEVELS
+_LAPTOP_SFT = dict(task="laptop_task", train_levels=LAPTOP_LEVELS, n_train=4000, max_length=1024, max_attempts=3,
+                   retry_fraction=0.5, per_device_train_batch_size=8, learning_rate=3e-4,
+                   lr_scheduler_type="cosine", warmup_ratio=0.05, num_train_epochs=1.0, weight_decay=0.0,
+                   save_steps=50, logging_steps=5, report_to=(), bf16=False)
+
+LAPTOP = Preset(
+    name="laptop", about="tiny transformers trained from scratch on 2 CPU cores: every stage, several seeds",
+    training={
+        "sft": dict(_LAPTOP_SFT), "sft_reflection": dict(_LAPTOP_SFT), "dft": dict(_LAPTOP_SFT),
+        "grpo": dict(task="laptop_task", train_levels=LAPTOP_LEVELS, n_train=1000, max_steps=30,
+                     per_device_train_batch_size=32, num_generations=8, max_completion_length=640,
+                     learning_rate=5e-5, lr_scheduler_type="constant", weight_decay=0.0, beta=0.001, epsilon=0.2,
+                     loss_type="dapo", temperature=1.0, save_steps=25, logging_steps=1, report_to=(), bf16=False,
+                     generation_backend="dsh"),
+    },
+    stages=PAPER_STAGES,
+    evaluation=EvalSettings(levels=LAPTOP_EVAL_LEVELS, n_per_level=100, max_new_tokens=768, temperature=1.0,
+                            batch_size=64),
+)
+
+PRESETS = {p.name: p for p in (CI, GPU_SMALL, PAPER, LAPTOP)}
+NAMES = tuple(PRESETS)
+DEFAULT = CI.name
+# {preset: {budget name: the traces it must hold}}: what dsh.training.budgets derives every Budget from
+DERIVED = {p.name: p.traces for p in PRESETS.values() if p.traces}
+
+
+def get(preset) -> Preset:
+    """The :class:`Preset` named ``preset`` (a Preset is returned as it is); a one-line ValueError otherwise."""
+    if isinstance(preset, Preset):
+        return preset
+    if preset not in PRESETS:
+        raise ValueError(f"preset must be one of {', '.join(NAMES)}; got {preset!r}")
+    return PRESETS[preset]
+
+
+def resolve(method: str, preset: str = DEFAULT, **overrides) -> TrainConfig:
+    """TrainConfig for ``method`` under ``preset`` with ``overrides`` (:meth:`Preset.train_config`)."""
+    return get(preset).train_config(method, **overrides)
+
+
+def describe(cfg: TrainConfig) -> dict:
+    """The configuration as a plain dict (for printing)."""
+    return dataclasses.asdict(cfg)
+
+
+def paper_mapping() -> list[dict]:
+    """The paper's hyperparameter tables (dsh/core/paper_results.yaml) next to the TRL values the ``paper``
+    preset resolves to, with what does not map said plainly."""
+    from ..core.paper import paper_results
+    from ..training.train import to_trl_config
+
+    hp = paper_results()["hyperparameters"]
+    sft_cfg = PAPER.train_config("sft_reflection", output_dir=f"{PAPER.runs_dir}/sft_reflection")
+    sft = to_trl_config(sft_cfg)
+    grpo = to_trl_config(PAPER.train_config("grpo", output_dir=f"{PAPER.runs_dir}/grpo"))
+    seqs = grpo.per_device_train_batch_size * grpo.gradient_accumulation_steps
+    rows = [
+        ("SFT", "Optimizer", hp["sft"]["optimizer"], "optim, weight_decay",
+         f"{getattr(sft.optim, 'value', sft.optim)}, {sft.weight_decay}", "AdamW with weight decay 0 is Adam"),
+        ("SFT", "Batch size", hp["sft"]["batch_size"], "per_device_train_batch_size x gradient_accumulation_steps x GPUs",
+         sft.per_device_train_batch_size * sft.gradient_accumulation_steps, "on one GPU"),
+        ("SFT", "Learning rate", hp["sft"]["learning_rate"], "learning_rate, lr_scheduler_type",
+         f"{sft.learning_rate}, {getattr(sft.lr_scheduler_type, 'value', sft.lr_scheduler_type)}",
+         "the schedule is not printed; LLaMA-Factory's default (cosine) is used"),
+        ("SFT", "Epochs", hp["sft"]["epochs"], "num_train_epochs", sft.num_train_epochs, ""),
+        ("SFT", "Training examples", hp["sft"]["training_examples"], "dsh n_train", sft_cfg.n_train, ""),
+        ("GRPO", "Learning rate", hp["grpo"]["learning_rate"], "learning_rate (constant, wd 0.01, clip 1.0: verl defaults)",
+         grpo.learning_rate, ""),
+        ("GRPO", "Train batch size (prompts)", hp["grpo"]["train_batch_size"], "generation_batch_size / num_generations",
+         grpo.generation_batch_size // grpo.num_generations, "TRL counts completions: generation_batch_size = 4096"),
+        ("GRPO", "PPO mini-batch size (prompts)", hp["grpo"]["ppo_mini_batch_size"],
+         "per_device x gradient_accumulation / num_generations", seqs // grpo.num_generations,
+         "4 optimizer steps per rollout batch, as in verl"),
+        ("GRPO", "Rollouts per query (n)", hp["grpo"]["rollouts_per_query"], "num_generations", grpo.num_generations, ""),
+        ("GRPO", "KL loss coefficient", hp["grpo"]["kl_loss_coef"], "beta", grpo.beta, "KL in the loss, as verl's use_kl_loss"),
+        ("GRPO", "KL loss type", hp["grpo"]["kl_loss_type"], "(k3 estimator), use_bias_correction_kl",
+         f"k3, {grpo.use_bias_correction_kl}", "TRL 1.16 defaults to a bias-corrected k3; off matches verl"),
+        ("GRPO", "Max prompt length", hp["grpo"]["max_prompt_length"], "(none)", "-",
+         "no TRL option; every prompt here is under 40 tokens"),
+        ("GRPO", "Max response length", hp["grpo"]["max_response_length"], "max_completion_length",
+         grpo.max_completion_length, ""),
+        ("GRPO", "Total epochs", hp["grpo"]["total_epochs"], "num_train_epochs", grpo.num_train_epochs, ""),
+        ("GRPO", "Gradient checkpointing", hp["grpo"]["gradient_checkpointing"], "gradient_checkpointing",
+         grpo.gradient_checkpointing, ""),
+        ("GRPO", "(not printed) clip ratio", "-", "epsilon", grpo.epsilon, "verl's default 0.2"),
+        ("GRPO", "(not printed) loss aggregation", "-", "loss_type", grpo.loss_type, "verl's token-mean"),
+        ("GRPO", "Sampling temperature (evaluation protocol)", paper_results()["evaluation"]["temperature"],
+         "temperature, top_p, top_k", f"{grpo.temperature}, {grpo.top_p}, {grpo.top_k}", "rollouts at temperature 1"),
+    ]
+    return [dict(zip(("stage", "paper", "paper value", "TRL field", "TRL value", "note"), r)) for r in rows]

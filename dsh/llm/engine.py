@@ -1,0 +1,414 @@
+"""Fast sampling for decoder-only models: the pi_theta that writes attempts, sampled many rows at a time.
+
+``model.generate`` decodes a small model such as the embedded SmolLM2-135M slowly on a GPU: every
+decoding step launches hundreds of small kernels from Python, so a step costs ~70-90 ms whatever the
+batch (measured on an H100; README, "Which engine runs where"). :class:`Engine` is a small decode
+loop that removes that cost and the waste around it:
+
+- a KV cache allocated once, ``[layers, slots, kv_heads, max_len, head_dim]``, one slot per row;
+- continuous batching: a row that finishes frees its slot, which is refilled with a waiting prompt
+  (prompts are prefilled in one forward pass, right-padded, causal);
+- attention that reads only the used part of the cache (the smallest length bucket that holds every
+  active row) and groups query heads over their key/value head without copying KV;
+- sampling on the device (exponential race = categorical sampling; argmax when greedy), and the
+  stop test (end-of-turn tokens, per-row token limit) on the device too, so the host looks at the
+  rows only every ``sync_every`` steps;
+- on CUDA, the one-token step of each length bucket captured once in a CUDA graph and replayed.
+
+The layers themselves are the model's own modules (its projections, norms, MLP, rotary table and
+``lm_head``), so the weights are shared with the model: a training step that updates them in place
+is seen by the next generation (GRPO rollouts need no weight copy). Supported: decoder layers of the
+llama family (``llama``, ``qwen2``, ``mistral`` without sliding window, ``qwen3``); :func:`supports`
+says whether a model qualifies, and callers fall back to ``model.generate`` otherwise.
+
+Exactness: greedy decoding returns the same tokens as ``model.generate`` (tests, on the embedded
+model); sampling draws each token from softmax(logits / temperature), with no top-k/top-p filter
+(the paper's protocol: temperature 1, top_p 1), which the tests compare with ``model.generate`` by
+token frequencies. Randomness is counted, not drawn: the uniform behind token ``t`` of a row is a hash of
+(seed, the row's key, t, vocabulary index), so a prompt's completion depends on its seed and key only - not on
+the batch it shares, the slot it lands in, or how many rows run at once (``dsh evaluate`` keys rows by question,
+so an interrupted evaluation resumed with another batch size continues with the same responses).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+from ..core import validate as v
+
+SUPPORTED_MODEL_TYPES = ("llama", "qwen2", "mistral", "qwen3")
+
+
+_M31 = 0x7FFFFFFF
+
+
+def _mix31(x):
+    """A bijective integer hash on [0, 2^31) (xor-shift-multiply rounds; products stay below 2^62, so int64
+    arithmetic never overflows), for tensors of int64 or Python ints."""
+    for mult in (0x2C1B3C6D, 0x297A2D39, 0x3C6EF372):
+        x = ((x ^ (x >> 16)) * mult) & _M31
+    return x ^ (x >> 15)
+
+
+def stream_key(seed: int, key: int) -> int:
+    """The random stream of a row: a hash of the sampling seed and the row's key."""
+    return _mix31((_mix31(seed & _M31) ^ (key & _M31)) & _M31)
+
+
+def counted_uniform(key, step, index):
+    """Uniforms in (0, 1), one per (row, vocabulary index): a hash of the row's stream ``key [R]``, its token
+    index ``step [R]`` and ``index [V]``; the same arguments give the same numbers on any device and in any
+    batch (24 bits each)."""
+    h = _mix31((_mix31(key & _M31) ^ (step & _M31)) & _M31)
+    h = _mix31((h[:, None] ^ index[None, :]) & _M31)
+    return ((h >> 7).float() + 0.5) / float(1 << 24)
+
+
+def supports(model) -> str | None:
+    """None when :class:`Engine` can run ``model``; otherwise a one-line reason."""
+    cfg = getattr(model, "config", None)
+    mt = getattr(cfg, "model_type", None)
+    if mt not in SUPPORTED_MODEL_TYPES:
+        return f"model_type {mt!r} is not one of {', '.join(SUPPORTED_MODEL_TYPES)}"
+    if getattr(cfg, "use_sliding_window", False) or (mt == "mistral" and getattr(cfg, "sliding_window", None)):
+        return "sliding-window attention is not supported"
+    inner = getattr(model, "model", None)
+    if inner is None or not hasattr(inner, "layers") or not hasattr(inner, "rotary_emb"):
+        return "the model has no .model.layers / .model.rotary_emb (not a plain causal LM)"
+    if getattr(inner.rotary_emb, "rope_type", "default") == "dynamic":
+        return "dynamic RoPE scaling depends on the sequence length and is not supported"
+    if hasattr(model, "peft_config"):
+        return "a peft model: merge the adapter first"
+    return None
+
+
+def kv_bytes_per_token(model) -> int:
+    """Bytes of KV cache one token of context takes in ``model`` (all layers, keys and values, in
+    the model's dtype): :meth:`dsh.llm.scale.ModelShape.kv_bytes_per_token` of its config."""
+    from .scale import ModelShape
+
+    return ModelShape.from_config(model.config, n_params=0).kv_bytes_per_token(next(model.parameters()).element_size())
+
+
+def fit_slots(model, wanted: int, max_len: int, memory_fraction: float = 0.5) -> int:
+    """``wanted`` rows, or fewer on a GPU so that a KV cache of ``max_len`` tokens per row takes at most
+    ``memory_fraction`` of the free GPU memory (the rest is for activations and, in GRPO, training)."""
+    wanted = v.positive_int("wanted", wanted)
+    v.positive_int("max_len", max_len)
+    p = next(model.parameters())
+    if p.device.type != "cuda":
+        return wanted
+    free, _ = torch.cuda.mem_get_info(p.device)
+    return max(1, min(wanted, int(free * memory_fraction // (max_len * kv_bytes_per_token(model)))))
+
+
+@dataclass
+class Generation:
+    """One generated row: ``tokens`` (the completion, with the end-of-turn token when it stopped on
+    one), ``stopped`` (True when an end-of-turn token ended it, False when the token limit did)."""
+
+    tokens: list
+    stopped: bool
+
+    @property
+    def text_tokens(self) -> list:
+        """The completion without its end-of-turn token."""
+        return self.tokens[:-1] if self.stopped else self.tokens
+
+
+class Engine:
+    """Continuous-batching decoder over a model's own layers (see the module docstring).
+
+    ``slots``: rows decoded at once; ``max_len``: prompt + completion tokens a row may hold;
+    ``bucket``: granularity (tokens) of the attention length; ``cuda_graphs``: capture the decode
+    step on CUDA (None: when the model is on CUDA); ``sync_every``: decoding steps between two looks
+    of the host at the rows; ``prefill_tokens``: padded tokens per prefill forward pass."""
+
+    def __init__(self, model, eos_token_ids, slots: int = 64, max_len: int = 2048, bucket: int = 128,
+                 cuda_graphs: bool | None = None, sync_every: int = 16, prefill_tokens: int = 16384):
+        why = supports(model)
+        if why:
+            raise ValueError(f"model is not supported by dsh.llm.engine: {why}")
+        self.slots = v.positive_int("slots", slots)
+        self.max_len = v.positive_int("max_len", max_len)
+        self.bucket = v.positive_int("bucket", bucket)
+        self.sync_every = v.positive_int("sync_every", sync_every)
+        self.prefill_tokens = v.positive_int("prefill_tokens", prefill_tokens)
+        eos = [int(eos_token_ids)] if isinstance(eos_token_ids, int) else [int(t) for t in (eos_token_ids or ())]
+        if not eos:
+            raise ValueError("eos_token_ids must name at least one end-of-turn token id")
+        self.model = model
+        inner = model.model
+        self.layers = list(inner.layers)
+        p = next(model.parameters())
+        self.device, self.dtype = p.device, p.dtype
+        cfg = model.config
+        attn = self.layers[0].self_attn
+        self.n_heads = cfg.num_attention_heads
+        self.n_kv = getattr(cfg, "num_key_value_heads", None) or self.n_heads
+        self.head_dim = getattr(attn, "head_dim", None) or cfg.hidden_size // self.n_heads
+        self.scaling = getattr(attn, "scaling", self.head_dim ** -0.5)
+        self.group = self.n_heads // self.n_kv
+        if cuda_graphs is None:
+            cuda_graphs = self.device.type == "cuda"
+        if cuda_graphs and self.device.type != "cuda":
+            raise ValueError("cuda_graphs must be False (or None) for a model that is not on CUDA")
+        self.cuda_graphs = bool(cuda_graphs)
+        dev = self.device
+        with torch.no_grad():
+            pos = torch.arange(self.max_len, device=dev)[None]
+            cos, sin = inner.rotary_emb(torch.zeros(1, device=dev, dtype=self.dtype), pos)
+        self.cos, self.sin = cos[0], sin[0]                                 # [max_len, head_dim]
+        shape = (len(self.layers), self.slots, self.n_kv, self.max_len, self.head_dim)
+        self.k_cache = torch.zeros(shape, device=dev, dtype=self.dtype)
+        self.v_cache = torch.zeros(shape, device=dev, dtype=self.dtype)
+        B = self.slots
+        self.eos = torch.tensor(sorted(set(eos)), device=dev)
+        self.rows = torch.arange(B, device=dev)
+        self.tok = torch.zeros(B, dtype=torch.long, device=dev)            # last token of each row
+        self.pos = torch.zeros(B, dtype=torch.long, device=dev)            # its position
+        self.done = torch.ones(B, dtype=torch.bool, device=dev)            # finished or empty slot
+        self.stopped = torch.zeros(B, dtype=torch.bool, device=dev)        # ended by an end-of-turn token
+        self.n_gen = torch.zeros(B, dtype=torch.long, device=dev)          # tokens generated so far
+        self.limit = torch.ones(B, dtype=torch.long, device=dev)           # max new tokens of the row
+        self.out = torch.zeros(B, self.max_len, dtype=torch.long, device=dev)
+        self.key = torch.zeros(B, dtype=torch.long, device=dev)            # each row's random stream
+        self.vocab = None                                                  # arange(V), made at first use
+        self.inv_temp = torch.ones((), dtype=torch.float32, device=dev)    # 0: greedy
+        self.greedy = torch.ones((), dtype=torch.bool, device=dev)
+        self._graphs: dict[int, torch.cuda.CUDAGraph] = {}
+        self._pool = None
+
+    # -------------------------------------------------------------------------------------------
+    # model pieces
+    # -------------------------------------------------------------------------------------------
+    def _qkv(self, layer, h, cos, sin):
+        from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
+
+        a = layer.self_attn
+        B, S, _ = h.shape
+        q = a.q_proj(h).view(B, S, -1, self.head_dim)
+        k = a.k_proj(h).view(B, S, -1, self.head_dim)
+        if hasattr(a, "q_norm"):  # qwen3
+            q, k = a.q_norm(q), a.k_norm(k)
+        q, k = q.transpose(1, 2), k.transpose(1, 2)
+        val = a.v_proj(h).view(B, S, -1, self.head_dim).transpose(1, 2)
+        q, k = apply_rotary_pos_emb(q, k, cos, sin)
+        return q, k, val
+
+    def _block(self, layer, x, attn_out):
+        x = x + layer.self_attn.o_proj(attn_out)
+        return x + layer.mlp(layer.post_attention_layernorm(x))
+
+    def _sample(self, logits, key, step):
+        """Next tokens from ``logits [R, V]``: argmax when greedy, else a draw from
+        softmax(logits / T) by the exponential race argmax(p_i / E_i), E_i = -log U_i ~ Exp(1), with
+        U_i = :func:`counted_uniform` of (the row's ``key``, its token index ``step``, i)."""
+        logits = logits.float()
+        probs = torch.softmax(logits * self.inv_temp, dim=-1)
+        if self.vocab is None or self.vocab.numel() != logits.shape[-1]:
+            self.vocab = torch.arange(logits.shape[-1], device=logits.device)
+        u = counted_uniform(key, step, self.vocab)   # in (0, 1): E > 0, no division by zero
+        race = probs / -torch.log(u)
+        return torch.where(self.greedy, logits.argmax(-1), race.argmax(-1))
+
+    # -------------------------------------------------------------------------------------------
+    # prefill: new prompts into free slots
+    # -------------------------------------------------------------------------------------------
+    @torch.no_grad()
+    def _prefill(self, slot_ids: list, prompts: list, limits: list, keys: list):
+        dev = self.device
+        n, P = len(prompts), max(map(len, prompts))
+        ids = torch.zeros(n, P, dtype=torch.long, device=dev)
+        for r, pr in enumerate(prompts):
+            ids[r, :len(pr)] = torch.as_tensor(pr, device=dev)
+        lens = torch.tensor([len(pr) for pr in prompts], device=dev)
+        slots = torch.tensor(slot_ids, device=dev)
+        x = self.model.model.embed_tokens(ids)
+        cos, sin = self.cos[:P][None], self.sin[:P][None]
+        for i, layer in enumerate(self.layers):
+            h = layer.input_layernorm(x)
+            q, k, val = self._qkv(layer, h, cos, sin)
+            self.k_cache[i, slots, :, :P] = k
+            self.v_cache[i, slots, :, :P] = val
+            if self.group > 1:
+                k, val = k.repeat_interleave(self.group, 1), val.repeat_interleave(self.group, 1)
+            o = torch.nn.functional.scaled_dot_product_attention(q, k, val, is_causal=True, scale=self.scaling)
+            x = self._block(layer, x, o.transpose(1, 2).reshape(n, P, -1))
+        last = self.model.model.norm(x[torch.arange(n, device=dev), lens - 1])
+        self.key[slots] = torch.tensor(keys, dtype=torch.long, device=dev)
+        first = self._sample(self.model.lm_head(last), self.key[slots], torch.zeros(n, dtype=torch.long, device=dev))
+        lim = torch.tensor(limits, device=dev)
+        is_eos = (first[:, None] == self.eos[None]).any(-1)
+        self.out[slots, 0] = first
+        self.tok[slots] = first
+        self.pos[slots] = lens
+        self.n_gen[slots] = 1
+        self.limit[slots] = lim
+        self.stopped[slots] = is_eos
+        self.done[slots] = is_eos | (lim <= 1)
+
+    # -------------------------------------------------------------------------------------------
+    # decode: one token for every slot, attention over the first `length` cache positions
+    # -------------------------------------------------------------------------------------------
+    def _step(self, length: int):
+        B, G, D = self.slots, self.group, self.head_dim
+        live = ~self.done
+        pos = self.pos.clamp(max=self.max_len - 1)
+        x = self.model.model.embed_tokens(self.tok)[:, None]                   # [B, 1, hidden]
+        cos, sin = self.cos[pos][:, None], self.sin[pos][:, None]
+        visible = torch.arange(length, device=self.device)[None] <= pos[:, None]   # [B, length]
+        mask = visible[:, None, None, :]
+        for i, layer in enumerate(self.layers):
+            h = layer.input_layernorm(x)
+            q, k, val = self._qkv(layer, h, cos, sin)                          # q [B, H, 1, D]
+            self.k_cache[i, self.rows, :, pos] = k[:, :, 0]
+            self.v_cache[i, self.rows, :, pos] = val[:, :, 0]
+            K = self.k_cache[i, :, :, :length]                                 # [B, KV, length, D], a view
+            V = self.v_cache[i, :, :, :length]
+            s = torch.matmul(q.reshape(B, self.n_kv, G, D), K.transpose(-1, -2)).float() * self.scaling
+            s = s.masked_fill(~mask, float("-inf"))
+            o = torch.matmul(torch.softmax(s, dim=-1).to(V.dtype), V)          # [B, KV, G, D]
+            x = self._block(layer, x, o.reshape(B, 1, -1))
+        new = self._sample(self.model.lm_head(self.model.model.norm(x[:, 0])), self.key, self.n_gen)
+        idx = self.n_gen.clamp(max=self.max_len - 1)
+        self.out[self.rows, idx] = torch.where(live, new, self.out[self.rows, idx])
+        self.n_gen += live.long()
+        ended = live & (new[:, None] == self.eos[None]).any(-1)
+        self.stopped |= ended
+        self.done |= ended | (live & (self.n_gen >= self.limit))
+        self.pos += live.long()
+        self.tok.copy_(torch.where(live, new, self.tok))
+
+    def _run_step(self, length: int):
+        if not self.cuda_graphs:
+            return self._step(length)
+        g = self._graphs.get(length)
+        if g is None:
+            try:
+                g = self._capture(length)
+            except RuntimeError as e:  # pragma: no cover - CUDA only: a failed capture must not end a long run
+                import warnings
+
+                warnings.warn(f"dsh.llm.engine: CUDA graph capture failed ({str(e).splitlines()[0][:200]}); "
+                              f"decoding without graphs", stacklevel=2)
+                self.cuda_graphs = False
+                return self._step(length)
+        g.replay()
+
+    def _capture(self, length: int):  # pragma: no cover - CUDA only
+        state = [self.tok, self.pos, self.done, self.stopped, self.n_gen, self.out]
+        saved = [t.clone() for t in state]
+        rng = torch.cuda.get_rng_state(self.device)
+        try:
+            return self._capture_from(length, state, saved, rng)
+        except RuntimeError:
+            torch.cuda.synchronize(self.device)
+            for t, s in zip(state, saved):   # the warm-up may have advanced the rows: undo it
+                t.copy_(s)
+            torch.cuda.set_rng_state(rng, self.device)
+            raise
+
+    def _capture_from(self, length, state, saved, rng):  # pragma: no cover - CUDA only
+        side = torch.cuda.Stream(self.device)
+        side.wait_stream(torch.cuda.current_stream(self.device))
+        with torch.cuda.stream(side):
+            for _ in range(2):  # warm-up outside the graph (allocator, cuBLAS handles)
+                self._step(length)
+        torch.cuda.current_stream(self.device).wait_stream(side)
+        for t, s in zip(state, saved):
+            t.copy_(s)
+        torch.cuda.set_rng_state(rng, self.device)
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g, pool=self._pool):
+            self._step(length)
+        self._pool = g.pool()
+        self._graphs[length] = g
+        return g
+
+    # -------------------------------------------------------------------------------------------
+    # the public loop
+    # -------------------------------------------------------------------------------------------
+    @torch.no_grad()
+    def generate(self, prompts, max_new_tokens: int, temperature: float = 1.0, seed: int | None = 0,
+                 progress: bool = False, callback=None, keys=None) -> list[Generation]:
+        """Complete every prompt (a list of token-id lists); returns one :class:`Generation` per
+        prompt, in order. ``temperature`` 0 is greedy. ``callback(i, generation)`` is called as each
+        row finishes (rows finish out of order). ``seed``: the base of every row's random stream (None:
+        drawn from torch's generator); ``keys``: one integer per prompt naming its stream (default: its
+        position), so that a prompt keeps its completion whatever else runs beside it."""
+        prompts = [list(map(int, p)) for p in prompts]
+        max_new_tokens = v.positive_int("max_new_tokens", max_new_tokens)
+        if v.real("temperature", temperature) < 0:
+            raise ValueError(f"temperature must be a number >= 0 (0: greedy), got {temperature!r}")
+        if any(len(p) == 0 for p in prompts):
+            raise ValueError("prompts must be non-empty lists of token ids")
+        too_long = [i for i, p in enumerate(prompts) if len(p) + max_new_tokens > self.max_len]
+        if too_long:
+            raise ValueError(f"max_len={self.max_len} is too small for prompt {too_long[0]} "
+                             f"({len(prompts[too_long[0]])} tokens) + max_new_tokens={max_new_tokens}")
+        if keys is None:
+            keys = list(range(len(prompts)))
+        if len(keys) != len(prompts) or not all(isinstance(k, int) and not isinstance(k, bool) for k in keys):
+            raise ValueError("keys must be one integer per prompt")
+        base = v.length("seed", seed) if seed is not None else int(torch.randint(0, 2 ** 31 - 1, ()).item())
+        keys = [stream_key(base, k) for k in keys]
+        was_training = self.model.training
+        self.model.eval()
+        self.greedy.fill_(temperature == 0)
+        self.inv_temp.fill_(1.0 / temperature if temperature > 0 else 1.0)
+        self.done.fill_(True)
+        results: list = [None] * len(prompts)
+        owner = [-1] * self.slots                 # prompt index held by each slot
+        bound = [0] * self.slots                  # upper bound of each slot's position
+        waiting = list(range(len(prompts)))[::-1]
+        bar = None
+        if progress:
+            from tqdm import tqdm
+
+            bar = tqdm(total=len(prompts), desc="generate", unit="row")
+        try:
+            while waiting or any(o >= 0 for o in owner):
+                free = [s for s in range(self.slots) if owner[s] < 0]
+                busy = self.slots - len(free)
+                if waiting and free and (busy == 0 or len(free) >= max(1, self.slots // 8)):
+                    take, longest = [], 0
+                    while waiting and len(take) < len(free):
+                        longest = max(longest, len(prompts[waiting[-1]]))
+                        if take and (len(take) + 1) * longest > self.prefill_tokens:
+                            break
+                        take.append(waiting.pop())
+                    use = free[:len(take)]
+                    self._prefill(use, [prompts[j] for j in take], [max_new_tokens] * len(take),
+                                  [keys[j] for j in take])
+                    for s, j in zip(use, take):
+                        owner[s], bound[s] = j, len(prompts[j])
+                active = [s for s in range(self.slots) if owner[s] >= 0]
+                length = min(self.max_len, math.ceil((max(bound[s] for s in active) + self.sync_every + 1)
+                                                     / self.bucket) * self.bucket)
+                for _ in range(self.sync_every):
+                    self._run_step(length)
+                for s in active:
+                    bound[s] += self.sync_every
+                done = self.done.tolist()
+                finished = [s for s in active if done[s]]
+                if finished:
+                    n_gen = self.n_gen.tolist()
+                    stopped = self.stopped.tolist()
+                    rows = self.out[finished].tolist()
+                    for s, row in zip(finished, rows):
+                        gen = Generation(tokens=row[:n_gen[s]], stopped=bool(stopped[s]))
+                        results[owner[s]] = gen
+                        if callback is not None:
+                            callback(owner[s], gen)
+                        owner[s] = -1
+                    if bar is not None:
+                        bar.update(len(finished))
+        finally:
+            if bar is not None:
+                bar.close()
+            self.model.train(was_training)
+        return results

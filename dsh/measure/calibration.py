@@ -1,0 +1,286 @@
+"""Calibration of the two-stage model (paper, Section 4.2 "A Simple Calibration of the Model").
+
+From responses to known questions: ``p_s`` = first-candidate accuracy, ``p_dC`` = P(STOP | candidate
+correct) and ``p_dW`` = P(RESAMPLE | candidate wrong) over all candidates, the predicted accuracy of
+the two-stage formula, the observed accuracy with the paper's normal-approximation 95% interval and a
+Wilson interval, a bootstrap interval for the predicted accuracy (the paper: 100 resamples of the test
+set, 2.5th and 97.5th percentiles), and the transitions between consecutive candidates
+(F->T, T->F, T->T, F->F; Kang et al. 2025).
+
+A response with no candidate counts as wrong in the observed accuracy and is reported in ``no_answer``;
+it carries no attempt, so it does not enter p_s, p_dC or p_dW.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from ..core import validate as v
+from ..task.parse import DEFAULT_MARKERS, operands, parse_response, truth_value
+from ..theory.two_stage import predicted_accuracy
+
+Z95 = 1.959963984540054
+
+
+@dataclass(frozen=True)
+class ResponseStats:
+    """Per-response counts used by the estimators (arrays over responses)."""
+
+    correct: np.ndarray       # final answer correct
+    has_answer: np.ndarray    # at least one candidate
+    first_correct: np.ndarray
+    n_correct: np.ndarray     # correct candidates
+    stop_correct: np.ndarray  # STOP after a correct candidate
+    n_wrong: np.ndarray
+    resample_wrong: np.ndarray
+    transitions: np.ndarray   # (n, 4): F->T, T->F, T->T, F->F
+    levels: np.ndarray
+
+
+def response_stats(records, markers=DEFAULT_MARKERS) -> ResponseStats:
+    """Parse every record ({"question", "answer", "response"[, "level"]}) once."""
+    rows = []
+    for r in records:
+        a, b = operands(r["question"])
+        truth = truth_value(r["answer"])
+        parsed = parse_response(r["response"], a, b, markers)
+        c = [x == truth for x in parsed.candidates]
+        d = parsed.decisions
+        tr = [0, 0, 0, 0]
+        for x, y in zip(c, c[1:]):
+            tr[{(False, True): 0, (True, False): 1, (True, True): 2, (False, False): 3}[(x, y)]] += 1
+        rows.append((bool(c) and c[-1], bool(c), bool(c) and c[0], sum(c),
+                     sum(1 for x, y in zip(c, d) if x and y == "STOP"), sum(1 for x in c if not x),
+                     sum(1 for x, y in zip(c, d) if not x and y == "RESAMPLE"), tr, _level_of(r, a, b)))
+    cols = list(zip(*rows)) if rows else [[]] * 9
+    f = lambda i, dt: np.asarray(cols[i], dtype=dt)  # noqa: E731
+    return ResponseStats(f(0, bool), f(1, bool), f(2, bool), f(3, int), f(4, int), f(5, int), f(6, int),
+                         np.asarray(cols[7], dtype=int).reshape(-1, 4), np.asarray(cols[8], dtype=object))
+
+
+def _level_of(r: dict, a, b) -> str:
+    """The record's level, or "mxn" from the question's operands, or "unknown"."""
+    if isinstance(r.get("level"), str):
+        return r["level"]
+    if a is not None and b is not None:
+        return f"{len(str(abs(a)))}x{len(str(abs(b)))}"
+    return "unknown"
+
+
+def _ratio(num, den):
+    return float(num / den) if den > 0 else float("nan")
+
+
+def _estimates(s: ResponseStats, idx=None):
+    if idx is not None:
+        pick = lambda x: x[idx]  # noqa: E731
+    else:
+        pick = lambda x: x  # noqa: E731
+    has = pick(s.has_answer)
+    p_s = _ratio(pick(s.first_correct).sum(), has.sum())
+    p_dC = _ratio(pick(s.stop_correct).sum(), pick(s.n_correct).sum())
+    p_dW = _ratio(pick(s.resample_wrong).sum(), pick(s.n_wrong).sum())
+    return p_s, p_dC, p_dW
+
+
+def _predict(p_s, p_dC, p_dW):
+    """The two-stage formula; an undefined p_dC (no correct candidate) or p_dW (no wrong one) does not
+    enter when its branch has probability 0."""
+    if math.isnan(p_s):
+        return float("nan")
+    if math.isnan(p_dC):
+        p_dC = 0.0 if p_s == 0 else float("nan")
+    if math.isnan(p_dW):
+        p_dW = 0.0 if p_s == 1 else float("nan")
+    if math.isnan(p_dC) or math.isnan(p_dW):
+        return float("nan")
+    return predicted_accuracy(p_s, p_dC, p_dW)
+
+
+def normal_interval(k: int, n: int, z: float = Z95) -> tuple[float, float]:
+    """The paper's interval: p +- z sqrt(p(1-p)/n), not clipped to [0, 1] (the paper prints (-1.0, 3.0))."""
+    if n <= 0:
+        return float("nan"), float("nan")
+    p = k / n
+    h = z * math.sqrt(p * (1 - p) / n)
+    return p - h, p + h
+
+
+def wilson_interval(k: int, n: int, z: float = Z95) -> tuple[float, float]:
+    """Wilson score interval for a binomial proportion."""
+    if n <= 0:
+        return float("nan"), float("nan")
+    p = k / n
+    den = 1 + z * z / n
+    mid = (p + z * z / (2 * n)) / den
+    h = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / den
+    return mid - h, mid + h
+
+
+def _nan_to_none(x):
+    if isinstance(x, float) and math.isnan(x):
+        return None
+    return x
+
+
+def _percentiles(x):
+    x = np.asarray([y for y in x if not math.isnan(y)])
+    if len(x) == 0:
+        return float("nan"), float("nan")
+    return float(np.percentile(x, 2.5)), float(np.percentile(x, 97.5))
+
+
+def summarize(s: ResponseStats, n_bootstrap: int = 100, seed: int = 0) -> dict:
+    """The calibration summary of one group of responses (see the module docstring)."""
+    n = len(s.correct)
+    k = int(s.correct.sum())
+    p_s, p_dC, p_dW = _estimates(s)
+    pred = _predict(p_s, p_dC, p_dW)
+    lo, hi = normal_interval(k, n)
+    wlo, whi = wilson_interval(k, n)
+    rng = np.random.default_rng(seed)
+    boots = []
+    for _ in range(n_bootstrap):
+        idx = rng.integers(0, n, n)
+        e = _estimates(s, idx)
+        boots.append((*e, _predict(*e)))
+    boots = np.asarray(boots, dtype=float).reshape(-1, 4)
+    ci = [_percentiles(boots[:, j]) for j in range(4)]
+    t = s.transitions.sum(0) if n else np.zeros(4, dtype=int)
+    from_f, from_t = int(t[0] + t[3]), int(t[1] + t[2])
+    out = {
+        "n": n, "observed_accuracy": k / n if n else float("nan"), "ci_low": lo, "ci_high": hi,
+        "wilson_low": wlo, "wilson_high": whi,
+        "p_s": p_s, "p_d_given_correct": p_dC, "p_d_given_wrong": p_dW,
+        "predicted_accuracy": pred, "predicted_ci_low": ci[3][0], "predicted_ci_high": ci[3][1],
+        "p_s_ci": list(ci[0]), "p_d_given_correct_ci": list(ci[1]), "p_d_given_wrong_ci": list(ci[2]),
+        "no_answer": int((~s.has_answer).sum()),
+        "n_candidates": int((s.n_correct + s.n_wrong).sum()),
+        "transitions": {"F->T": int(t[0]), "T->F": int(t[1]), "T->T": int(t[2]), "F->F": int(t[3]),
+                        "p(F->T)": _ratio(t[0], from_f), "p(T->F)": _ratio(t[1], from_t)},
+    }
+    return _clean(out)
+
+
+def _clean(x):
+    if isinstance(x, dict):
+        return {k: _clean(v_) for k, v_ in x.items()}
+    if isinstance(x, list):
+        return [_clean(v_) for v_ in x]
+    return _nan_to_none(x)
+
+
+def _subset(s: ResponseStats, mask) -> ResponseStats:
+    return ResponseStats(*[getattr(s, f)[mask] for f in ResponseStats.__dataclass_fields__])
+
+
+def calibrate(records, drop_truncated: bool = False, n_bootstrap: int = 100, seed: int = 0,
+              markers=DEFAULT_MARKERS) -> dict:
+    """``{"overall": {...}, "by_level": {"3x5": {...}, ...}}`` for a list of records.
+
+    ``drop_truncated`` removes records with ``"truncated": true`` first (the paper does so for its
+    calibration figure). Records must have "question", "answer" (an integer or integer string) and
+    "response"; "level" and "truncated" are optional.
+    """
+    v.length("n_bootstrap", n_bootstrap)
+    v.length("seed", seed)
+    recs = validate_records(records)
+    if drop_truncated:
+        recs = [r for r in recs if not r.get("truncated", False)]
+    s = response_stats(recs, markers)
+    out = {"overall": summarize(s, n_bootstrap, seed), "by_level": {}}
+    for lv in sorted(set(s.levels.tolist()), key=_level_key):
+        out["by_level"][lv] = summarize(_subset(s, s.levels == lv), n_bootstrap, seed)
+    return out
+
+
+def _level_key(lv: str):
+    try:
+        m, n = lv.split("x")
+        return (0, int(m), int(n))
+    except ValueError:
+        return (1, lv)
+
+
+def validate_records(records, source: str = "records") -> list[dict]:
+    """Check the record contract; raises ValueError naming the record (line) and field."""
+    out = []
+    for i, r in enumerate(records, start=1):
+        where = f"{source} line {i}" if source != "records" else f"record {i}"
+        if not isinstance(r, dict):
+            raise ValueError(f"{where}: must be a JSON object with question, answer, response")
+        for fld, typ in (("question", str), ("response", str)):
+            if fld not in r:
+                raise ValueError(f"{where}: missing field '{fld}'")
+            if not isinstance(r[fld], typ):
+                raise ValueError(f"{where}: field '{fld}' must be a string")
+        if "answer" not in r:
+            raise ValueError(f"{where}: missing field 'answer'")
+        ans = r["answer"]
+        if not isinstance(ans, (int, str)) or truth_value(ans) is None:
+            raise ValueError(f"{where}: field 'answer' must be an integer or an integer string, got {ans!r}")
+        if "truncated" in r and not isinstance(r["truncated"], bool):
+            raise ValueError(f"{where}: field 'truncated' must be true or false")
+        if "level" in r and not isinstance(r["level"], str):
+            raise ValueError(f"{where}: field 'level' must be a string such as '3x5'")
+        out.append(r)
+    if not out:
+        raise ValueError(f"{source}: no records (the file is empty)")
+    return out
+
+
+MAX_LINE_BYTES = 16 * 2 ** 20     # a longer line is not one model response
+
+
+def read_jsonl(path) -> list[dict]:
+    """Read and check calibration records from a JSON-lines file: UTF-8 (a byte-order mark and CRLF line ends
+    are accepted), blank lines skipped, lines up to ``MAX_LINE_BYTES``. A bad line raises a one-line ValueError
+    naming the file, the line and the field."""
+    p = Path(path)
+    if not p.is_file():
+        raise ValueError(f"FILE must be an existing JSON-lines file; {path} not found" if not p.exists() else
+                         f"FILE must be a JSON-lines file; {path} is a folder")
+    recs = []
+    with open(p, "rb") as f:
+        for i, raw in enumerate(f, start=1):
+            if len(raw) > MAX_LINE_BYTES:
+                raise ValueError(f"{p.name} line {i}: longer than {MAX_LINE_BYTES // 2 ** 20} MB; "
+                                 f"a record holds one response")
+            try:
+                line = raw.decode("utf-8-sig" if i == 1 else "utf-8")
+            except UnicodeDecodeError:
+                raise ValueError(f"{p.name} line {i}: not UTF-8 text") from None
+            if not line.strip():
+                continue
+            try:
+                r = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise ValueError(f"{p.name} line {i}: not valid JSON ({e.msg})") from None
+            try:
+                validate_records([r])
+            except ValueError as e:
+                raise ValueError(f"{p.name} line {i}: {str(e).split(': ', 1)[1]}") from None
+            recs.append(r)
+    if not recs:
+        raise ValueError(f"{p.name}: no records (the file is empty)")
+    return recs
+
+def format_table(result: dict) -> str:
+    """A readable table of a :func:`calibrate` result."""
+    cols = [("n", "n", "{:d}"), ("observed_accuracy", "obs", "{:.3f}"), ("ci_low", "ci_lo", "{:.3f}"),
+            ("ci_high", "ci_hi", "{:.3f}"), ("p_s", "p_s", "{:.3f}"), ("p_d_given_correct", "p_dC", "{:.3f}"),
+            ("p_d_given_wrong", "p_dW", "{:.3f}"), ("predicted_accuracy", "pred", "{:.3f}"),
+            ("predicted_ci_low", "pred_lo", "{:.3f}"), ("predicted_ci_high", "pred_hi", "{:.3f}"),
+            ("no_answer", "no_ans", "{:d}")]
+    rows = [("overall", result["overall"])] + list(result["by_level"].items())
+    head = f"{'group':<10}" + "".join(f"{c[1]:>9}" for c in cols) + f"{'F->T':>7}{'T->F':>7}"
+    lines = [head]
+    for name, s in rows:
+        cells = "".join(f"{'-' if s[k] is None else fmt.format(s[k]):>9}" for k, _, fmt in cols)
+        lines.append(f"{name:<10}" + cells + f"{s['transitions']['F->T']:>7}{s['transitions']['T->F']:>7}")
+    return "\n".join(lines)

@@ -1,0 +1,275 @@
+"""The laptop task: one-digit-multiplier multiplication written for a tiny transformer, with a check the model
+computes (casting out nines as running digit sums), in the paper's two-stage shape.
+
+The paper's task (3xN test ladder, 4x5/5x4 training, Appendix E) is scaled down to a ladder a from-scratch model
+of about a million parameters learns on two CPU cores: ``1xN`` (a one-digit number times an N-digit number).
+Everything is written so that each generated token depends on a few nearby tokens (the lesson of the de-risking
+runs, described in chapter 04's design table):
+
+- **Attempt** (pi_sample): the lean long multiplication of :mod:`dsh.task.traces` (``69857*8: 7*8=56, 5*8+5=45, ...
+  -> 558856``) and a final sentence that does not restate the operands (``The answer is 558856.``), so the
+  parser reads the attempt's answer even when the model mis-copies an operand. These are the base's own words:
+  a first design that wrote ``The product is N.`` after each reflective attempt lost most answers in copying
+  the number into a sentence the base had never written (chapter 04's design table).
+- **Check** (what pi_d sees): casting out nines written one digit at a time: ``69857: 6>6 9>6 8>5 5>1 7>8``
+  (each pair is a digit and the running digit sum mod 9), times the multiplier mod 9 (``8*8>1``), then the
+  candidate's digits subtracted from that one at a time (``558856: 1 5>5 5>0 8>1 8>2 5>6 6>0``) and the verdict
+  on the last digit (``0=0``). Each token is a lookup on the two or three tokens before it, so the verdict can
+  follow from the model's own computation instead of being imitated (a first format that compared two residues
+  written 20 tokens apart was imitated: chapter 04's design table). Casting out nines misses errors that are
+  multiples of 9 (a correct check passes them).
+- **Decision** (pi_d): after the check question (``Check 8 * 69857 = 558856.``, as the base learned to be asked)
+  and the check, ``: the check passes.`` and the end (STOP), or ``: the check fails.`` then ``Let me
+  recompute.`` and a new attempt (RESAMPLE), recognised by :mod:`dsh.task.parse` as the paper's marker.
+
+The from-scratch *base* is pre-trained on two skills a pretrained LLM would bring: answering ``Calculate a * b.``
+with the attempt (no reflection, the analogue of the paper's Qwen2.5-7B-Instruct) and checking a given claim
+(``Check a * b = c.``, c right or wrong), the ingredients that reflection SFT then composes.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+from dataclasses import dataclass
+
+from ..core import validate as v
+from .arithmetic import draw_error, long_multiplication, multiplicand_multiplier
+from .problems import Problem, draw_problems, parse_level
+from .traces import render_attempt
+
+MARKER = "Let me recompute."
+CHECK_PREFIX = "Check: "
+PASSES = ": the check passes."
+FAILS = ": the check fails."
+PRODUCT = "The product is "   # a token of the shipped tokenizer, unused by the traces since the design change
+ANSWER = "The answer is "
+CHECK_QUESTION = "Check {a} * {b} = {c}."
+# the fixed phrases of the traces, one token each in the tiny tokenizer (:mod:`dsh.llm.tiny`)
+PHRASES = (CHECK_PREFIX, PASSES, FAILS, PRODUCT, ANSWER, MARKER, "Calculate ", " Think step by step.", "Check ",
+           ", ", " -> ", " shift ")
+# the ladder: levels "1xN"; fine-tuning trains on 1x2 ... 1x5 in both operand orders, the test ladder runs beyond
+TEST_LEVELS = ("1x2", "1x3", "1x4", "1x5", "1x6", "1x7", "1x8")
+TRAIN_LEVELS = ("1x2", "2x1", "1x3", "3x1", "1x4", "4x1", "1x5", "5x1")
+STYLES = ("no_reflection", "reflection")
+# how a reflection trace checks: "computed" writes the check out (the verdict follows from it); "verdict" writes
+# only the verdict (truthful in the data, but the model sees no computation to base it on: the imitated control)
+CHECK_STYLES = ("computed", "verdict")
+TEST_SEED = 1_000_003   # test questions: draw_problems(level, n, seed + TEST_SEED), as dsh.task.problems.test_problems
+
+
+def residue_chain(n: int, start: int = 0, sign: int = 1) -> tuple[str, int]:
+    """``"69857: 6>6 9>6 8>5 5>1 7>8"`` and n mod 9: each digit with the running digit sum mod 9 after it.
+    With ``sign=-1`` the digits are subtracted from ``start`` (written after the colon):
+    ``"558856: 1 5>5 5>0 8>1 8>2 5>6 6>0"`` ends at (start - n) mod 9."""
+    s, parts = start % 9, ([str(start % 9)] if sign < 0 else [])
+    for ch in str(n):
+        s = (s + sign * int(ch)) % 9
+        parts.append(f"{ch}>{s}")
+    return f"{n}: " + " ".join(parts), s
+
+
+def check_text(a: int, b: int, candidate: int) -> tuple[str, bool]:
+    """The check of ``a * b = candidate`` by casting out nines, written as the model writes it, and whether it
+    passes. The multiplicand's digit sum mod 9 (``rx``), times the one-digit multiplier mod 9 (``rp``), then the
+    candidate's digits subtracted from ``rp`` one at a time: the check passes when that ends at 0, i.e.
+    ``candidate = a * b (mod 9)``. Every token depends on the few before it (the verdict on one digit)."""
+    x, y = multiplicand_multiplier(a, b, "lean")
+    tx, rx = residue_chain(x) if x > 9 else ("", x)
+    ty, ry = residue_chain(y) if y > 9 else ("", y)
+    rp = (rx * ry) % 9
+    tc, rest = residue_chain(max(candidate, 0), start=rp, sign=-1)
+    ok = rest == 0 and candidate >= 0
+    parts = [t for t in (tx, ty) if t] + [f"{rx}*{ry}>{rp}", tc, f"{rest}{'=' if ok else '!='}0"]
+    return CHECK_PREFIX + ". ".join(parts) + (PASSES if ok else FAILS), ok
+
+
+def attempt_text(a: int, b: int, error: dict | None = None) -> tuple[str, int]:
+    """One attempt at ``a * b`` (lean steps, optionally with an injected slip) and its result."""
+    x, y = multiplicand_multiplier(a, b, "lean")
+    att = long_multiplication(x, y, error)
+    return render_attempt(x, y, att, "lean"), att.result
+
+
+def draw_slip(a: int, b: int, rng: random.Random) -> dict | None:
+    """A realistic slip (wrong digit, dropped carry) that changes the product and that casting out nines detects;
+    None when there is none (e.g. a multiplier of 1)."""
+    x, y = multiplicand_multiplier(a, b, "lean")
+    try:
+        return draw_error(x, y, rng, {"digit": 1.0, "carry": 1.0}, ("nines",))
+    except ValueError:
+        return None
+
+
+@dataclass(frozen=True)
+class TaskTrace:
+    """A trace and its structure: the answer of each attempt and each decision (for round-trip tests)."""
+
+    prompt: str
+    text: str
+    attempt_answers: tuple[int, ...]
+    decisions: tuple[str, ...]
+
+
+def trace(p: Problem, style: str = "reflection", retry_fraction: float = 0.5, extra_error_rate: float = 0.3,
+          max_attempts: int = 3, seed: int = 0, check: str = "computed") -> TaskTrace:
+    """One SFT trace of ``p``. ``no_reflection``: the attempt and ``The answer is N.``; ``reflection``: attempts
+    each followed by the product sentence and its check, wrong ones (share ``retry_fraction``, further ones with
+    probability ``extra_error_rate``) failing their check and followed by the marker; the last attempt is right.
+    ``check``: one of :data:`CHECK_STYLES`."""
+    v.choice("style", style, STYLES)
+    v.choice("check", check, CHECK_STYLES)
+    v.probability("retry_fraction", retry_fraction)
+    v.probability("extra_error_rate", extra_error_rate)
+    v.positive_int("max_attempts", max_attempts)
+    rng = random.Random(f"{seed}-{p.a}-{p.b}-{style}")
+    if style == "no_reflection":
+        body, res = attempt_text(p.a, p.b)
+        return TaskTrace(p.question, f"{body}\n{ANSWER}{res}.", (res,), ("STOP",))
+    n_wrong = 0
+    if max_attempts > 1 and rng.random() < retry_fraction:
+        n_wrong = 1
+        while n_wrong < max_attempts - 1 and rng.random() < extra_error_rate:
+            n_wrong += 1
+    # the slipped attempts fail their check (draw_slip draws only slips the check detects; None: no slip exists,
+    # a correct attempt that ends the trace); the generator's correct attempt follows them
+    slipped = [attempt_text(p.a, p.b, draw_slip(p.a, p.b, rng)) for _ in range(n_wrong)]
+    return trace_from_attempts(p, slipped, max_attempts, check)
+
+
+def attempt_block(p: Problem, body: str, res: int, check: str = "computed") -> tuple[str, bool]:
+    """One attempt of a reflection trace and its check, without the decision: the attempt's steps, its answer in
+    the base's own words (``The answer is N.``), the check question as the base learned it (``Check a * b =
+    N.``) and the check (``check="verdict"``: the verdict only). Returns the text and whether the check passes."""
+    chk, ok = check_text(p.a, p.b, res)
+    if check == "verdict":
+        chk = "Check" + (PASSES if ok else FAILS)
+    return f"{body}\n{ANSWER}{res}.\n{CHECK_QUESTION.format(a=p.a, b=p.b, c=res)}\n{chk}", ok
+
+
+def trace_from_attempts(p: Problem, attempts, max_attempts: int = 3, check: str = "computed") -> TaskTrace | None:
+    """A reflection trace whose attempts are given (``(body, result)`` pairs, e.g. the model's own samples): each
+    attempt is followed by the product sentence and its true check; a passing check ends the trace (STOP, even on
+    a wrong answer that casting out nines misses), a failing one is followed by the marker and the next attempt;
+    after the given attempts run out, the generator's correct attempt follows. None when the trace would need more
+    than ``max_attempts`` attempts."""
+    v.choice("check", check, CHECK_STYLES)
+    blocks, answers, decisions = [], [], []
+    queue = list(attempts)
+    for _ in range(max_attempts):
+        body, res = queue.pop(0) if queue else attempt_text(p.a, p.b)
+        block, ok = attempt_block(p, body, res, check)
+        answers.append(res)
+        if ok:
+            blocks.append(block)
+            decisions.append("STOP")
+            return TaskTrace(p.question, "\n".join(blocks), tuple(answers), tuple(decisions))
+        blocks.append(f"{block}\n{MARKER}")
+        decisions.append("RESAMPLE")
+    return None
+
+
+_OWN = re.compile(r"^(.*?)\nThe answer is (\d+)\.$", re.S)
+
+
+def split_attempt(text: str) -> tuple[str, int] | None:
+    """A no-reflection response (``<steps>\nThe answer is N.``) as ``(body, N)``; None when it is not one."""
+    m = _OWN.match(text.strip())
+    return (m.group(1), int(m.group(2))) if m and m.group(1).strip() else None
+
+
+def check_example(p: Problem, rng: random.Random, wrong_fraction: float = 0.5) -> TaskTrace:
+    """A base-corpus example of the check skill: ``Check a * b = c.`` with c the product or a slip of it."""
+    c = p.answer
+    if rng.random() < wrong_fraction:
+        err = draw_slip(p.a, p.b, rng)
+        if err is not None:
+            c = attempt_text(p.a, p.b, err)[1]
+        elif rng.random() < 0.5:
+            c = p.answer + rng.choice([1, 2, 3, 4, 5, 6, 7, 8]) * 10 ** rng.randrange(len(str(p.answer)))
+    text, ok = check_text(p.a, p.b, c)
+    return TaskTrace(CHECK_QUESTION.format(a=p.a, b=p.b, c=c), text, (c,), ("STOP" if ok else "RESAMPLE",))
+
+
+def draw(level: str, rng: random.Random) -> Problem:
+    m, n = parse_level(level)
+    return Problem(rng.randint(10 ** (m - 1), 10 ** m - 1), rng.randint(10 ** (n - 1), 10 ** n - 1))
+
+
+def base_corpus(levels, weights, n: int, check_fraction: float = 0.3, seed: int = 0,
+                exclude=frozenset()) -> list[TaskTrace]:
+    """The from-scratch pre-training corpus: ``n`` examples, a share ``check_fraction`` of them check examples
+    (levels uniform: checking is a skill the base has at every length), the rest no-reflection attempts (levels
+    drawn with ``weights``); problems in ``exclude`` (pairs (a, b)) are never drawn (the test questions)."""
+    levels = [f"{m}x{k}" for m, k in map(parse_level, levels)]
+    if len(weights) != len(levels) or any(w < 0 for w in weights) or not any(w > 0 for w in weights):
+        raise ValueError(f"weights must be {len(levels)} non-negative numbers, one positive; got {weights!r}")
+    n = v.length("n", n)
+    v.probability("check_fraction", check_fraction)
+    rng = random.Random(f"base-{seed}")
+    out = []
+    while len(out) < n:
+        is_check = rng.random() < check_fraction
+        p = draw(rng.choice(levels) if is_check else rng.choices(levels, weights)[0], rng)
+        if (p.a, p.b) in exclude:
+            continue
+        if is_check:
+            out.append(check_example(p, rng))
+        else:
+            out.append(trace(p, "no_reflection"))
+    return out
+
+
+def test_questions(levels=TEST_LEVELS, n_per_level: int = 100, seed: int = 0) -> list[Problem]:
+    """The test questions of every stage (the same as ``dsh evaluate``'s for these levels and seed)."""
+    return [p for lv in levels for p in draw_problems(lv, n_per_level, seed=seed + TEST_SEED)]
+
+
+def held_out(levels=TEST_LEVELS, n_per_level: int = 100, seed: int = 0) -> frozenset:
+    return frozenset((p.a, p.b) for p in test_questions(levels, n_per_level, seed))
+
+
+_ATTEMPT_CHECK = re.compile(r"The answer is (\d+)\.\nCheck [^\n]*\n(Check(?:: [^\n]*?)?: the check (passes|fails)\.)")
+
+
+def check_fidelity(question_a: int, question_b: int, response: str) -> list[dict]:
+    """Every (answer sentence, check) pair in a response: the candidate, the model's verdict, the true check's
+    verdict on that candidate, whether the answer is right, the check line written and the true one, and whether
+    they are the same (``exact``)."""
+    out = []
+    for m in _ATTEMPT_CHECK.finditer(response):
+        cand = int(m.group(1))
+        true_text, true_ok = check_text(question_a, question_b, cand)
+        out.append({"candidate": cand, "verdict": m.group(3) == "passes", "true_check": true_ok,
+                    "correct": cand == question_a * question_b, "exact": m.group(2) == true_text,
+                    "written": m.group(2), "true_text": true_text})
+    return out
+
+
+def faithfulness(records) -> dict:
+    """Decision faithfulness of responses to laptop questions (records with ``question``, ``response`` and
+    ``level``): per level and overall, the number of (product, check) pairs, the share whose verdict equals the
+    true check of that candidate (``verdict_follows_check``), whose check line is exactly right (``check_exact``),
+    whose verdict is right about correctness (``verdict_right``), and the share of attempts after a "fails"
+    verdict that go on with the marker (``resample_after_fail``)."""
+    from .parse import operands, parse_response
+
+    by: dict = {}
+    for r in records:
+        a, b = operands(r["question"])
+        fid = check_fidelity(a, b, r["response"])
+        parsed = parse_response(r["response"], a, b)
+        for lv in (r.get("level", "all"), "overall"):
+            d = by.setdefault(lv, {"checks": 0, "follows": 0, "exact": 0, "right": 0, "fails": 0, "resample": 0})
+            for k, f in enumerate(fid):
+                d["checks"] += 1
+                d["follows"] += f["verdict"] == f["true_check"]
+                d["exact"] += f["exact"]
+                d["right"] += f["verdict"] == f["correct"]
+                if not f["verdict"]:
+                    d["fails"] += 1
+                    d["resample"] += k < len(parsed.decisions) and parsed.decisions[k] == "RESAMPLE"
+    share = lambda x, n: x / n if n else None  # noqa: E731
+    return {lv: {"checks": d["checks"], "verdict_follows_check": share(d["follows"], d["checks"]),
+                 "check_exact": share(d["exact"], d["checks"]), "verdict_right": share(d["right"], d["checks"]),
+                 "resample_after_fail": share(d["resample"], d["fails"])} for lv, d in by.items()}

@@ -1,0 +1,62 @@
+"""Responses written by a two-stage process with known (p_s, p_dC, p_dW): ground truth for checking
+the parser and the calibration estimators by simulation."""
+
+from __future__ import annotations
+
+import random
+
+from ..core import validate as v
+from ..theory.two_stage import simulate
+from .problems import draw_problems, parse_level
+
+_WRONG_OFFSETS = (-9000, -1000, -90, -10, -9, -1, 1, 9, 10, 90, 100, 1000, 9000)
+
+
+def synthetic_records(p_s: float, p_dC: float, p_dW: float, n: int, level: str = "3x5", seed: int = 0,
+                      max_attempts: int = 64, marker: str = "Let me recheck.",
+                      p_s_later: float | None = None) -> list[dict]:
+    """``n`` records ``{question, answer, response, level, truncated}`` whose responses follow the
+    two-stage process: each attempt is correct with probability p_s (``p_s_later`` for the second and later
+    attempts, if given), then STOP / RESAMPLE with p_dC / p_dW. A response cut at ``max_attempts`` has
+    ``truncated: true``."""
+    parse_level(level)
+    n = v.positive_int("n", n)
+    sim = simulate(p_s, p_dC, p_dW, n=n, seed=seed, max_attempts=max_attempts, p_s_later=p_s_later)
+    problems = draw_problems(level, n, seed=seed)
+    rng = random.Random(seed)
+    out = []
+    for i, p in enumerate(problems):
+        parts = []
+        row = [int(x) for x in sim.candidates[i] if x >= 0]
+        for k, ok in enumerate(row):
+            val = p.answer if ok else p.answer + rng.choice(_WRONG_OFFSETS)
+            parts.append(f"Attempt {k + 1}: multiplying {p.a} by the digits of {p.b} and adding up, "
+                         f"{p.a} * {p.b} = {val}.")
+            last = k == len(row) - 1
+            if last and sim.stopped[i]:
+                parts.append(f"The answer is {val}.")
+            else:
+                parts.append(marker)
+        out.append({"question": p.question, "answer": p.answer, "response": " ".join(parts),
+                    "level": p.level, "truncated": not bool(sim.stopped[i])})
+    return out
+
+
+def synthetic_results(truths: dict, n: int = 200, seed: int = 0, n_bootstrap: int = 100) -> dict:
+    """A results folder's contents (as :func:`dsh.experiment.pipeline.load_results` returns them) for a simulated
+    experiment: ``truths[stage][level] = (p_s, p_dC, p_dW)``, ``n`` responses per level. The tables and figures
+    of :mod:`dsh.experiment.report` drawn from it show what they look like when the truth is known."""
+    from ..experiment.pipeline import calibrate_stage
+    from ..experiment.presets import STAGE_LABELS
+
+    if not isinstance(truths, dict) or not truths:
+        raise ValueError("truths must map stages to {level: (p_s, p_dC, p_dW)}")
+    calib = {}
+    for k, (stage, by_level) in enumerate(truths.items()):
+        v.choice("stage", stage, STAGE_LABELS)
+        recs = []
+        for j, (level, t) in enumerate(by_level.items()):
+            recs += synthetic_records(*t, n=n, level=level, seed=seed + 1000 * k + j)
+        calib[stage] = calibrate_stage(recs, seed=seed, n_bootstrap=n_bootstrap)
+    summary = {"preset": "synthetic", "stages": list(truths), "labels": {s: STAGE_LABELS[s] for s in truths}}
+    return {"summary": summary, "calibration": calib}

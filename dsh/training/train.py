@@ -1,0 +1,439 @@
+"""Training: SFT, SFT with reflection, DFT and GRPO through TRL, one function per method.
+
+``TrainConfig`` holds every knob (a dataclass, as TRL's configs); :mod:`dsh.experiment.presets` supplies the
+``ci``, ``gpu-small`` and ``paper`` values; :func:`to_trl_config` maps a TrainConfig to TRL's
+``SFTConfig`` / ``GRPOConfig`` without loading a model; :func:`train` runs it and leaves a run directory:
+
+    run_dir/run_config.json   resolved configuration (and the TRL one)
+    run_dir/metrics.jsonl     one JSON object per logging step
+    run_dir/runs/             TensorBoard events
+    run_dir/checkpoint-N/     checkpoints (resume continues from the last one; deleted when the run
+                              finishes unless keep_checkpoints)
+    run_dir/final/            the final model (LoRA merged), loadable with dsh.llm.models.load(run_dir)
+    run_dir/summary.json      wall time, steps, first/last loss, tokens/s, peak memory, hardware, commit
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..core import validate as v
+from ..core.provenance import git_commit, hardware
+from ..llm.models import EMBEDDED
+from ..task import laptop_task as lt
+from ..task.arithmetic import CHECKS
+from ..task.problems import make_splits, parse_level
+from ..task.records import prompt_records, sft_records
+from ..task.traces import GRANULARITIES, TraceConfig
+
+METHODS = ("sft", "sft_reflection", "dft", "grpo")
+TASKS = ("traces", "laptop_task")   # the module that writes the data: dsh.task.traces or dsh.task.laptop_task
+STYLE_OF = {"sft": "no_reflection", "sft_reflection": "reflection", "dft": "reflection"}
+
+
+@dataclass
+class TrainConfig:
+    """One training run. Batch sizes count sequences (completions for GRPO), as in TRL."""
+
+    method: str = "sft"
+    model: str = EMBEDDED
+    output_dir: str = "runs/run"
+    seed: int = 0
+    # data
+    task: str = "traces"                   # traces: dsh.task.traces on the paper's levels; laptop_task: dsh.task.laptop_task
+                                           # (1xN ladder, computed nines check) for the tiny from-scratch models
+    laptop_check: str = "computed"         # laptop reflection traces: computed checks or the verdict only
+    laptop_attempts: str = "own"           # laptop reflection traces: the starting model's own sampled attempts
+                                           # ("own") or the generator's injected slips ("injected")
+    n_train: int = 20_000
+    train_levels: tuple = ("4x5", "5x4")
+    granularity: str = "digit"
+    retry_fraction: float = 0.5
+    max_attempts: int = 3
+    checks: tuple = ("nines", "elevens")   # the checks a reflection trace computes (dsh.task.arithmetic.CHECKS)
+    dft_style: str = "reflection"          # traces used by DFT: reflection or no_reflection
+    max_length: int | None = 2048          # SFT: examples are truncated to this many tokens (None: no limit)
+    padding_free: bool = False             # SFT: pack each micro-batch into one row, attention per example
+                                           # (dsh.llm.packing); TRL then truncates nothing (max_length: memory only)
+    # optimization
+    learning_rate: float = 1e-5
+    lr_scheduler_type: str = "cosine"
+    warmup_ratio: float = 0.0            # fraction of the steps (TRL: warmup_steps in [0, 1))
+    weight_decay: float = 0.0
+    max_grad_norm: float = 1.0
+    optim: str = "adamw_torch"
+    per_device_train_batch_size: int = 8
+    gradient_accumulation_steps: int = 1
+    num_train_epochs: float = 1.0
+    max_steps: int = -1
+    gradient_checkpointing: bool = False
+    bf16: bool | None = None               # None: on when CUDA is available
+    # LoRA (peft)
+    lora: bool = False
+    lora_r: int = 16
+    lora_alpha: int = 32
+    lora_dropout: float = 0.05
+    lora_target_modules: str = "all-linear"
+    # GRPO
+    num_generations: int = 8
+    max_completion_length: int = 1024
+    temperature: float = 1.0
+    beta: float = 0.001
+    epsilon: float = 0.2
+    loss_type: str = "dapo"
+    use_bias_correction_kl: bool = False
+    generation_batch_size: int | None = None
+    cache_implementation: str | None = "auto"   # "auto": static on GPU, default on CPU
+    use_vllm: bool | None = None                # None: on when vLLM is installed and CUDA is available
+    generation_backend: str = "auto"            # GRPO rollouts: dsh (dsh.llm.engine), trl (model.generate), or
+                                                # auto (vLLM when in use, else dsh where the model allows, else trl)
+    vllm_mode: str = "colocate"
+    # run
+    logging_steps: int = 1
+    save_steps: int = 50
+    save_total_limit: int | None = 2
+    keep_checkpoints: bool = False              # False: delete checkpoints once the run has finished
+    resume: bool = False
+    report_to: tuple = ("tensorboard",)
+    trust_remote_code: bool = False
+
+    def __post_init__(self):
+        v.choice("method", self.method, METHODS)
+        if not isinstance(self.model, str) or not self.model.strip():
+            raise ValueError(f"model must be 'embedded', a Hugging Face id, a local path or a run directory; got {self.model!r}")
+        if not isinstance(self.output_dir, str) or not self.output_dir.strip():
+            raise ValueError(f"output_dir must be a folder path; got {self.output_dir!r}")
+        v.length("seed", self.seed)
+        v.choice("task", self.task, TASKS)
+        v.choice("laptop_check", self.laptop_check, lt.CHECK_STYLES)
+        v.choice("laptop_attempts", self.laptop_attempts, ("own", "injected"))
+        v.positive_int("n_train", self.n_train)
+        self.train_levels = tuple(self.train_levels)
+        if not self.train_levels:
+            raise ValueError("train_levels must name at least one level such as '4x5'")
+        for lv in self.train_levels:
+            parse_level(lv)
+        v.choice("granularity", self.granularity, GRANULARITIES)
+        v.probability("retry_fraction", self.retry_fraction)
+        v.positive_int("max_attempts", self.max_attempts)
+        self.checks = tuple(self.checks) if isinstance(self.checks, (list, tuple)) else self.checks
+        if not isinstance(self.checks, tuple) or not self.checks or set(self.checks) - set(CHECKS):
+            raise ValueError(f"checks must be a non-empty subset of {', '.join(CHECKS)}; got {self.checks!r}")
+        v.choice("dft_style", self.dft_style, ("reflection", "no_reflection"))
+        if self.max_length is not None:
+            v.positive_int("max_length", self.max_length)
+        for name in ("learning_rate", "max_grad_norm", "num_train_epochs", "temperature"):
+            if v.real(name, getattr(self, name)) <= 0:
+                raise ValueError(f"{name} must be a positive number, got {getattr(self, name)!r}")
+        for name in ("warmup_ratio", "weight_decay", "beta", "epsilon", "lora_dropout"):
+            if v.real(name, getattr(self, name)) < 0:
+                raise ValueError(f"{name} must be a number >= 0, got {getattr(self, name)!r}")
+        v.choice("lr_scheduler_type", self.lr_scheduler_type,
+                 ("linear", "cosine", "constant", "constant_with_warmup", "cosine_with_min_lr"))
+        v.choice("optim", self.optim, ("adamw_torch", "adamw_torch_fused", "adafactor", "sgd", "adamw_8bit"))
+        for name in ("per_device_train_batch_size", "gradient_accumulation_steps", "lora_r", "lora_alpha",
+                     "num_generations", "max_completion_length", "logging_steps", "save_steps"):
+            v.positive_int(name, getattr(self, name))
+        if not isinstance(self.max_steps, int) or isinstance(self.max_steps, bool) or (self.max_steps < 1 and self.max_steps != -1):
+            raise ValueError(f"max_steps must be a positive integer or -1 (use num_train_epochs), got {self.max_steps!r}")
+        v.choice("loss_type", self.loss_type, ("grpo", "dapo", "dr_grpo", "bnpo"))
+        v.choice("vllm_mode", self.vllm_mode, ("colocate", "server"))
+        v.choice("cache_implementation", self.cache_implementation, ("auto", "static", "dynamic", None))
+        v.choice("generation_backend", self.generation_backend, ("auto", "dsh", "trl"))
+        if not isinstance(self.padding_free, bool):
+            raise ValueError(f"padding_free must be true or false, got {self.padding_free!r}")
+        if self.method == "grpo":
+            if self.num_generations < 2:
+                raise ValueError("num_generations must be an integer >= 2 for GRPO (advantages are relative to the group)")
+            gen = self.generation_batch_size or self.per_device_train_batch_size * self.gradient_accumulation_steps
+            if gen % self.num_generations:
+                raise ValueError(f"generation_batch_size must be a multiple of num_generations={self.num_generations}; "
+                                 f"got {gen}")
+        if self.generation_batch_size is not None:
+            v.positive_int("generation_batch_size", self.generation_batch_size)
+        self.report_to = tuple(self.report_to or ())
+        for r in self.report_to:
+            v.choice("report_to", r, ("tensorboard", "wandb", "trackio"))
+
+
+FIELDS = tuple(f.name for f in dataclasses.fields(TrainConfig))
+
+
+def _cuda() -> bool:
+    try:
+        import torch
+
+        return torch.cuda.is_available()
+    except ImportError:  # pragma: no cover
+        return False
+
+
+def to_trl_config(cfg: TrainConfig):
+    """The TRL configuration (``SFTConfig`` or ``GRPOConfig``) for ``cfg``; loads no model."""
+    from trl import GRPOConfig, SFTConfig
+
+    cuda = _cuda()
+    bf16 = cuda if cfg.bf16 is None else cfg.bf16
+    common = dict(
+        output_dir=cfg.output_dir, seed=cfg.seed, learning_rate=cfg.learning_rate,
+        lr_scheduler_type=cfg.lr_scheduler_type, warmup_steps=float(cfg.warmup_ratio), weight_decay=cfg.weight_decay,
+        max_grad_norm=cfg.max_grad_norm, optim=cfg.optim, per_device_train_batch_size=cfg.per_device_train_batch_size,
+        gradient_accumulation_steps=cfg.gradient_accumulation_steps, num_train_epochs=cfg.num_train_epochs,
+        max_steps=cfg.max_steps, gradient_checkpointing=cfg.gradient_checkpointing, bf16=bf16,
+        use_cpu=not cuda, logging_steps=cfg.logging_steps, save_steps=cfg.save_steps,
+        save_total_limit=cfg.save_total_limit, report_to=list(cfg.report_to), disable_tqdm=False,
+        include_num_input_tokens_seen=True,  # TensorBoard events go to output_dir/runs/
+    )
+    if cfg.method != "grpo":
+        return SFTConfig(**common, max_length=None if cfg.padding_free else cfg.max_length,
+                         padding_free=cfg.padding_free, loss_type="dft" if cfg.method == "dft" else "nll",
+                         completion_only_loss=True)
+    cache = cfg.cache_implementation
+    if cache == "auto":
+        cache = "static" if cuda else None
+    from ..llm.models import vllm_available
+
+    use_vllm = (cuda and vllm_available()) if cfg.use_vllm is None else cfg.use_vllm
+    return GRPOConfig(
+        **common, num_generations=cfg.num_generations, max_completion_length=cfg.max_completion_length,
+        temperature=cfg.temperature, top_p=1.0, top_k=0, beta=cfg.beta, epsilon=cfg.epsilon,
+        loss_type=cfg.loss_type, use_bias_correction_kl=cfg.use_bias_correction_kl,
+        generation_batch_size=cfg.generation_batch_size, cache_implementation=cache if not use_vllm else None,
+        use_vllm=use_vllm, vllm_mode=cfg.vllm_mode, scale_rewards="group", log_completions=False,
+    )
+
+
+# ------------------------------------------------------------------------------------------------
+# Data and reward
+# ------------------------------------------------------------------------------------------------
+def build_dataset(cfg: TrainConfig) -> list[dict]:
+    """Training records for the method (the paper's 20,000 problems by default; test problems of
+    3x3 ... 3x9 are held out)."""
+    if cfg.task == "laptop_task":
+        return laptop_dataset(cfg)
+    problems = make_splits(n_train=cfg.n_train, train_levels=cfg.train_levels, n_test=100, seed=cfg.seed)["train"]
+    if cfg.method == "grpo":
+        return prompt_records(problems)
+    style = cfg.dft_style if cfg.method == "dft" else STYLE_OF[cfg.method]
+    tc = TraceConfig(granularity=cfg.granularity, style=style, retry_fraction=cfg.retry_fraction,
+                     max_attempts=cfg.max_attempts, checks=cfg.checks)
+    return sft_records(problems, tc, seed=cfg.seed)
+
+
+def laptop_dataset(cfg: TrainConfig) -> list[dict]:
+    """Records of the laptop task (:mod:`dsh.task.laptop_task`): ``n_train`` problems of ``train_levels`` (in turn),
+    the laptop test questions held out; SFT records carry :func:`dsh.task.laptop_task.trace` completions."""
+    import random
+
+    rng = random.Random(f"laptop-train-{cfg.seed}")
+    exclude, problems = lt.held_out(), []
+    levels = [f"{m}x{n}" for m, n in map(parse_level, cfg.train_levels)]
+    while len(problems) < cfg.n_train:
+        p = lt.draw(levels[len(problems) % len(levels)], rng)
+        if (p.a, p.b) not in exclude:
+            problems.append(p)
+    if cfg.method == "grpo":
+        return prompt_records(problems)
+    style = cfg.dft_style if cfg.method == "dft" else STYLE_OF[cfg.method]
+    own = None
+    if style == "reflection" and cfg.laptop_attempts == "own":
+        from ..llm.models import resolve_model
+        from .laptop_base import own_attempts
+
+        own = own_attempts(resolve_model(cfg.model), problems, k=max(1, cfg.max_attempts - 1), seed=cfg.seed)
+    out = []
+    for i, p in enumerate(problems):
+        if own is not None:
+            t = lt.trace_from_attempts(p, own[i], cfg.max_attempts, check=cfg.laptop_check)
+            if t is None:
+                continue
+        else:
+            t = lt.trace(p, style, retry_fraction=cfg.retry_fraction, max_attempts=cfg.max_attempts,
+                         seed=cfg.seed + i, check=cfg.laptop_check)
+        out.append({"prompt": [{"role": "user", "content": p.question}],
+                    "completion": [{"role": "assistant", "content": t.text}], "answer": str(p.answer),
+                    "level": p.level})
+    return out
+
+
+def correctness_reward(completions, answer, question=None, **kwargs) -> list[float]:
+    """TRL reward function: the paper's binary reward R(tau) = 1[final answer correct] (:func:`dsh.task.parse.is_correct`)."""
+    from ..task.parse import is_correct
+
+    return [float(is_correct(c[-1]["content"] if isinstance(c, list) else str(c), answer[i],
+                             question[i] if question is not None else None))
+            for i, c in enumerate(completions)]
+
+
+# ------------------------------------------------------------------------------------------------
+# Running
+# ------------------------------------------------------------------------------------------------
+def last_checkpoint(run_dir) -> Path | None:
+    """The newest complete checkpoint (one killed while being written has no trainer_state.json)."""
+    cks = [p for p in Path(run_dir).glob("checkpoint-*")
+           if p.name.split("-")[-1].isdigit() and (p / "trainer_state.json").is_file()]
+    return max(cks, key=lambda p: int(p.name.split("-")[-1])) if cks else None
+
+
+def _metrics_callback(path: Path):
+    from transformers import TrainerCallback
+
+    class JsonlMetrics(TrainerCallback):
+        def on_log(self, args, state, control, logs=None, **kw):
+            if logs and state.is_world_process_zero:
+                with open(path, "a") as f:
+                    f.write(json.dumps({"step": state.global_step, **{k: float(x) if isinstance(x, (int, float)) else x
+                                                                      for k, x in logs.items()}}) + "\n")
+
+    return JsonlMetrics()
+
+
+def example_truncation(records, tok, max_length) -> dict:
+    """Share of SFT records (prompt + completion, chat template applied as TRL does) longer than
+    ``max_length`` tokens: what truncation cuts (or, padding-free, what exceeds the memory bound)."""
+    import numpy as np
+
+    from .budgets import chat_length
+
+    if max_length is None or not records or "completion" not in records[0]:
+        return {"what": "training examples longer than max_length", "rate": 0.0 if records else None,
+                "limit": max_length, "over": 0, "n": len(records)}
+    n = np.array([chat_length(tok, r["prompt"] + r["completion"]) for r in records])
+    return {"what": "training examples longer than max_length", "rate": float(np.mean(n > max_length)),
+            "limit": max_length, "over": int(np.sum(n > max_length)),
+            "n": len(records), "max_tokens": int(n.max()), "p99_tokens": float(np.percentile(n, 99))}
+
+
+def grpo_diagnostics(log_history) -> dict:
+    """What GRPO's logs say about its signal and its budget: the share of rollouts clipped at
+    ``max_completion_length`` (mean and at the first step), the share of groups whose rewards all agree
+    (no learning signal) at the first step and on average, and the mean reward at the first and last step."""
+    rows = [h for h in log_history if "frac_reward_zero_std" in h]
+    if not rows:
+        return {}
+    get = lambda k: [h[k] for h in rows if k in h]  # noqa: E731
+    clipped, zero, reward = get("completions/clipped_ratio"), get("frac_reward_zero_std"), get("reward")
+    mean = lambda x: float(sum(x) / len(x)) if x else None  # noqa: E731
+    return {"clipped_rate": mean(clipped), "clipped_rate_first": clipped[0] if clipped else None,
+            "zero_std_groups_first": zero[0], "zero_std_groups_mean": mean(zero),
+            "reward_first": reward[0] if reward else None, "reward_last": reward[-1] if reward else None,
+            "steps_logged": len(rows)}
+
+
+def _real_tokens(trainer) -> int | None:
+    """Non-padding tokens the trainer saw (TRL logs them as ``num_tokens``), or None."""
+    logged = [h["num_tokens"] for h in trainer.state.log_history if "num_tokens" in h]
+    return int(logged[-1]) if logged else None
+
+
+def prepare_run_dir(cfg: TrainConfig) -> Path:
+    """Create the run directory, refusing to overwrite a previous run unless ``resume``."""
+    run = Path(cfg.output_dir)
+    if run.exists() and any(run.iterdir()) and not cfg.resume:
+        raise ValueError(f"output_dir {run} already holds a run; pass resume=True to continue it or choose "
+                         f"another output_dir")
+    run.mkdir(parents=True, exist_ok=True)
+    return run
+
+
+def train(cfg: TrainConfig) -> dict:
+    """Run one training job and return its summary (also written to ``summary.json``)."""
+    import torch
+
+    if not isinstance(cfg, TrainConfig):
+        raise ValueError(f"cfg must be a dsh.training.train.TrainConfig, got {type(cfg).__name__}")
+    from ..llm.models import load, resolve_model
+
+    loc = resolve_model(cfg.model)                 # fails fast on a bad model before anything is written
+    trl_cfg = to_trl_config(cfg)
+    run = prepare_run_dir(cfg)
+    resume_from = str(last_checkpoint(run)) if cfg.resume and last_checkpoint(run) else None
+    (run / "run_config.json").write_text(json.dumps(
+        {"dsh": dataclasses.asdict(cfg), "resolved_model": loc, "trl": trl_cfg.to_dict()}, indent=1, default=str))
+
+    from datasets import Dataset
+
+    records = build_dataset(cfg)
+    model, tok = load(loc, dtype=torch.bfloat16 if trl_cfg.bf16 else torch.float32,
+                      trust_remote_code=cfg.trust_remote_code)
+    if cfg.method != "grpo":
+        tok.padding_side = "right"
+    packed = cfg.padding_free and cfg.method != "grpo"
+    if packed:
+        from ..llm.packing import register
+
+        model.set_attn_implementation(register())
+    peft_config = None
+    if cfg.lora:
+        from peft import LoraConfig
+
+        peft_config = LoraConfig(r=cfg.lora_r, lora_alpha=cfg.lora_alpha, lora_dropout=cfg.lora_dropout,
+                                 target_modules=cfg.lora_target_modules, task_type="CAUSAL_LM")
+    callbacks = [_metrics_callback(run / "metrics.jsonl")]
+    ds = Dataset.from_list(records)
+    if cfg.method == "grpo":
+        from .rollout import make_trainer_class
+
+        trainer = make_trainer_class()(model=model, reward_funcs=[correctness_reward], args=trl_cfg,
+                                       train_dataset=ds, processing_class=tok, peft_config=peft_config,
+                                       callbacks=callbacks)
+        trainer.rollout_backend = cfg.generation_backend
+        if cfg.generation_backend == "dsh":
+            from .rollout import engine_unsuitable
+
+            why = engine_unsuitable(trainer)
+            if why:
+                raise ValueError(f"generation_backend 'dsh' cannot be used: {why}; use 'auto' or 'trl'")
+    else:
+        from trl import SFTTrainer
+
+        trainer = SFTTrainer(model=model, args=trl_cfg, train_dataset=ds, processing_class=tok,
+                             peft_config=peft_config, callbacks=callbacks)
+    cut = example_truncation(records, tok, cfg.max_length) if cfg.method != "grpo" else None
+    if cut and cut["rate"] and cut["rate"] > 0.01:
+        print(f"dsh: warning: {cut['over']} of {cut['n']} training examples ({100 * cut['rate']:.1f} %) are longer "
+              f"than max_length={cfg.max_length}", flush=True)
+    if torch.cuda.is_available():
+        torch.cuda.reset_peak_memory_stats()
+    t0 = time.time()
+    out = trainer.train(resume_from_checkpoint=resume_from)
+    wall = time.time() - t0
+    final = run / "final"
+    m = trainer.model
+    if cfg.lora:
+        m = m.merge_and_unload()
+    if packed:
+        m.set_attn_implementation("sdpa")
+    m.save_pretrained(final, safe_serialization=True)
+    tok.padding_side = "left"
+    tok.save_pretrained(final)
+    logs = [h for h in trainer.state.log_history if "loss" in h]
+    ntok = trainer.state.num_input_tokens_seen or None
+    summary = {
+        "method": cfg.method, "model": cfg.model, "global_step": trainer.state.global_step,
+        "wall_s": round(wall, 2), "train_loss": out.training_loss,
+        "first_loss": logs[0]["loss"] if logs else None, "last_loss": logs[-1]["loss"] if logs else None,
+        "resumed_from": resume_from, "tokens_seen": ntok,
+        "tokens_per_s": (ntok / wall) if ntok else None,
+        "peak_gpu_memory_gb": (torch.cuda.max_memory_allocated() / 2 ** 30) if torch.cuda.is_available() else None,
+        "hardware": hardware(), "commit": git_commit(), "n_records": len(records),
+        "padding_free": packed,
+        "generation_backend": (("dsh" if getattr(trainer, "_engine", None) is not None else
+                                "vllm" if trl_cfg.use_vllm else "trl") if cfg.method == "grpo" else None),
+        "real_tokens": _real_tokens(trainer),
+        "generation_s": getattr(trainer, "generation_seconds", None),
+        "truncation": cut if cut is not None else {"what": "rollouts clipped at max_completion_length",
+                                                   "limit": cfg.max_completion_length,
+                                                   **grpo_diagnostics(trainer.state.log_history)},
+    }
+    (run / "summary.json").write_text(json.dumps(summary, indent=1))
+    if not cfg.keep_checkpoints:  # a finished run needs only final/ (a 7B checkpoint with Adam is ~100 GB)
+        import shutil
+
+        for ck in run.glob("checkpoint-*"):
+            shutil.rmtree(ck, ignore_errors=True)
+    return summary
