@@ -7,10 +7,27 @@ import json
 import sys
 
 from . import __version__
+from .core.files import write_jsonl
+from .core.validate import output_path
+from .experiment import bench
+from .experiment.evaluate import BACKENDS, EvalSettings, evaluate
+from .experiment.laptop_pipeline import run_laptop
+from .experiment.presets import DEFAULT, DERIVED, LAPTOP, NAMES, resolve
+from .llm.models import EMBEDDED
+from .measure.calibration import calibrate, format_table, read_jsonl
+from .task.parse import DEFAULT_MARKERS
+from .task.problems import N_TEST, N_TRAIN, make_splits
+from .task.records import prompt_records, sft_records
+from .task.traces import GRANULARITIES, STYLES, TraceConfig
+from .task.verl import write_parquet
+from .theory.two_stage import predicted_accuracy, simulate
+from .training import budgets
+from .training.budgets import N_PER_LEVEL
+from .training.laptop_base import BaseSpec, build_base
+from .training.train import METHODS, to_trl_config, train
 
 
 def _cmd_accuracy(args) -> int:
-    from .theory.two_stage import predicted_accuracy
 
     acc = predicted_accuracy(args.p_s, args.p_dC, args.p_dW)
     if args.json:
@@ -21,7 +38,6 @@ def _cmd_accuracy(args) -> int:
 
 
 def _cmd_simulate(args) -> int:
-    from .theory.two_stage import predicted_accuracy, simulate
 
     sim = simulate(args.p_s, args.p_dC, args.p_dW, n=args.n, seed=args.seed)
     obs = float(sim.final_correct.mean())
@@ -49,8 +65,6 @@ def _cmd_table(args) -> int:
 
 
 def _cmd_calibrate(args) -> int:
-    from .measure.calibration import calibrate, format_table, read_jsonl
-    from .task.parse import DEFAULT_MARKERS
 
     records = read_jsonl(args.file)
     import re
@@ -70,21 +84,15 @@ def _cmd_calibrate(args) -> int:
 
 def _cmd_data(args) -> int:
 
-    from .core.files import write_jsonl
-    from .task.problems import make_splits
-    from .task.records import prompt_records, sft_records
-    from .task.traces import TraceConfig
 
     cfg = TraceConfig(granularity=args.granularity, style=args.style, retry_fraction=args.retry_fraction,
                       max_attempts=args.max_attempts)
-    from .core.validate import output_path
 
     out = output_path("out", args.out, kind="folder")
     splits = make_splits(n_train=args.n_train, n_test=args.n_test, seed=args.seed)
     files = [write_jsonl(sft_records(splits["train"], cfg, args.seed), out / f"train_{args.style}_{args.granularity}.jsonl"),
              write_jsonl(prompt_records(splits["test"]), out / "test.jsonl")]
     if args.verl:
-        from .task.verl import write_parquet
 
         files += [write_parquet(splits["train"], out / "verl_train.parquet", "train"),
                   write_parquet(splits["test"], out / "verl_test.parquet", "test")]
@@ -110,8 +118,6 @@ def _parse_overrides(items) -> dict:
 
 
 def _cmd_train(args) -> int:
-    from .experiment.presets import resolve
-    from .training.train import to_trl_config, train
 
     overrides = _parse_overrides(args.set)
     if args.model:
@@ -130,7 +136,6 @@ def _cmd_train(args) -> int:
 
 
 def _cmd_evaluate(args) -> int:
-    from .experiment.evaluate import evaluate
 
     levels = [x.strip() for x in args.levels.split(",") if x.strip()]
     path = evaluate(model=args.model, out=args.out, levels=levels, n_per_level=args.n,
@@ -145,7 +150,6 @@ def _cmd_evaluate(args) -> int:
 
 def _cmd_pipeline(args) -> int:
     from .experiment.pipeline import run_pipeline
-    from .experiment.presets import LAPTOP
 
     if args.preset == LAPTOP.name:
         return _cmd_laptop(args)
@@ -167,7 +171,6 @@ def _int_list(name: str, text: str) -> tuple:
 
 
 def _cmd_laptop(args) -> int:
-    from .experiment.laptop_pipeline import run_laptop
 
     if args.set or args.stages or args.eval_set and any(not x.startswith("n_per_level=") for x in args.eval_set):
         raise ValueError("preset laptop takes --seeds, --jobs and --eval-set n_per_level=N; --set and --stages "
@@ -186,7 +189,6 @@ def _cmd_laptop(args) -> int:
 def _cmd_base(args) -> int:
     from dataclasses import replace
 
-    from .training.laptop_base import BaseSpec, build_base
 
     spec = BaseSpec()
     train = replace(spec.train, seed=args.seed, **({"tokens": args.tokens} if args.tokens is not None else {}))
@@ -198,11 +200,10 @@ def _cmd_base(args) -> int:
 
 
 def _cmd_budgets(args) -> int:
-    from .training import budgets
     if args.write:
-        out = budgets.write(n_per_level=args.n)
+        out = budgets.write(DERIVED, n_per_level=args.n)
     else:
-        out = budgets.derive(n_per_level=args.n)
+        out = budgets.derive(DERIVED, n_per_level=args.n)
         if args.check and out != budgets.load():
             print("error: dsh/training/budgets.json is stale; run python -m dsh budgets --write", file=sys.stderr)
             return 1
@@ -219,18 +220,17 @@ def _cmd_budgets(args) -> int:
 def _cmd_bench(args) -> int:
     import contextlib
 
-    from .experiment.bench import format_table, run
 
     parts = [x.strip() for x in args.parts.split(",") if x.strip()]
     # with --json, stdout carries the JSON only: what the trainers print goes to stderr
     with contextlib.redirect_stdout(sys.stderr) if args.json else contextlib.nullcontext():
-        result = run(model=args.model, size=args.size, parts=parts, out=args.out, seed=args.seed,
-                     progress=not args.json)
+        result = bench.run(model=args.model, size=args.size, parts=parts, out=args.out, seed=args.seed,
+                           progress=not args.json)
     if args.json:
-        print(format_table(result), file=sys.stderr)
+        print(bench.format_table(result), file=sys.stderr)
         print(json.dumps(result))
     else:
-        print(format_table(result))
+        print(bench.format_table(result))
         if args.out:
             print(args.out)
     return 0
@@ -244,13 +244,6 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from .experiment.evaluate import BACKENDS, EvalSettings
-    from .experiment.presets import DEFAULT, NAMES
-    from .llm.models import EMBEDDED
-    from .task.problems import N_TEST, N_TRAIN
-    from .task.traces import GRANULARITIES, STYLES, TraceConfig
-    from .training.budgets import N_PER_LEVEL
-    from .training.train import METHODS
 
     presets_help = f"{', '.join(NAMES)} (default {DEFAULT})"
     model_help = f"'{EMBEDDED}' (default), a Hugging Face id, a local path or a run directory"

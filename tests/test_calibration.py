@@ -8,6 +8,7 @@ import sys
 import pytest
 
 import dsh
+from dsh.experiment import simulated
 from dsh.measure import calibration
 from dsh.task import synthetic
 
@@ -148,7 +149,7 @@ def test_synthetic_results_recover_their_truth_and_draw():
     matplotlib.use("Agg")
     from dsh.experiment import report
     known = {"rl": {"3x3": (0.8, 0.9, 0.6), "3x7": (0.2, 0.9, 0.6)}, "sft_reflection": {"3x3": (0.5, 0.7, 0.2)}}
-    res = synthetic.synthetic_results(known, n=3000, seed=1, n_bootstrap=0)
+    res = simulated.synthetic_results(known, n=3000, seed=1, n_bootstrap=0)
     for stage, by_level in known.items():
         for level, (p_s, p_dc, p_dw) in by_level.items():
             got = res["calibration"][stage]["all"]["by_level"][level]
@@ -156,4 +157,4 @@ def test_synthetic_results_recover_their_truth_and_draw():
             assert abs(got["p_d_given_correct"] - p_dc) < 0.05, (stage, level)
     assert len(report.plot_calibration(res).axes) == 2
     with pytest.raises(ValueError, match="^stage must be one of"):
-        synthetic.synthetic_results({"ppo": {"3x3": (0.5, 0.5, 0.5)}})
+        simulated.synthetic_results({"ppo": {"3x3": (0.5, 0.5, 0.5)}})

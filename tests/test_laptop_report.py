@@ -7,7 +7,7 @@ import pytest
 
 from dsh.experiment import laptop_report as lr
 from dsh.experiment.laptop_pipeline import plan_jobs
-from dsh.experiment.pipeline import calibrate_stage
+from dsh.measure.stage import calibrate_stage
 from dsh.task import laptop_task as lt
 from dsh.task.synthetic import synthetic_records
 

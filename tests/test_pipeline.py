@@ -6,9 +6,8 @@ import math
 import pytest
 
 from dsh.core.paper import paper_results
-from dsh.experiment import pipeline, report
+from dsh.experiment import pipeline, report, simulated
 from dsh.measure.calibration import Z95
-from dsh.task import synthetic
 
 pytestmark = pytest.mark.slow   # loads or trains the embedded model (make check leaves it out)
 
@@ -82,7 +81,7 @@ LEVELS = ["3x3", "3x5", "3x7", "3x9"]
 
 
 def _claims(truth_rl, truth_sr, n=300, **kw):
-    res = synthetic.synthetic_results({"sft_reflection": dict(zip(LEVELS, truth_sr)), "rl": dict(zip(LEVELS, truth_rl))},
+    res = simulated.synthetic_results({"sft_reflection": dict(zip(LEVELS, truth_sr)), "rl": dict(zip(LEVELS, truth_rl))},
                                       n=n, seed=1, n_bootstrap=50, **kw)
     return {c["claim"].split(" ")[0]: c for c in report.claims(res)}
 

@@ -20,21 +20,21 @@ def test_embedded_shape_is_the_models_config():
 def test_every_gpu_small_preset_fits_80_gb_at_its_longest_sequences(method):
     cfg = presets.resolve(method, "gpu-small", output_dir="/tmp/never-written")
     mem = scale.training_memory(cfg)
-    assert mem["total"] <= 0.9 * presets.GPU_GB, mem
+    assert mem["total"] <= 0.9 * presets.GPU_MEMORY.gpu_gb, mem
     # and the micro-batch is the largest power of two that does: twice as many rows would not fit
     bigger = presets.resolve(method, "gpu-small", output_dir="/tmp/never-written",
                              per_device_train_batch_size=2 * cfg.per_device_train_batch_size)
     rows = cfg.per_device_train_batch_size * cfg.gradient_accumulation_steps
-    assert scale.training_memory(bigger)["total"] > 0.9 * presets.GPU_GB or \
+    assert scale.training_memory(bigger)["total"] > 0.9 * presets.GPU_MEMORY.gpu_gb or \
         2 * cfg.per_device_train_batch_size > rows
-    assert rows == (presets.GPU_GRPO_ROWS if method == "grpo" else presets.GPU_SFT_ROWS)
+    assert rows == (presets.GPU_MEMORY.grpo_rows if method == "grpo" else presets.GPU_MEMORY.sft_rows)
 
 
 def test_the_old_grpo_preset_is_flagged():
     """The configuration that ran out of memory on an H100 (64 completions of 1,600 tokens at once)."""
     old = presets.resolve("grpo", "gpu-small", output_dir="/tmp/never-written", per_device_train_batch_size=64,
                           gradient_accumulation_steps=1)
-    assert scale.training_memory(old)["total"] > presets.GPU_GB
+    assert scale.training_memory(old)["total"] > presets.GPU_MEMORY.gpu_gb
 
 
 def test_fit_batch_arithmetic():

@@ -17,6 +17,8 @@ ROOT = Path(__file__).resolve().parent.parent
 MODULES = sorted((ROOT / "dsh").rglob("*.py"))
 # the layers, bottom first: a module may import its own layer and those before it, never one after it
 LAYERS = ("core", "theory", "task", "measure", "llm", "training", "experiment")
+# the layers, bottom first: a module may import its own layer and those before it, never one after it
+LAYERS = ("core", "theory", "task", "measure", "llm", "training", "experiment")
 
 
 def _code_constants(path: Path):
@@ -77,6 +79,167 @@ def _private_uses(source: str, own: bool = False) -> list[str]:
                 and node.attr.startswith("_") and not node.attr.startswith("__"):
             bad.append(f"{node.value.id}.{node.attr}")
     return bad
+
+
+def _module_name(path: Path, root: Path) -> str:
+    parts = path.relative_to(root).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def import_graph(root: Path) -> dict[str, set[str]]:
+    """``{module: dsh modules it imports}`` for every module of the package at ``root / "dsh"``, imports inside
+    functions included (a lazy import goes up a layer as much as one at the top)."""
+    files = {_module_name(p, root): p for p in sorted((root / "dsh").rglob("*.py"))}
+    graph = {}
+    for name, path in files.items():
+        is_pkg = path.name == "__init__.py"
+        out = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom):
+                if node.level:
+                    base = name.split(".") if is_pkg else name.split(".")[:-1]
+                    base = base[:len(base) - node.level + 1]
+                    mod = ".".join(base + ([node.module] if node.module else []))
+                else:
+                    mod = node.module or ""
+                if mod.split(".")[0] != "dsh":
+                    continue
+                for a in node.names:       # `from dsh.task import parse` imports the module dsh.task.parse
+                    out.add(f"{mod}.{a.name}" if f"{mod}.{a.name}" in files else mod)
+            elif isinstance(node, ast.Import):
+                out |= {a.name for a in node.names if a.name.split(".")[0] == "dsh"}
+        graph[name] = {m for m in out if m != name and m in files}
+    return graph
+
+
+def _rank(module: str) -> int:
+    parts = module.split(".")
+    return LAYERS.index(parts[1]) if len(parts) > 2 and parts[1] in LAYERS else len(LAYERS)
+
+
+def layer_violations(root: Path) -> list[str]:
+    """Every import of the package at ``root`` that goes up a layer, every module outside a layer (other than
+    ``dsh``, ``dsh.__main__`` and the layer packages), and every import cycle."""
+    graph = import_graph(root)
+    bad = [f"{m} is in no layer" for m in graph
+           if _rank(m) == len(LAYERS) and m not in ("dsh", "dsh.__main__", *(f"dsh.{x}" for x in LAYERS))]
+    bad += [f"{m} (layer {LAYERS[_rank(m)]}) imports {d} (layer {LAYERS[_rank(d)]}), a layer above it"
+            for m, deps in graph.items() if _rank(m) < len(LAYERS) for d in sorted(deps) if _rank(d) > _rank(m)]
+    state = {}
+
+    def visit(m, stack):
+        state[m] = 1
+        for d in sorted(graph[m]):
+            if state.get(d) == 1:
+                bad.append("import cycle: " + " -> ".join(stack[stack.index(d):] + [d]))
+            elif d not in state:
+                visit(d, stack + [d])
+        state[m] = 2
+
+    for m in sorted(graph):
+        if m not in state:
+            visit(m, [m])
+    return bad
+
+
+def test_each_layer_imports_only_the_layers_below_it_and_no_import_closes_a_cycle():
+    assert sorted(p.name for p in (ROOT / "dsh").iterdir() if p.is_dir() and p.name != "__pycache__") == \
+        sorted(LAYERS + ("assets",))
+    assert layer_violations(ROOT) == []
+
+
+def test_the_layer_check_catches_an_upward_import_a_cycle_and_a_module_outside_the_layers(tmp_path):
+    pkg = tmp_path / "dsh"
+    for layer in LAYERS:
+        (pkg / layer).mkdir(parents=True)
+        (pkg / layer / "__init__.py").write_text("")
+    (pkg / "__init__.py").write_text("from .theory.a import f\n")
+    (pkg / "theory" / "a.py").write_text("from ..core import v\n\ndef f():\n    from ..experiment import presets\n")
+    (pkg / "core" / "v.py").write_text("")
+    (pkg / "experiment" / "presets.py").write_text("from ..task import b\n")
+    (pkg / "task" / "b.py").write_text("import dsh.task.c\n")
+    (pkg / "task" / "c.py").write_text("from . import b\n")
+    (pkg / "loose.py").write_text("")
+    assert layer_violations(tmp_path) == [
+        "dsh.loose is in no layer",
+        "dsh.theory.a (layer theory) imports dsh.experiment.presets (layer experiment), a layer above it",
+        "import cycle: dsh.task.b -> dsh.task.c -> dsh.task.b"]
+    (pkg / "theory" / "a.py").write_text("from ..core import v\n")
+    (pkg / "task" / "c.py").write_text("")
+    (pkg / "loose.py").unlink()
+    assert layer_violations(tmp_path) == []
+
+
+# third-party libraries that take long to import (or need a GPU stack); only these are imported lazily
+HEAVY = ("torch", "transformers", "trl", "peft", "vllm", "datasets", "accelerate", "sympy", "pandas", "scipy",
+         "matplotlib", "safetensors", "tokenizers", "yaml", "gguf")
+
+
+def _imports(tree, name: str, is_pkg: bool, files) -> tuple[set, set]:
+    """(dsh modules, third-party top-level packages) imported by the statements ``tree`` holds."""
+    dsh, ext = set(), set()
+    for node in tree:
+        if isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = name.split(".") if is_pkg else name.split(".")[:-1]
+                mod = ".".join(base[:len(base) - node.level + 1] + ([node.module] if node.module else []))
+            else:
+                mod = node.module or ""
+            if mod.split(".")[0] == "dsh":
+                dsh |= {f"{mod}.{a.name}" if f"{mod}.{a.name}" in files else mod for a in node.names}
+            else:
+                ext.add(mod.split(".")[0])
+        elif isinstance(node, ast.Import):
+            for a in node.names:
+                if a.name.split(".")[0] == "dsh":
+                    dsh.add(a.name)
+                else:
+                    ext.add(a.name.split(".")[0])
+    return dsh, ext
+
+
+def lazy_light_imports(root: Path) -> list[str]:
+    """Imports of dsh modules inside functions where the module imported is light: neither it nor anything it
+    imports at its top imports a library of ``HEAVY``. Those belong at the top of the module."""
+    files = {_module_name(p, root): p for p in sorted((root / "dsh").rglob("*.py"))}
+    trees = {n: ast.parse(p.read_text()) for n, p in files.items()}
+    top = {n: _imports(t.body, n, files[n].name == "__init__.py", files) for n, t in trees.items()}
+
+    def heavy(n, seen):
+        if n in seen:
+            return False
+        seen.add(n)
+        parents = [".".join(n.split(".")[:i]) for i in range(1, n.count(".") + 1)]
+        return bool(set(top[n][1]) & set(HEAVY)) or any(heavy(d, seen) for d in [*top[n][0], *parents] if d in top)
+
+    bad = []
+    for n, tree in trees.items():
+        inner = [x for f in ast.walk(tree) if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef)) for x in ast.walk(f)]
+        dsh, _ = _imports(inner, n, files[n].name == "__init__.py", files)
+        bad += [f"{n} imports {d} inside a function" for d in sorted(dsh) if d in files and not heavy(d, set())]
+    return bad
+
+
+def test_dsh_modules_are_imported_at_module_top_unless_they_bring_a_heavy_library():
+    assert lazy_light_imports(ROOT) == []
+
+
+def test_the_lazy_import_check_catches_a_light_module_imported_inside_a_function(tmp_path):
+    (tmp_path / "dsh" / "core").mkdir(parents=True)
+    (tmp_path / "dsh" / "core" / "v.py").write_text("")
+    (tmp_path / "dsh" / "core" / "h.py").write_text("import torch\n")
+    (tmp_path / "dsh" / "core" / "a.py").write_text("def f():\n    from . import h, v\n")
+    assert lazy_light_imports(tmp_path) == ["dsh.core.a imports dsh.core.v inside a function"]
+
+
+@pytest.mark.parametrize("code", ["import dsh", "import dsh.experiment.gpu_small",
+                                  "import runpy, sys\nsys.argv = ['dsh', '--help']\ntry:\n"
+                                  "    runpy.run_module('dsh', run_name='__main__')\nexcept SystemExit:\n    pass"])
+def test_import_dsh_and_the_cli_help_do_not_import_torch(code):
+    probe = f"{code}\nimport sys\nprint(sorted(m for m in ('torch', 'transformers', 'trl', 'sympy') if m in sys.modules))"
+    r = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.strip().splitlines()[-1] == "[]", (code, r.stdout[-500:])
 
 
 def test_no_module_uses_another_modules_private_names():

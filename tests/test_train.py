@@ -13,6 +13,7 @@ import torch
 
 from dsh.core.paper import paper_results
 from dsh.experiment import evaluate, presets
+from dsh.experiment.paper_mapping import paper_mapping
 from dsh.llm import models
 from dsh.measure import calibration
 from dsh.training import train
@@ -53,8 +54,8 @@ def test_paper_preset_matches_the_papers_tables():
     assert grpo.num_train_epochs == hp["grpo"]["total_epochs"]
     assert grpo.gradient_checkpointing is hp["grpo"]["gradient_checkpointing"]
     assert grpo.temperature == paper_results()["evaluation"]["temperature"]
-    rows = presets.paper_mapping()
-    assert {r["paper"] for r in rows} >= {"Optimizer", "Batch size", "KL loss type", "Max prompt length"}
+    rows = paper_mapping()
+    assert {r["hyperparameter"] for r in rows} >= {"Optimizer", "Batch size", "KL loss type", "Max prompt length"}
     assert not Path("/tmp/never-written").exists()
 
 

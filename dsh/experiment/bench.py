@@ -32,8 +32,16 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from ..core import validate as v
-from ..llm.models import EMBEDDED
-from .presets import CI, GPU_SMALL
+from ..core.files import write_text
+from ..core.provenance import provenance
+from ..llm.models import EMBEDDED, load, resolve_model, vllm_available
+from ..task.laptop_task import test_questions
+from ..task.problems import TEST_LEVELS, test_problems
+from ..task.records import chat_prompt
+from ..training.laptop_base import SHIPPED_BASE
+from ..training.pretrain import PretrainConfig, encode, pretrain
+from ..training.train import build_dataset, train
+from .presets import CI, GPU_SMALL, LAPTOP, resolve
 
 PARTS = ("generation", "sft", "grpo", "tiny")
 
@@ -148,8 +156,6 @@ def bench_generation(model, tok, size: BenchSize, device_info: dict, seed: int =
     import torch
 
     from ..llm.engine import Engine, kv_bytes_per_token
-    from ..task.problems import TEST_LEVELS, test_problems
-    from ..task.records import chat_prompt
 
     dev = next(model.parameters()).device
     levels = [f"{m}x{n}" for m, n in TEST_LEVELS]
@@ -206,7 +212,6 @@ def bench_generation(model, tok, size: BenchSize, device_info: dict, seed: int =
     if size.eval_prompts:
         rows.append(engine_row(f"dsh engine, evaluation workload ({size.eval_max_new} new tokens)",
                                ids[:size.eval_prompts], size.eval_batch, size.eval_max_new))
-    from ..llm.models import vllm_available
 
     if dev.type == "cuda" and vllm_available():  # pragma: no cover - GPU with vLLM only
         rows.append(_bench_vllm(model, ids[:n], T, seed, ceiling_of))
@@ -234,8 +239,6 @@ def _bench_vllm(model, prompts, max_new, seed, ceiling_of):  # pragma: no cover 
 def bench_sft(model_name: str, size: BenchSize, peak_flops: float, n_params: float, workdir: Path,
               seed: int = 0) -> list:
     """Rows of the SFT comparison: TRL's defaults first, then the preset's configuration."""
-    from ..training.train import train
-    from .presets import resolve
 
     common = dict(model=model_name, n_train=size.sft_n_train, max_steps=size.sft_steps, seed=seed,
                   report_to=(), save_steps=10 ** 6, logging_steps=1, num_train_epochs=1.0)
@@ -264,8 +267,6 @@ def bench_sft(model_name: str, size: BenchSize, peak_flops: float, n_params: flo
 
 def bench_grpo(model_name: str, size: BenchSize, workdir: Path, seed: int = 0) -> list:
     """Rows of the GRPO comparison: TRL's generation path first, then the engine's rollouts."""
-    from ..training.train import train
-    from .presets import resolve
 
     rows = []
     for label, backend in (("TRL GRPOTrainer generation (model.generate)", "trl"), ("dsh engine rollouts", "dsh")):
@@ -291,12 +292,6 @@ def bench_tiny(peak_flops: float, workdir: Path, seed: int = 0, sft_steps: int =
     """Rows of the tiny-model comparison (module docstring): training, then sampling."""
     import torch
 
-    from ..llm.models import load
-    from ..task.records import chat_prompt
-    from ..training.laptop_base import SHIPPED_BASE
-    from ..training.pretrain import PretrainConfig, encode, pretrain
-    from ..training.train import build_dataset, train
-    from .presets import LAPTOP, resolve
 
     base = str(SHIPPED_BASE)
     m, tok = load(base)
@@ -328,7 +323,6 @@ def bench_tiny(peak_flops: float, workdir: Path, seed: int = 0, sft_steps: int =
         r["ratio_to_default"] = r["tokens_per_s"] / rows[0]["tokens_per_s"]
     m, tok = load(base)
     m.eval()
-    from ..task.laptop_task import test_questions
 
     qs = [chat_prompt(tok, p.question) for p in test_questions(n_per_level=max(1, prompts // 7))][:prompts]
     ids = [tok(q, add_special_tokens=False)["input_ids"] for q in qs]
@@ -375,8 +369,6 @@ def run(model: str = EMBEDDED, size: str = "auto", parts=PARTS, out: str | None 
     for p in parts:
         v.choice("parts[i]", p, PARTS)
     v.length("seed", seed)
-    from ..core.provenance import provenance
-    from ..llm.models import load, resolve_model
 
     loc = resolve_model(model)
     cuda = torch.cuda.is_available()
@@ -407,7 +399,6 @@ def run(model: str = EMBEDDED, size: str = "auto", parts=PARTS, out: str | None 
             result["tiny"] = bench_tiny(info["matmul_peak_flops"], Path(work), seed=seed)
     result.update(wall_s=round(time.time() - t0, 1), **provenance())
     if out is not None:
-        from ..core.files import write_text
 
         write_text(out, json.dumps(result, indent=1))
     return result

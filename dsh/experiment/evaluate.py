@@ -24,7 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..core import validate as v
-from ..llm.models import EMBEDDED
+from ..core.files import write_jsonl
+from ..llm.models import EMBEDDED, load, resolve_model, vllm_available
 from ..task.problems import N_TEST, TEST_LEVELS, parse_level, test_problems
 from ..task.records import chat_prompt
 
@@ -77,7 +78,6 @@ def evaluate(model: str = EMBEDDED, out: str = "generations.jsonl", levels=EvalS
     v.length("seed", seed)
     batch_size = v.positive_int("batch_size", batch_size)
     v.choice("backend", backend, BACKENDS)
-    from ..llm.models import resolve_model
 
     loc = resolve_model(model)  # a bad model fails here, before anything is written
     out = v.output_path("out", out)
@@ -130,12 +130,10 @@ def _evaluate(loc, out, problems, temperature, max_new_tokens, seed, batch_size,
         return out
     if done:  # rewrite without any partial last line before appending
         keep = [done[(lv, i)] for lv, i, _ in problems if (lv, i) in done]
-        from ..core.files import write_jsonl
 
         write_jsonl(keep, out)
     import torch
 
-    from ..llm.models import vllm_available
 
     if backend == "vllm" and not vllm_available():
         raise ValueError("backend 'vllm' needs the vllm package; choose backend auto, dsh or hf")
@@ -145,7 +143,6 @@ def _evaluate(loc, out, problems, temperature, max_new_tokens, seed, batch_size,
         _generate_vllm(loc, todo, out, temperature, max_new_tokens, seed, batch_size, progress)
         return out
     from ..llm.engine import supports
-    from ..llm.models import load
 
     model, tok = load(loc)
     why = supports(model)

@@ -18,7 +18,8 @@ transformers, ...). The command
 
 Run again on the same machine it resumes: finished training runs under ``WORK/runs`` are reused, an
 interrupted one continues from its last checkpoint, and evaluation keeps the responses already written.
-Only the standard library is imported before the child starts.
+Before the child starts only the standard library, numpy and dsh's own light modules are imported (never torch,
+transformers, trl or datasets, which the bundle's wheels may provide; a test checks).
 """
 
 from __future__ import annotations

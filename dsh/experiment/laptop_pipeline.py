@@ -29,7 +29,12 @@ from pathlib import Path
 
 from ..core import validate as v
 from ..core.files import gzip_copy, read_jsonl, write_text
+from ..core.provenance import provenance
+from ..llm.models import resolve_model
 from ..task import laptop_task as lt
+from ..training.laptop_base import SHIPPED_BASE
+from ..training.train import train
+from .evaluate import evaluate
 from .presets import LAPTOP
 
 KL_BETAS = (0.0, 0.01, 0.1)   # the ablation's other coefficients (the preset's GRPO uses 0.001, the paper's)
@@ -120,12 +125,8 @@ def run_laptop(results_dir="book/results/laptop", runs_dir="runs/laptop", base=N
     """Run (or resume) every job of :func:`plan_jobs` and write ``results_dir`` (module docstring). ``jobs``:
     only these job names (and what they start from); ``n_per_level``: questions per level (default the preset's);
     ``overrides``: TrainConfig fields for every training job."""
-    from ..core.provenance import provenance
-    from ..llm.models import resolve_model
-    from ..training.laptop_base import SHIPPED_BASE
-    from ..training.train import train
-    from .evaluate import evaluate
-    from .pipeline import calibrate_stage, run_matches
+    from ..measure.stage import calibrate_stage
+    from .pipeline import run_matches
 
     base = str(base or SHIPPED_BASE)
     resolve_model(base)

@@ -11,6 +11,8 @@ from pathlib import Path
 import pandas as pd
 
 from ..task import laptop_task as lt
+from ..task.arithmetic import multiplicand_multiplier
+from ..task.parse import operands
 from .presets import STAGE_LABELS
 from .report import claims
 
@@ -278,8 +280,6 @@ def _checks(results_dir, job: str):
     (:func:`dsh.task.laptop_task.check_fidelity`)."""
     import gzip
 
-    from ..task.arithmetic import multiplicand_multiplier
-    from ..task.parse import operands
 
     with gzip.open(Path(results_dir) / "generations" / f"{job}.jsonl.gz", "rt") as f:
         for i, line in enumerate(f):

@@ -23,8 +23,12 @@ from pathlib import Path
 
 from ..core import validate as v
 from ..core.files import gzip_copy, read_jsonl, write_text
-from ..llm.models import EMBEDDED
+from ..core.provenance import git_commit, hardware
+from ..llm.models import EMBEDDED, resolve_model
+from ..measure.stage import calibrate_stage
 from ..task.problems import level_index
+from ..training.train import train
+from .evaluate import evaluate
 from .presets import DEFAULT, get
 
 
@@ -89,10 +93,6 @@ def run_pipeline(preset: str = DEFAULT, results_dir: str | None = None, runs_dir
     Weights and the working (resumable) generation files go to ``runs_dir``; ``results_dir`` receives
     the small artifacts the book renders (:data:`RESULTS_LAYOUT`). Each stage's time is printed as it ends
     (``progress``). Returns the summary that is also written to ``results_dir/summary.json``."""
-    from ..core.provenance import git_commit, hardware
-    from ..llm.models import resolve_model
-    from ..training.train import train
-    from .evaluate import evaluate
 
     v.length("seed", seed)
     p = get(preset)
@@ -177,22 +177,6 @@ def run_pipeline(preset: str = DEFAULT, results_dir: str | None = None, runs_dir
     write_text(results / "summary.json", json.dumps(summary, indent=1))
     _say(progress, f"done in {summary['wall_s']} s: {results}")
     return summary
-
-
-def calibrate_stage(records, seed: int = 0, n_bootstrap: int = 100) -> dict:
-    """What ``calibration/<stage>.json`` holds for one stage's generations: calibration over all records and
-    without the truncated ones (None when every record is truncated), decision faithfulness, the share of
-    truncated records, and the predictions the fit did not use (:func:`dsh.measure.predictions.unfitted_predictions`)."""
-    from ..measure.calibration import calibrate
-    from ..measure.faithfulness import summarize
-    from ..measure.predictions import unfitted_predictions
-
-    return {"all": calibrate(records, n_bootstrap=n_bootstrap, seed=seed),
-            "drop_truncated": calibrate(records, drop_truncated=True, n_bootstrap=n_bootstrap, seed=seed)
-            if any(not r["truncated"] for r in records) else None,
-            "faithfulness": summarize(records),
-            "truncated": float(sum(r["truncated"] for r in records) / len(records)) if records else None,
-            "unfitted": unfitted_predictions(records) if records else None}
 
 
 RESULTS_LAYOUT = ("summary.json", "calibration/<stage>.json", "generations/<stage>.jsonl.gz")

@@ -7,7 +7,7 @@ are derived from. The CLI, :mod:`dsh.experiment.pipeline`, :mod:`dsh.experiment.
 - ``ci``: minutes on 2 CPU cores with the embedded model: a handful of steps on short problems.
 - ``gpu-small``: the embedded model on one H100, digit-level ``lean`` traces (a 135M model learns only
   digit-level arithmetic), padding-free SFT, GRPO rollouts through :mod:`dsh.llm.engine`; micro-batch and
-  accumulation derived from the token budget of an 80 GB GPU (:func:`dsh.llm.scale.fit_batch`).
+  accumulation derived from the token budget of an 80 GB GPU (:func:`dsh.llm.scale.batch_for`).
 - ``paper``: the paper's hyperparameters (Appendix "Model and Training Details"); the verl -> TRL
   mapping is in the training chapter.
 
@@ -22,10 +22,10 @@ import dataclasses
 from dataclasses import dataclass, field
 
 from ..core import validate as v
-from ..llm.scale import EMBEDDED_SHAPE, fit_batch
+from ..llm.scale import GpuBudget, batch_for
 from ..task import laptop_task
 from ..task.problems import TEST_LEVELS
-from ..training.budgets import TraceSpec
+from ..training.budgets import preset_specs, tokens
 from ..training.train import FIELDS, METHODS, TrainConfig
 from .evaluate import MAX_RESPONSE_TOKENS, EvalSettings
 
@@ -68,7 +68,8 @@ class Preset:
     """Everything a preset means. ``training[method]``: overrides of :class:`dsh.training.train.TrainConfig`;
     ``stages``: the pipeline; ``evaluation``: :class:`dsh.experiment.evaluate.EvalSettings` (its ``max_new_tokens`` may
     be a :class:`Budget`); ``traces``: ``{budget name: TraceSpec}`` that :mod:`dsh.training.budgets` derives budgets
-    from; ``batch_from_memory``: micro-batch and accumulation from an 80 GB memory budget (:func:`batch_for`);
+    from; ``batch_from_memory``: a :class:`dsh.llm.scale.GpuBudget` that micro-batch and accumulation are derived
+    from (:func:`dsh.llm.scale.batch_for`), None to take them as given;
     ``one_call``: sized for one 10-minute GPU call (``python -m dsh.experiment.gpu_small`` runs it)."""
 
     name: str
@@ -77,7 +78,7 @@ class Preset:
     stages: tuple
     evaluation: EvalSettings
     traces: dict = field(default_factory=dict)
-    batch_from_memory: bool = False
+    batch_from_memory: GpuBudget | None = None
     one_call: bool = False
 
     @property
@@ -97,8 +98,6 @@ class Preset:
     def budget(self, value):
         """``value`` itself, or the committed number of a :class:`Budget` of this preset."""
         if isinstance(value, Budget):
-            from ..training.budgets import tokens
-
             return tokens(self.name, value.name)
         return value
 
@@ -115,7 +114,7 @@ class Preset:
         values.setdefault("output_dir", f"{self.runs_dir}/{method}")
         cfg = TrainConfig(**values)
         if self.batch_from_memory and not {"per_device_train_batch_size", "gradient_accumulation_steps"} & set(overrides):
-            cfg = dataclasses.replace(cfg, **batch_for(cfg))
+            cfg = dataclasses.replace(cfg, **batch_for(cfg, self.batch_from_memory))
         return cfg
 
     def eval_settings(self, **overrides) -> EvalSettings:
@@ -135,18 +134,6 @@ class Preset:
 # ------------------------------------------------------------------------------------------------
 TRACES = dict(granularity="lean", checks=("nines",), max_attempts=2, retry_fraction=0.5)
 TEST_LEVEL_NAMES = tuple(f"{m}x{n}" for m, n in TEST_LEVELS)
-
-
-def _specs(sft_levels, grpo_levels, eval_levels, base_levels=None) -> dict:
-    t = {k: TRACES[k] for k in ("granularity", "checks", "max_attempts", "retry_fraction")}
-    out = {"sft.max_length": TraceSpec(tuple(sft_levels), "no_reflection", **t),
-           "sft_reflection.max_length": TraceSpec(tuple(sft_levels), "reflection", **t),
-           "grpo.max_completion_length": TraceSpec(tuple(grpo_levels), "reflection", chat=False, **t),
-           "eval.max_new_tokens": TraceSpec(tuple(eval_levels), "reflection", chat=False, **t)}
-    out["dft.max_length"] = out["sft_reflection.max_length"]
-    if base_levels:
-        out["base.max_length"] = TraceSpec(tuple(base_levels), "no_reflection", **t)
-    return out
 
 
 # The paper's Table 1 stages: Base, SFT, SFT with reflection, RL from SFT with reflection, and DFT
@@ -174,18 +161,20 @@ CI = Preset(
     stages=PAPER_STAGES,
     evaluation=EvalSettings(levels=CI_EVAL_LEVELS, n_per_level=2, max_new_tokens=Budget("eval.max_new_tokens"),
                             batch_size=8),
-    traces=_specs(CI_LEVELS, CI_GRPO_LEVELS, CI_EVAL_LEVELS),
+    traces=preset_specs(TRACES, CI_LEVELS, CI_GRPO_LEVELS, CI_EVAL_LEVELS),
     one_call=True,
 )
 
 # ---- gpu-small ---------------------------------------------------------------------------------
-# Batch sizes derived from the token budget of one 80 GB GPU (dsh.llm.scale.fit_batch), never typed: the number of
+# Batch sizes derived from the token budget of one 80 GB GPU (dsh.llm.scale.batch_for), never typed: the number of
 # rows an optimizer step sees is the design choice, the micro-batch follows from memory.
 GPU_GB = 80.0
 GPU_SFT_ROWS = 32              # examples per optimizer step
 GPU_GRPO_ROWS = 64             # completions per optimizer step
 GPU_GRPO_GENERATION = 256      # completions per rollout batch (32 prompts x 8): 4 optimizer steps per rollout
 GPU_PROMPT_TOKENS = 64         # budget for a chat-formatted question (they take ~40 tokens)
+GPU_MEMORY = GpuBudget(gpu_gb=GPU_GB, sft_rows=GPU_SFT_ROWS, grpo_rows=GPU_GRPO_ROWS,
+                       grpo_generation=GPU_GRPO_GENERATION, prompt_tokens=GPU_PROMPT_TOKENS)
 GPU_TRAIN_LEVELS = ("4x5", "5x4")
 GPU_BASE_LEVELS = tuple(f"{m}x{n}" for m in range(2, 6) for n in range(2, 10))   # test range and neighbours
 
@@ -194,21 +183,6 @@ def _gpu_sft(method: str, n_train: int, **extra) -> dict:
     return dict(n_train=n_train, **TRACES, num_train_epochs=1.0, padding_free=True, learning_rate=2e-4,
                 lr_scheduler_type="cosine", warmup_ratio=0.02, max_length=Budget(f"{method}.max_length"),
                 save_steps=100, logging_steps=10, **extra)
-
-
-def batch_for(cfg) -> dict:
-    """Micro-batch and gradient accumulation of a gpu-small run from the memory its sequences need
-    (:func:`dsh.llm.scale.fit_batch`): SFT rows of ``max_length`` tokens, GRPO rows of prompt + completion
-    beside the rollout engine's KV cache."""
-    if cfg.method == "grpo":
-        row = GPU_PROMPT_TOKENS + cfg.max_completion_length
-        gen = cfg.generation_batch_size or GPU_GRPO_GENERATION
-        kv_gb = gen * row * EMBEDDED_SHAPE.kv_bytes_per_token() / 1e9   # the rollout engine's cache
-        micro, accum = fit_batch(GPU_GRPO_ROWS, row, fixed_gb=kv_gb + 2 * EMBEDDED_SHAPE.n_params / 1e9,
-                                 gpu_gb=GPU_GB)
-    else:
-        micro, accum = fit_batch(GPU_SFT_ROWS, cfg.max_length, gpu_gb=GPU_GB)
-    return dict(per_device_train_batch_size=micro, gradient_accumulation_steps=accum)
 
 
 # gpu-small's Base: one epoch of lean digit-level SFT over 2..5 x 2..9 digits (test problems held out), short
@@ -229,8 +203,8 @@ GPU_SMALL = Preset(
     },
     stages=(GPU_BASE,) + PAPER_STAGES[1:],
     evaluation=EvalSettings(n_per_level=100, max_new_tokens=Budget("eval.max_new_tokens"), batch_size=512),
-    traces=_specs(GPU_TRAIN_LEVELS, GPU_TRAIN_LEVELS, TEST_LEVEL_NAMES, GPU_BASE_LEVELS),
-    batch_from_memory=True, one_call=True,
+    traces=preset_specs(TRACES, GPU_TRAIN_LEVELS, GPU_TRAIN_LEVELS, TEST_LEVEL_NAMES, GPU_BASE_LEVELS),
+    batch_from_memory=GPU_MEMORY, one_call=True,
 )
 
 # ---- paper -------------------------------------------------------------------------------------
@@ -309,50 +283,3 @@ def resolve(method: str, preset: str = DEFAULT, **overrides) -> TrainConfig:
 def describe(cfg: TrainConfig) -> dict:
     """The configuration as a plain dict (for printing)."""
     return dataclasses.asdict(cfg)
-
-
-def paper_mapping() -> list[dict]:
-    """The paper's hyperparameter tables (dsh/core/paper_results.yaml) next to the TRL values the ``paper``
-    preset resolves to, with what does not map said plainly."""
-    from ..core.paper import paper_results
-    from ..training.train import to_trl_config
-
-    hp = paper_results()["hyperparameters"]
-    sft_cfg = PAPER.train_config("sft_reflection", output_dir=f"{PAPER.runs_dir}/sft_reflection")
-    sft = to_trl_config(sft_cfg)
-    grpo = to_trl_config(PAPER.train_config("grpo", output_dir=f"{PAPER.runs_dir}/grpo"))
-    seqs = grpo.per_device_train_batch_size * grpo.gradient_accumulation_steps
-    rows = [
-        ("SFT", "Optimizer", hp["sft"]["optimizer"], "optim, weight_decay",
-         f"{getattr(sft.optim, 'value', sft.optim)}, {sft.weight_decay}", "AdamW with weight decay 0 is Adam"),
-        ("SFT", "Batch size", hp["sft"]["batch_size"], "per_device_train_batch_size x gradient_accumulation_steps x GPUs",
-         sft.per_device_train_batch_size * sft.gradient_accumulation_steps, "on one GPU"),
-        ("SFT", "Learning rate", hp["sft"]["learning_rate"], "learning_rate, lr_scheduler_type",
-         f"{sft.learning_rate}, {getattr(sft.lr_scheduler_type, 'value', sft.lr_scheduler_type)}",
-         "the schedule is not printed; LLaMA-Factory's default (cosine) is used"),
-        ("SFT", "Epochs", hp["sft"]["epochs"], "num_train_epochs", sft.num_train_epochs, ""),
-        ("SFT", "Training examples", hp["sft"]["training_examples"], "dsh n_train", sft_cfg.n_train, ""),
-        ("GRPO", "Learning rate", hp["grpo"]["learning_rate"], "learning_rate (constant, wd 0.01, clip 1.0: verl defaults)",
-         grpo.learning_rate, ""),
-        ("GRPO", "Train batch size (prompts)", hp["grpo"]["train_batch_size"], "generation_batch_size / num_generations",
-         grpo.generation_batch_size // grpo.num_generations, "TRL counts completions: generation_batch_size = 4096"),
-        ("GRPO", "PPO mini-batch size (prompts)", hp["grpo"]["ppo_mini_batch_size"],
-         "per_device x gradient_accumulation / num_generations", seqs // grpo.num_generations,
-         "4 optimizer steps per rollout batch, as in verl"),
-        ("GRPO", "Rollouts per query (n)", hp["grpo"]["rollouts_per_query"], "num_generations", grpo.num_generations, ""),
-        ("GRPO", "KL loss coefficient", hp["grpo"]["kl_loss_coef"], "beta", grpo.beta, "KL in the loss, as verl's use_kl_loss"),
-        ("GRPO", "KL loss type", hp["grpo"]["kl_loss_type"], "(k3 estimator), use_bias_correction_kl",
-         f"k3, {grpo.use_bias_correction_kl}", "TRL 1.16 defaults to a bias-corrected k3; off matches verl"),
-        ("GRPO", "Max prompt length", hp["grpo"]["max_prompt_length"], "(none)", "-",
-         "no TRL option; every prompt here is under 40 tokens"),
-        ("GRPO", "Max response length", hp["grpo"]["max_response_length"], "max_completion_length",
-         grpo.max_completion_length, ""),
-        ("GRPO", "Total epochs", hp["grpo"]["total_epochs"], "num_train_epochs", grpo.num_train_epochs, ""),
-        ("GRPO", "Gradient checkpointing", hp["grpo"]["gradient_checkpointing"], "gradient_checkpointing",
-         grpo.gradient_checkpointing, ""),
-        ("GRPO", "(not printed) clip ratio", "-", "epsilon", grpo.epsilon, "verl's default 0.2"),
-        ("GRPO", "(not printed) loss aggregation", "-", "loss_type", grpo.loss_type, "verl's token-mean"),
-        ("GRPO", "Sampling temperature (evaluation protocol)", paper_results()["evaluation"]["temperature"],
-         "temperature, top_p, top_k", f"{grpo.temperature}, {grpo.top_p}, {grpo.top_k}", "rollouts at temperature 1"),
-    ]
-    return [dict(zip(("stage", "paper", "paper value", "TRL field", "TRL value", "note"), r)) for r in rows]

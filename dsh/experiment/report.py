@@ -10,7 +10,7 @@ import pandas as pd
 from ..core.paper import paper_results
 from ..measure.calibration import Z95
 from ..task.problems import level_index
-from .presets import STAGE_LABELS
+from .presets import STAGE_LABELS, get
 
 
 def _fmt(acc, lo, hi):
@@ -127,7 +127,6 @@ def stage_table(preset) -> pd.DataFrame:
     training levels and size, learning rate and each stage's own token budget (max_length for SFT,
     max_completion_length for GRPO)."""
     from .pipeline import plan
-    from .presets import get
 
     p = get(preset)
     cfgs = plan(p, p.runs_dir)

@@ -22,7 +22,9 @@ import torch
 
 from ..core import validate as v
 from ..task.parse import decision_spans, operands
+from ..task.problems import draw_problems
 from ..task.records import chat_prompt
+from ..task.traces import TraceConfig, make_trace
 
 OBJECTIVES = ("reward", "kl_reward", "kl_k1", "kl_k3", "sft", "dft")
 GROUPS = ("embeddings", "attention", "mlp", "norm", "head")
@@ -162,8 +164,6 @@ def length_sweep(model, ref_model, tokenizer, levels=("1x1", "2x2", "3x3", "4x4"
     With ``checks=("nines",)`` only errors that casting out nines detects are drawn (digit, carry)."""
     from tqdm import tqdm
 
-    from ..task.problems import draw_problems
-    from ..task.traces import TraceConfig, make_trace
 
     v.positive_int("per_level", per_level)
     for o in objectives:

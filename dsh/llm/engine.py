@@ -38,6 +38,7 @@ from dataclasses import dataclass
 import torch
 
 from ..core import validate as v
+from .scale import ModelShape
 
 SUPPORTED_MODEL_TYPES = ("llama", "qwen2", "mistral", "qwen3")
 
@@ -88,7 +89,6 @@ def supports(model) -> str | None:
 def kv_bytes_per_token(model) -> int:
     """Bytes of KV cache one token of context takes in ``model`` (all layers, keys and values, in
     the model's dtype): :meth:`dsh.llm.scale.ModelShape.kv_bytes_per_token` of its config."""
-    from .scale import ModelShape
 
     return ModelShape.from_config(model.config, n_params=0).kv_bytes_per_token(next(model.parameters()).element_size())
 

@@ -136,3 +136,30 @@ def fit_batch(rows_per_step: int, tokens_per_row: int, fixed_gb: float = 0.0, gp
     while micro * 2 <= min(fits, rows_per_step) and rows_per_step % (micro * 2) == 0:
         micro *= 2
     return micro, rows_per_step // micro
+
+
+@dataclass(frozen=True)
+class GpuBudget:
+    """What a preset sizes its batches for on one GPU: the rows an optimizer step sees (the design choice) and the
+    memory they must fit; the micro-batch follows (:func:`batch_for`)."""
+
+    gpu_gb: float                   # memory of the GPU (GB, 10^9 bytes)
+    sft_rows: int                   # examples per optimizer step
+    grpo_rows: int                  # completions per optimizer step
+    grpo_generation: int            # completions per rollout batch (the rollout engine's KV cache holds them)
+    prompt_tokens: int              # budget for a chat-formatted question
+
+
+def batch_for(cfg, budget: GpuBudget, shape: ModelShape = EMBEDDED_SHAPE) -> dict:
+    """``per_device_train_batch_size`` and ``gradient_accumulation_steps`` of ``cfg`` (a dsh TrainConfig) from the
+    memory its sequences need on ``budget``'s GPU (:func:`fit_batch`): SFT rows of ``max_length`` tokens, GRPO rows
+    of prompt + completion beside the rollout engine's KV cache and the reference model."""
+    if cfg.method == "grpo":
+        row = budget.prompt_tokens + cfg.max_completion_length
+        gen = cfg.generation_batch_size or budget.grpo_generation
+        kv_gb = gen * row * shape.kv_bytes_per_token() / 1e9   # the rollout engine's cache
+        micro, accum = fit_batch(budget.grpo_rows, row, fixed_gb=kv_gb + 2 * shape.n_params / 1e9,
+                                 gpu_gb=budget.gpu_gb, shape=shape)
+    else:
+        micro, accum = fit_batch(budget.sft_rows, cfg.max_length, gpu_gb=budget.gpu_gb, shape=shape)
+    return dict(per_device_train_batch_size=micro, gradient_accumulation_steps=accum)

@@ -35,6 +35,7 @@ from dataclasses import dataclass
 
 from ..core import validate as v
 from .arithmetic import draw_error, long_multiplication, multiplicand_multiplier
+from .parse import operands, parse_response
 from .problems import Problem, draw_problems, parse_level
 from .traces import render_attempt
 
@@ -252,7 +253,6 @@ def faithfulness(records) -> dict:
     true check of that candidate (``verdict_follows_check``), whose check line is exactly right (``check_exact``),
     whose verdict is right about correctness (``verdict_right``), and the share of attempts after a "fails"
     verdict that go on with the marker (``resample_after_fail``)."""
-    from .parse import operands, parse_response
 
     by: dict = {}
     for r in records:

@@ -23,6 +23,12 @@ def prompt_records(problems) -> list[dict]:
              "answer": str(p.answer), "level": p.level} for p in problems]
 
 
+def chat_length(tokenizer, messages) -> int:
+    """Tokens of ``messages`` with the chat template applied, as TRL tokenizes an SFT example."""
+    ids = tokenizer.apply_chat_template(messages, tokenize=True)
+    return len(ids["input_ids"] if hasattr(ids, "keys") else ids)
+
+
 def chat_prompt(tokenizer, question: str) -> str:
     """``question`` formatted with the tokenizer's chat template, ready for generation."""
     return tokenizer.apply_chat_template([{"role": "user", "content": question}], tokenize=False,

@@ -26,6 +26,7 @@ import random
 from dataclasses import dataclass, field
 
 from ..core import validate as v
+from . import parse
 from .arithmetic import (
     CHECKS,
     ERROR_TYPES,
@@ -217,12 +218,11 @@ def parse_roundtrip(problems, config: TraceConfig, seed: int = 0) -> dict:
     """Generate a trace for each problem (seed ``seed + i``) and parse it back with
     :func:`dsh.task.parse.parse_response`: how many traces give back exactly their attempts' answers and
     decisions, with the mean number of attempts and of characters."""
-    from .parse import parse_response
 
     ok, attempts, chars = 0, [], []
     for i, p in enumerate(problems):
         t = make_trace(p, config, seed=seed + i)
-        r = parse_response(t.text, p.a, p.b)
+        r = parse.parse_response(t.text, p.a, p.b)
         ok += (tuple(r.candidates), tuple(r.decisions)) == (t.attempt_answers, t.decisions)
         attempts.append(len(t.attempt_answers))
         chars.append(len(t.text))

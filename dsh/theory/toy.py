@@ -21,6 +21,7 @@ import numpy as np
 import torch
 
 from ..core import validate as v
+from .two_stage import simulate
 
 PARAMS = ("theta_s", "theta_dC", "theta_dW")
 POLICY_OF = {"theta_s": "pi_sample", "theta_dC": "pi_d", "theta_dW": "pi_d"}
@@ -279,7 +280,6 @@ def attribution_ratio(grad) -> float:
 # ------------------------------------------------------------------------------------------------
 def sample_trajectories(theta, n: int, seed: int = 0, max_attempts: int = 10_000):
     """Sample n trajectories: returns the candidate matrix (1 correct, 0 wrong, -1 absent)."""
-    from .two_stage import simulate
 
     t = as_theta("theta", theta)
     s, dC, dW = (float(torch.sigmoid(x)) for x in t)

@@ -20,6 +20,7 @@ and fails when the file is stale or a budget would truncate more than 1 % of fre
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from dataclasses import dataclass
@@ -29,6 +30,11 @@ from pathlib import Path
 import numpy as np
 
 from ..core import validate as v
+from ..core.files import write_text
+from ..llm.models import embedded_model_dir
+from ..task.problems import draw_problems
+from ..task.records import chat_length
+from ..task.traces import TraceConfig, make_trace
 
 BUDGETS_FILE = Path(__file__).with_name("budgets.json")
 N_PER_LEVEL = 200              # traces per level behind every budget
@@ -49,17 +55,9 @@ class TraceSpec:
     max_attempts: int = 3
     chat: bool = True               # count the chat-formatted prompt + completion (SFT) or the completion only
 
-    def trace_config(self):
-        from ..task.traces import TraceConfig
-
+    def trace_config(self) -> TraceConfig:
         return TraceConfig(granularity=self.granularity, style=self.style, retry_fraction=self.retry_fraction,
                            max_attempts=self.max_attempts, checks=tuple(self.checks))
-
-
-def chat_length(tok, messages) -> int:
-    """Tokens of ``messages`` with the chat template applied, as TRL tokenizes an SFT example."""
-    ids = tok.apply_chat_template(messages, tokenize=True)
-    return len(ids["input_ids"] if hasattr(ids, "keys") else ids)
 
 
 def _count(tok, problem, text: str, chat: bool) -> int:
@@ -70,9 +68,6 @@ def _count(tok, problem, text: str, chat: bool) -> int:
 
 def trace_lengths(tokenizer, spec: TraceSpec, n_per_level: int = N_PER_LEVEL, seed: int = 0) -> dict[str, np.ndarray]:
     """Token counts of ``n_per_level`` traces per level of ``spec`` (problems and traces drawn from ``seed``)."""
-    from ..task.problems import draw_problems
-    from ..task.traces import make_trace
-
     n_per_level = v.positive_int("n_per_level", n_per_level)
     cfg = spec.trace_config()
     out = {}
@@ -85,11 +80,6 @@ def trace_lengths(tokenizer, spec: TraceSpec, n_per_level: int = N_PER_LEVEL, se
 
 def attempt_margin(tokenizer, spec: TraceSpec, level: str, n: int = 50, seed: int = 0) -> int:
     """Mean tokens of one more attempt (arithmetic, "So a * b = N." and its check) at ``level``."""
-    import dataclasses
-
-    from ..task.problems import draw_problems
-    from ..task.traces import make_trace
-
     if spec.style != "reflection":
         return 0
     one = dataclasses.replace(spec, retry_fraction=0.0)
@@ -117,27 +107,33 @@ def truncation(tokenizer, spec: TraceSpec, tokens: int, n_per_level: int = N_PER
     return float(np.mean(np.concatenate(list(lengths.values())) > tokens))
 
 
-def specs() -> dict[str, dict[str, TraceSpec]]:
-    """Every budget of every derived preset: ``{preset: {budget name: TraceSpec}}``. Budget names are
-    ``<method>.max_length``, ``grpo.max_completion_length``, ``eval.max_new_tokens`` and, for stages
-    that train on other levels than the preset's default (gpu-small's base), ``<stage>.max_length``."""
-    from ..experiment.presets import DERIVED
+def preset_specs(traces: dict, sft_levels, grpo_levels, eval_levels, base_levels=None) -> dict[str, TraceSpec]:
+    """The budgets of a derived preset whose stages all write ``traces`` (:class:`TraceSpec` fields: granularity,
+    checks, max_attempts, retry_fraction): ``{budget name: TraceSpec}``. Budget names are ``<method>.max_length``,
+    ``grpo.max_completion_length``, ``eval.max_new_tokens`` and, for a base stage trained on other levels
+    (``base_levels``: gpu-small's base), ``base.max_length``."""
+    t = {k: traces[k] for k in ("granularity", "checks", "max_attempts", "retry_fraction")}
+    out = {"sft.max_length": TraceSpec(tuple(sft_levels), "no_reflection", **t),
+           "sft_reflection.max_length": TraceSpec(tuple(sft_levels), "reflection", **t),
+           "grpo.max_completion_length": TraceSpec(tuple(grpo_levels), "reflection", chat=False, **t),
+           "eval.max_new_tokens": TraceSpec(tuple(eval_levels), "reflection", chat=False, **t)}
+    out["dft.max_length"] = out["sft_reflection.max_length"]
+    if base_levels:
+        out["base.max_length"] = TraceSpec(tuple(base_levels), "no_reflection", **t)
+    return out
 
-    return DERIVED
 
-
-def derive(tokenizer=None, n_per_level: int = N_PER_LEVEL, seed: int = 0) -> dict:
-    """Recompute every budget (``{preset: {name: budget dict}}``); ``tokenizer`` defaults to the embedded model's."""
+def derive(specs: dict, tokenizer=None, n_per_level: int = N_PER_LEVEL, seed: int = 0) -> dict:
+    """Every budget of ``specs`` (``{preset: {budget name: TraceSpec}}``, the presets' ``DERIVED``) recomputed:
+    ``{preset: {name: budget dict}}``; ``tokenizer`` defaults to the embedded model's."""
     if tokenizer is None:
         tokenizer = embedded_tokenizer()
     return {preset: {name: budget(tokenizer, spec, n_per_level, seed) for name, spec in by_name.items()}
-            for preset, by_name in specs().items()}
+            for preset, by_name in specs.items()}
 
 
 def embedded_tokenizer():
     from transformers import AutoTokenizer
-
-    from ..llm.models import embedded_model_dir
 
     return AutoTokenizer.from_pretrained(str(embedded_model_dir()))
 
@@ -158,11 +154,9 @@ def tokens(preset: str, name: str) -> int:
     return int(b[preset][name]["tokens"])
 
 
-def write(path=BUDGETS_FILE, **kw) -> dict:
-    """Recompute every budget and write it to ``path`` (atomically)."""
-    from ..core.files import write_text
-
-    out = derive(**kw)
+def write(specs: dict, path=BUDGETS_FILE, **kw) -> dict:
+    """Recompute every budget of ``specs`` (:func:`derive`) and write it to ``path`` (atomically)."""
+    out = derive(specs, **kw)
     write_text(path, json.dumps(out, indent=1, sort_keys=True) + "\n")
     load.cache_clear()
     return out

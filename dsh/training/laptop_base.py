@@ -14,8 +14,13 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from ..core import validate as v
+from ..core.files import write_text
+from ..core.provenance import provenance
+from ..llm.models import cache_dir, load, resolve_model
 from ..llm.tiny import TinyConfig, build_tokenizer, make_model, n_params, save
 from ..task import laptop_task as lt
+from ..task.parse import parse_response
+from ..task.records import chat_prompt
 from .pretrain import PretrainConfig, encode, pack, pretrain
 
 SHIPPED_BASE = Path(__file__).resolve().parent.parent / "assets" / "laptop-base"
@@ -72,7 +77,6 @@ def build_base(out, spec: BaseSpec = BaseSpec(), progress: bool = True) -> dict:
             "stopped_early": stats["stopped_early"], "rule_log": stats["rule_log"],
             "loss_curve": stats["curve"], "wall_seconds": round(time.time() - t0, 1),
             "torch_threads": torch.get_num_threads(), "cpu": platform.processor() or platform.machine()}
-    from ..core.provenance import provenance
 
     prov["provenance"] = provenance()
     model.eval()
@@ -104,7 +108,6 @@ def own_attempts(model: str, problems, k: int = 2, seed: int = 0, max_new_tokens
     first attempts, not injected slips (measured: SFT on injected slips taught the model to slip)."""
     import hashlib
 
-    from ..llm.models import cache_dir, load, resolve_model
 
     v.positive_int("k", k)
     loc = Path(resolve_model(model))
@@ -119,7 +122,6 @@ def own_attempts(model: str, problems, k: int = 2, seed: int = 0, max_new_tokens
     outs = complete(m, tok, [p.question for p in problems for _ in range(k)], max_new_tokens, 1.0, seed)
     got = [lt.split_attempt(t) for t, _ in outs]
     result = [[a for a in got[i * k:(i + 1) * k] if a is not None] for i in range(len(problems))]
-    from ..core.files import write_text
 
     write_text(cached, json.dumps(result))
     return result
@@ -129,7 +131,6 @@ def complete(model, tok, prompts, max_new_tokens: int, temperature: float = 1.0,
              slots: int = 64) -> list[tuple[str, bool]]:
     """Completions of question strings (chat-formatted) through :class:`dsh.llm.engine.Engine`: (text, stopped)."""
     from ..llm.engine import Engine
-    from ..task.records import chat_prompt
 
     ids = [tok(chat_prompt(tok, q), add_special_tokens=False)["input_ids"] for q in prompts]
     eng = Engine(model, [tok.eos_token_id], slots=min(slots, len(ids)), max_len=max(map(len, ids)) + max_new_tokens,
@@ -142,7 +143,6 @@ def base_report(model, tok, n_per_level: int = 100, temperature: float = 1.0, se
     """The base's accuracy per test level and its check skill (verdict right on given claims) at ``temperature``."""
     import random
 
-    from ..task.parse import parse_response
 
     qs = lt.test_questions(n_per_level=n_per_level, seed=seed)
     if seed == VALIDATION_SEED:

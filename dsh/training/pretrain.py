@@ -20,6 +20,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from ..core import validate as v
+from ..task.records import chat_prompt
 
 
 @dataclass(frozen=True)
@@ -51,7 +52,6 @@ class PretrainConfig:
 
 def encode(tok, pairs) -> list[tuple[list[int], int]]:
     """(token ids of chat prompt + completion + eos, number of prompt tokens) for (question, completion) pairs."""
-    from ..task.records import chat_prompt
 
     rows = []
     for q, c in pairs:

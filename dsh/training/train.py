@@ -23,12 +23,15 @@ from pathlib import Path
 
 from ..core import validate as v
 from ..core.provenance import git_commit, hardware
-from ..llm.models import EMBEDDED
+from ..llm.models import EMBEDDED, load, resolve_model, vllm_available
 from ..task import laptop_task as lt
 from ..task.arithmetic import CHECKS
+from ..task.parse import is_correct
 from ..task.problems import make_splits, parse_level
-from ..task.records import prompt_records, sft_records
+from ..task.records import chat_length, prompt_records, sft_records
 from ..task.traces import GRANULARITIES, TraceConfig
+from .laptop_base import own_attempts
+from .rollout import engine_unsuitable, make_trainer_class
 
 METHODS = ("sft", "sft_reflection", "dft", "grpo")
 TASKS = ("traces", "laptop_task")   # the module that writes the data: dsh.task.traces or dsh.task.laptop_task
@@ -195,7 +198,6 @@ def to_trl_config(cfg: TrainConfig):
     cache = cfg.cache_implementation
     if cache == "auto":
         cache = "static" if cuda else None
-    from ..llm.models import vllm_available
 
     use_vllm = (cuda and vllm_available()) if cfg.use_vllm is None else cfg.use_vllm
     return GRPOConfig(
@@ -241,8 +243,6 @@ def laptop_dataset(cfg: TrainConfig) -> list[dict]:
     style = cfg.dft_style if cfg.method == "dft" else STYLE_OF[cfg.method]
     own = None
     if style == "reflection" and cfg.laptop_attempts == "own":
-        from ..llm.models import resolve_model
-        from .laptop_base import own_attempts
 
         own = own_attempts(resolve_model(cfg.model), problems, k=max(1, cfg.max_attempts - 1), seed=cfg.seed)
     out = []
@@ -262,7 +262,6 @@ def laptop_dataset(cfg: TrainConfig) -> list[dict]:
 
 def correctness_reward(completions, answer, question=None, **kwargs) -> list[float]:
     """TRL reward function: the paper's binary reward R(tau) = 1[final answer correct] (:func:`dsh.task.parse.is_correct`)."""
-    from ..task.parse import is_correct
 
     return [float(is_correct(c[-1]["content"] if isinstance(c, list) else str(c), answer[i],
                              question[i] if question is not None else None))
@@ -297,7 +296,6 @@ def example_truncation(records, tok, max_length) -> dict:
     ``max_length`` tokens: what truncation cuts (or, padding-free, what exceeds the memory bound)."""
     import numpy as np
 
-    from .budgets import chat_length
 
     if max_length is None or not records or "completion" not in records[0]:
         return {"what": "training examples longer than max_length", "rate": 0.0 if records else None,
@@ -346,7 +344,6 @@ def train(cfg: TrainConfig) -> dict:
 
     if not isinstance(cfg, TrainConfig):
         raise ValueError(f"cfg must be a dsh.training.train.TrainConfig, got {type(cfg).__name__}")
-    from ..llm.models import load, resolve_model
 
     loc = resolve_model(cfg.model)                 # fails fast on a bad model before anything is written
     trl_cfg = to_trl_config(cfg)
@@ -376,14 +373,12 @@ def train(cfg: TrainConfig) -> dict:
     callbacks = [_metrics_callback(run / "metrics.jsonl")]
     ds = Dataset.from_list(records)
     if cfg.method == "grpo":
-        from .rollout import make_trainer_class
 
         trainer = make_trainer_class()(model=model, reward_funcs=[correctness_reward], args=trl_cfg,
                                        train_dataset=ds, processing_class=tok, peft_config=peft_config,
                                        callbacks=callbacks)
         trainer.rollout_backend = cfg.generation_backend
         if cfg.generation_backend == "dsh":
-            from .rollout import engine_unsuitable
 
             why = engine_unsuitable(trainer)
             if why:
