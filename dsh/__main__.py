@@ -7,14 +7,14 @@ import json
 import sys
 
 from . import __version__
-from .core.files import write_jsonl
+from .core.files import read_jsonl, write_jsonl
 from .core.validate import output_path
 from .experiment import bench
 from .experiment.evaluate import BACKENDS, EvalSettings, evaluate
 from .experiment.laptop_pipeline import run_laptop
 from .experiment.presets import DEFAULT, DERIVED, LAPTOP, NAMES, resolve
 from .llm.models import EMBEDDED
-from .measure.calibration import calibrate, format_table, read_jsonl
+from .measure.calibration import calibrate, format_table, read_records
 from .task.parse import DEFAULT_MARKERS
 from .task.problems import N_TEST, N_TRAIN, make_splits
 from .task.records import prompt_records, sft_records
@@ -24,11 +24,10 @@ from .theory.two_stage import predicted_accuracy, simulate
 from .training import budgets
 from .training.budgets import N_PER_LEVEL
 from .training.laptop_base import BaseSpec, build_base
-from .training.train import METHODS, to_trl_config, train
+from .training.train import METHODS, fields_help, to_trl_config, train
 
 
 def _cmd_accuracy(args) -> int:
-
     acc = predicted_accuracy(args.p_s, args.p_dC, args.p_dW)
     if args.json:
         print(json.dumps({"p_s": args.p_s, "p_dC": args.p_dC, "p_dW": args.p_dW, "predicted_accuracy": acc}))
@@ -38,7 +37,6 @@ def _cmd_accuracy(args) -> int:
 
 
 def _cmd_simulate(args) -> int:
-
     sim = simulate(args.p_s, args.p_dC, args.p_dW, n=args.n, seed=args.seed)
     obs = float(sim.final_correct.mean())
     out = {"n": args.n, "seed": args.seed, "observed_accuracy": obs,
@@ -65,8 +63,7 @@ def _cmd_table(args) -> int:
 
 
 def _cmd_calibrate(args) -> int:
-
-    records = read_jsonl(args.file)
+    records = read_records(args.file)
     import re
 
     patterns = []
@@ -83,8 +80,6 @@ def _cmd_calibrate(args) -> int:
 
 
 def _cmd_data(args) -> int:
-
-
     cfg = TraceConfig(granularity=args.granularity, style=args.style, retry_fraction=args.retry_fraction,
                       max_attempts=args.max_attempts)
 
@@ -118,7 +113,6 @@ def _parse_overrides(items) -> dict:
 
 
 def _cmd_train(args) -> int:
-
     overrides = _parse_overrides(args.set)
     if args.model:
         overrides["model"] = args.model
@@ -136,12 +130,11 @@ def _cmd_train(args) -> int:
 
 
 def _cmd_evaluate(args) -> int:
-
     levels = [x.strip() for x in args.levels.split(",") if x.strip()]
-    path = evaluate(model=args.model, out=args.out, levels=levels, n_per_level=args.n,
-                    temperature=args.temperature, max_new_tokens=args.max_new_tokens, seed=args.seed,
-                    batch_size=args.batch_size, backend=args.backend)
-    recs = [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
+    settings = EvalSettings(levels=levels, n_per_level=args.n, temperature=args.temperature,
+                            max_new_tokens=args.max_new_tokens, batch_size=args.batch_size)
+    path = evaluate(model=args.model, out=args.out, settings=settings, seed=args.seed, backend=args.backend)
+    recs = read_jsonl(path)
     cut = sum(bool(r.get("truncated")) for r in recs)
     print(f"{path}: {len(recs)} responses, {cut} ({100 * cut / max(len(recs), 1):.1f} %) cut at "
           f"max_new_tokens={args.max_new_tokens}")
@@ -171,7 +164,6 @@ def _int_list(name: str, text: str) -> tuple:
 
 
 def _cmd_laptop(args) -> int:
-
     if args.set or args.stages or args.eval_set and any(not x.startswith("n_per_level=") for x in args.eval_set):
         raise ValueError("preset laptop takes --seeds, --jobs and --eval-set n_per_level=N; --set and --stages "
                          "are for the other presets")
@@ -188,7 +180,6 @@ def _cmd_laptop(args) -> int:
 
 def _cmd_base(args) -> int:
     from dataclasses import replace
-
 
     spec = BaseSpec()
     train = replace(spec.train, seed=args.seed, **({"tokens": args.tokens} if args.tokens is not None else {}))
@@ -220,7 +211,6 @@ def _cmd_budgets(args) -> int:
 def _cmd_bench(args) -> int:
     import contextlib
 
-
     parts = [x.strip() for x in args.parts.split(",") if x.strip()]
     # with --json, stdout carries the JSON only: what the trainers print goes to stderr
     with contextlib.redirect_stdout(sys.stderr) if args.json else contextlib.nullcontext():
@@ -244,7 +234,6 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-
     presets_help = f"{', '.join(NAMES)} (default {DEFAULT})"
     model_help = f"'{EMBEDDED}' (default), a Hugging Face id, a local path or a run directory"
     p = _Parser(prog="python -m dsh", description=(
@@ -290,7 +279,10 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--verl", action="store_true", help="also write verl parquet files")
     d.set_defaults(func=_cmd_data)
 
-    tr = sub.add_parser("train", help="train with TRL: sft, sft_reflection, dft or grpo under a preset")
+    tr = sub.add_parser("train", help="train with TRL: sft, sft_reflection, dft or grpo under a preset",
+                        formatter_class=argparse.RawDescriptionHelpFormatter,
+                        epilog="TrainConfig fields (--set KEY=VALUE; a preset's values replace these defaults):\n"
+                               + fields_help())
     tr.add_argument("--method", required=True, help=", ".join(METHODS))
     tr.add_argument("--preset", default=DEFAULT, help=presets_help)
     tr.add_argument("--model", help=model_help)

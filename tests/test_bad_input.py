@@ -170,8 +170,8 @@ API_CASES = [
     ("presets-get", lambda: presets.get("fast"), "preset must be one of ci, gpu-small, paper"),
     ("eval_settings-field", lambda: presets.CI.eval_settings(tokens=3), "unknown evaluation field(s) tokens"),
     ("resolve-field", lambda: presets.resolve("sft", "ci", lr=1), "unknown field(s) lr"),
-    ("evaluate-levels-string", lambda: evaluate.evaluate(levels="3x3"), "levels must be a non-empty list"),
-    ("evaluate-levels-empty", lambda: evaluate.evaluate(levels=[]), "levels must be a non-empty list"),
+    ("evaluate-levels-string", lambda: evaluate.evaluate(settings=evaluate.EvalSettings(levels="3x3")), "levels must be a non-empty list"),
+    ("evaluate-levels-empty", lambda: evaluate.evaluate(settings=evaluate.EvalSettings(levels=[])), "levels must be a non-empty list"),
 ]
 
 
@@ -190,7 +190,7 @@ def test_lenient_inputs_are_read_as_clean_ones(tmp_path):
                 "extra.jsonl": _line({**GOOD, "model": "x", "temperature": 1.0})}
     for name, data in variants.items():
         (tmp_path / name).write_bytes(data)
-        assert calibration.calibrate(calibration.read_jsonl(tmp_path / name), n_bootstrap=0) == clean, name
+        assert calibration.calibrate(calibration.read_records(tmp_path / name), n_bootstrap=0) == clean, name
     sep = {**GOOD, "question": "Calculate 1 * 1234.", "answer": "1,234", "response": "The answer is 1234."}
     assert calibration.calibrate([sep], n_bootstrap=0)["overall"]["observed_accuracy"] == 1.0
     assert parse.is_correct("The answer is 1 234.", "1234") is False   # a plain space is not a separator
@@ -206,7 +206,8 @@ def test_a_second_evaluate_on_the_same_out_is_refused(tmp_path):
     try:
         assert holder.stdout.readline().strip() == "locked"
         with pytest.raises(ValueError, match="^out .* is being written by another dsh evaluate"):
-            evaluate.evaluate(out=str(out), levels=["1x1"], n_per_level=1, max_new_tokens=4, progress=False)
+            evaluate.evaluate(out=str(out), settings=evaluate.EvalSettings(levels=["1x1"], n_per_level=1, max_new_tokens=4),
+                              progress=False)
         assert not out.exists()
     finally:
         holder.kill()

@@ -1,6 +1,7 @@
 """dsh.llm.engine against model.generate: the same greedy tokens on the embedded model, the same sampling
 distribution on a tiny model, reproducible from its seed, and clear errors."""
 
+import dataclasses
 import json
 import math
 
@@ -125,8 +126,9 @@ def test_evaluate_backends_agree_when_greedy(tmp_path):
 
     outs = {}
     for backend in ("dsh", "hf"):
-        path = evaluate.evaluate("embedded", out=str(tmp_path / f"{backend}.jsonl"), levels=["3x3"], n_per_level=3,
-                                 temperature=0.0, max_new_tokens=20, batch_size=2, backend=backend, progress=False)
+        settings = evaluate.EvalSettings(levels=["3x3"], n_per_level=3, temperature=0.0, max_new_tokens=20, batch_size=2)
+        path = evaluate.evaluate("embedded", out=str(tmp_path / f"{backend}.jsonl"), settings=settings, backend=backend,
+                                 progress=False)
         outs[backend] = sorted((json.loads(x) for x in path.read_text().splitlines()), key=lambda r: r["index"])
     assert outs["dsh"] == outs["hf"]
 
@@ -154,15 +156,15 @@ def test_bad_input(tiny):
 def test_a_resumed_evaluation_with_another_batch_size_gives_the_same_responses(tmp_path):
     """Per-question random streams: an evaluation killed part-way and resumed with a different batch size
     writes the same responses as an uninterrupted one."""
-    kw = dict(levels=["1x1", "2x2"], n_per_level=3, max_new_tokens=16, temperature=1.0, seed=5, backend="dsh",
-              progress=False)
+    settings = evaluate.EvalSettings(levels=["1x1", "2x2"], n_per_level=3, max_new_tokens=16, temperature=1.0)
+    kw = dict(seed=5, backend="dsh", progress=False)
     whole = tmp_path / "whole.jsonl"
-    evaluate.evaluate("embedded", out=str(whole), batch_size=4, **kw)
+    evaluate.evaluate("embedded", out=str(whole), settings=dataclasses.replace(settings, batch_size=4), **kw)
     part = tmp_path / "part.jsonl"
-    evaluate.evaluate("embedded", out=str(part), batch_size=2, **kw)
+    evaluate.evaluate("embedded", out=str(part), settings=dataclasses.replace(settings, batch_size=2), **kw)
     lines = part.read_text().splitlines()
     part.write_text("\n".join(lines[:2]) + "\n" + lines[2][:25])      # killed while writing the third record
-    evaluate.evaluate("embedded", out=str(part), batch_size=3, **kw)
+    evaluate.evaluate("embedded", out=str(part), settings=dataclasses.replace(settings, batch_size=3), **kw)
     by_q = lambda path: {(r["level"], r["index"]): r["response"]
                          for r in map(json.loads, path.read_text().splitlines())}
     assert len(by_q(whole)) == 6 and by_q(part) == by_q(whole)

@@ -33,8 +33,8 @@ def results(tmp_path_factory):
                if j.method == "grpo" else None}
         (root / f"{j.name}.json").write_text(json.dumps(out))
     summary = {"jobs": [{"name": j.name} for j in jobs],
-               "timings_s": {f"train {j.name}": 1.0 for j in jobs if j.method} |
-                            {f"evaluate {j.name}": 2.0 for j in jobs}}
+               "timings_s": {f"train_{j.name}": 1.0 for j in jobs if j.method} |
+                            {f"evaluate_{j.name}": 2.0 for j in jobs}}
     (root / "summary.json").write_text(json.dumps(summary))
     return lr.load(root)
 

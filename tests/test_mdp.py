@@ -171,13 +171,35 @@ def test_kl_immediate_rewards_are_the_independent_log_ratios(setup):
 
 
 def _immediate_kl_sweep(**kw):
-    es, ed = [], []
-    for L in range(1, 6):
-        m = M.FiniteTwoStageMDP(attempt_length=L, max_attempts=2, stationary=True, seed=0, **kw)
-        a, b = B.kl_q(m, m.init_theta(), m.init_theta(seed=100)).option_immediate()
-        es.append(a)
-        ed.append(b)
-    return np.array(es), np.array(ed)
+    return B.immediate_kl_by_length(range(1, 6), seed=0, **kw)
+
+
+@pytest.mark.parametrize("decay", [None, 0.3])
+def test_immediate_kl_by_length_against_a_direct_sum_over_trajectories(decay):
+    """The one implementation (Bellman split's immediate rewards, summed per attempt) against a plain loop over
+    every trajectory: each attempt's token penalties summed, each non-forced decision's penalty, probability-weighted."""
+    es, ed = B.immediate_kl_by_length([1, 2, 3], seed=4, position_decay=decay)
+    for L, a, b in zip([1, 2, 3], es, ed):
+        m = M.FiniteTwoStageMDP(attempt_length=L, max_attempts=2, stationary=True, seed=4,
+                                **({} if decay is None else {"position_decay": decay}))
+        theta, ref = m.init_theta(), m.init_theta(seed=104)
+        steps, logp = M.enumerate_steps(m, theta)
+        s_tot = d_tot = s_cnt = d_cnt = 0.0
+        for w, tr, st in zip(logp.exp().tolist(), m.trajectories, steps):
+            d, _ = M.kl_penalties(m, theta, ref, tr)
+            for k in range(1, st[-1].k + 1):
+                idx = [i for i, s in enumerate(st) if s.k == k]
+                s_tot, s_cnt = s_tot + w * sum(d[i] for i in idx[:-1]), s_cnt + w
+                if k < m.max_attempts:
+                    d_tot, d_cnt = d_tot + w * d[idx[-1]], d_cnt + w
+        assert abs(a - s_tot / s_cnt) < 1e-12 and abs(b - d_tot / d_cnt) < 1e-12
+
+
+def test_kl_gradient_ratios_spread_and_match_one_policy_at_a_time():
+    r = M.kl_gradient_ratios(3, seed=7)
+    m = M.FiniteTwoStageMDP(attempt_length=3, max_attempts=2, stationary=True, seed=8)
+    g = M.kl_gradient(m, m.init_theta(), m.init_theta(seed=108))
+    assert r.shape == (3,) and abs(r[1] - float(g.sample.norm() / g.decision.norm())) < 1e-12
 
 
 def test_kl_immediate_penalty_is_linear_in_l_only_for_a_stationary_policy():

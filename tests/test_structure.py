@@ -266,3 +266,15 @@ def test_ruff_is_clean():
     ruff = shutil.which("ruff") or str(Path(sys.prefix) / "bin" / "ruff")
     r = subprocess.run([ruff, "check", "dsh", "tests"], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stdout[-3000:]
+
+
+def test_every_train_config_field_has_help_and_train_help_lists_it():
+    import dataclasses
+
+    from dsh.training.train import FIELDS, TrainConfig
+    assert all(len(f.metadata.get("help", "")) > 5 for f in dataclasses.fields(TrainConfig))
+    r = subprocess.run([sys.executable, "-m", "dsh", "train", "--help"], cwd=ROOT, capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0, r.stderr
+    listed = re.findall(r"^  (\w+) \(default ", r.stdout, re.M)
+    assert listed == list(FIELDS), set(FIELDS) ^ set(listed)

@@ -172,13 +172,12 @@ def test_resume_after_kill_reaches_the_same_final_step(tmp_path):
 def test_evaluate_resumes_and_feeds_calibrate(ci_runs, tmp_path):
     root, _ = ci_runs
     out = tmp_path / "gen.jsonl"
-    evaluate.evaluate(str(root / "sft_reflection"), out=str(out), levels=["2x2", "3x3"], n_per_level=2,
-                      max_new_tokens=24, batch_size=4, progress=False)
+    settings = evaluate.EvalSettings(levels=["2x2", "3x3"], n_per_level=2, max_new_tokens=24, batch_size=4)
+    evaluate.evaluate(str(root / "sft_reflection"), out=str(out), settings=settings, progress=False)
     lines = out.read_text().splitlines()
     assert len(lines) == 4
     out.write_text("\n".join(lines[:2]) + "\n" + lines[2][:17])     # an interruption mid-line
-    evaluate.evaluate(str(root / "sft_reflection"), out=str(out), levels=["2x2", "3x3"], n_per_level=2,
-                      max_new_tokens=24, batch_size=4, progress=False)
+    evaluate.evaluate(str(root / "sft_reflection"), out=str(out), settings=settings, progress=False)
     recs = [json.loads(x) for x in out.read_text().splitlines()]
     assert len(recs) == 4 and len({(r["level"], r["index"]) for r in recs}) == 4
     assert recs[:2] == [json.loads(x) for x in lines[:2]]
@@ -193,8 +192,9 @@ def test_evaluate_resumes_and_feeds_calibrate(ci_runs, tmp_path):
 
 @pytest.mark.parametrize("kwargs,msg", [
     (dict(model="/no/such/model"), "does not exist"),
-    (dict(levels=["3x3", "three"]), "^level must look like '3x5'"),
-    (dict(n_per_level=0), "^n_per_level must be"),
+    (dict(settings=evaluate.EvalSettings(levels=["3x3", "three"])), "^level must look like '3x5'"),
+    (dict(settings=evaluate.EvalSettings(n_per_level=0)), "^n_per_level must be"),
+    (dict(settings={"n_per_level": 1}), "^settings must be a dsh.experiment.evaluate.EvalSettings"),
     (dict(backend="tgi"), "^backend must be one of auto, dsh, hf, vllm"),
 ])
 def test_evaluate_bad_input_writes_nothing(tmp_path, kwargs, msg):

@@ -47,9 +47,53 @@ def write_jsonl(records, path) -> Path:
     return atomic_write(path, w)
 
 
-def read_jsonl(path) -> list[dict]:
-    """The JSON lines of ``path`` (blank lines skipped)."""
-    return [json.loads(x) for x in Path(path).read_text().splitlines() if x.strip()]
+MAX_LINE_BYTES = 16 * 2 ** 20     # a longer line is not one record (a model response, a metrics row)
+
+
+def read_jsonl(path, strict: bool = True, check=None, what: str = "FILE") -> list[dict]:
+    """The records (JSON objects) of the JSON-lines file ``path``, read as UTF-8 (a byte-order mark and CRLF line
+    ends accepted; ``.gz`` read through gzip), blank lines skipped. ``check(record)`` may raise a ValueError
+    ``"<anything>: <why>"`` for a record it refuses.
+
+    ``strict``: a line that is not UTF-8, not JSON, not an object, longer than ``MAX_LINE_BYTES`` or refused by
+    ``check`` raises a one-line ValueError naming the file and the line (``what`` names the argument when the file
+    is missing). Lenient (``strict=False``): such lines are skipped, and a missing file reads as no records (a
+    working file that an interruption cut mid-line is resumed)."""
+    p = Path(path)
+    if not p.is_file():
+        if not strict and not p.exists():
+            return []
+        raise ValueError(f"{what} must be an existing JSON-lines file; {path} not found" if not p.exists() else
+                         f"{what} must be a JSON-lines file; {path} is a folder")
+    recs = []
+    with (gzip.open(p, "rb") if p.suffix == ".gz" else open(p, "rb")) as f:
+        for i, raw in enumerate(f, start=1):
+            try:
+                if len(raw) > MAX_LINE_BYTES:
+                    raise ValueError(f"longer than {MAX_LINE_BYTES // 2 ** 20} MB; a record holds one response")
+                try:
+                    line = raw.decode("utf-8-sig" if i == 1 else "utf-8")
+                except UnicodeDecodeError:
+                    raise ValueError("not UTF-8 text") from None
+                if not line.strip():
+                    continue
+                try:
+                    r = json.loads(line)
+                except json.JSONDecodeError as e:
+                    raise ValueError(f"not valid JSON ({e.msg})") from None
+                if check is not None:
+                    try:
+                        check(r)
+                    except ValueError as e:
+                        raise ValueError(str(e).split(": ", 1)[-1]) from None
+                if not isinstance(r, dict):
+                    raise ValueError(f"a record must be a JSON object, got {type(r).__name__}")
+            except ValueError as e:
+                if strict:
+                    raise ValueError(f"{p.name} line {i}: {e}") from None
+                continue
+            recs.append(r)
+    return recs
 
 
 def gzip_copy(src, dst) -> Path:

@@ -292,7 +292,6 @@ def bench_tiny(peak_flops: float, workdir: Path, seed: int = 0, sft_steps: int =
     """Rows of the tiny-model comparison (module docstring): training, then sampling."""
     import torch
 
-
     base = str(SHIPPED_BASE)
     m, tok = load(base)
     n_params = sum(p.numel() for p in m.parameters())

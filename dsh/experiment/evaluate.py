@@ -18,13 +18,14 @@ with left padding, static KV cache on GPU) for any other model. ``dsh bench`` me
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..core import validate as v
-from ..core.files import write_jsonl
+from ..core.files import read_jsonl, write_jsonl
 from ..llm.models import EMBEDDED, load, resolve_model, vllm_available
 from ..task.problems import N_TEST, TEST_LEVELS, parse_level, test_problems
 from ..task.records import chat_prompt
@@ -46,37 +47,34 @@ class EvalSettings:
     temperature: float = 1.0
     batch_size: int = 16
 
+    def checked(self) -> EvalSettings:
+        """These settings with the levels in canonical form (``"3x5"``), or a one-line ValueError naming the field
+        and its valid values."""
+        levels = self.levels
+        if isinstance(levels, str) or not isinstance(levels, (list, tuple)) or not levels:
+            raise ValueError(f"levels must be a non-empty list of levels such as ['3x3', '3x5']; got {levels!r}")
+        levels = tuple(f"{m}x{n}" for m, n in (parse_level(lv) for lv in levels))
+        if v.real("temperature", self.temperature) < 0:
+            raise ValueError(f"temperature must be a number >= 0 (0: greedy), got {self.temperature!r}")
+        return dataclasses.replace(self, levels=levels, n_per_level=v.positive_int("n_per_level", self.n_per_level),
+                                   max_new_tokens=v.positive_int("max_new_tokens", self.max_new_tokens),
+                                   batch_size=v.positive_int("batch_size", self.batch_size))
+
 
 def _done(path: Path) -> dict:
-    done = {}
-    if path.exists():
-        with open(path) as f:
-            for line in f:
-                try:
-                    r = json.loads(line)
-                    done[(r["level"], r["index"])] = r
-                except (json.JSONDecodeError, KeyError):
-                    continue  # a line cut by an interruption is generated again
-    return done
+    """The records already in ``path`` by (level, index); a line cut by an interruption is generated again."""
+    return {(r["level"], r["index"]): r for r in read_jsonl(path, strict=False) if "level" in r and "index" in r}
 
 
-def evaluate(model: str = EMBEDDED, out: str = "generations.jsonl", levels=EvalSettings.levels,
-             n_per_level: int = EvalSettings.n_per_level, temperature: float = EvalSettings.temperature,
-             max_new_tokens: int = EvalSettings.max_new_tokens, seed: int = 0, batch_size: int = EvalSettings.batch_size,
-             backend: str = "auto", progress: bool = True) -> Path:
-    """Generate one response per test question and append it to ``out`` (resumable).
-
-    ``batch_size``: rows decoded at once (the engine's slots; on a GPU capped to what the KV cache
-    can hold in memory)."""
-    if isinstance(levels, str) or not levels:
-        raise ValueError(f"levels must be a non-empty list of levels such as ['3x3', '3x5']; got {levels!r}")
-    levels = [f"{m}x{n}" for m, n in (parse_level(lv) for lv in levels)]
-    n_per_level = v.positive_int("n_per_level", n_per_level)
-    if v.real("temperature", temperature) < 0:
-        raise ValueError(f"temperature must be a number >= 0 (0: greedy), got {temperature!r}")
-    max_new_tokens = v.positive_int("max_new_tokens", max_new_tokens)
+def evaluate(model: str = EMBEDDED, out: str = "generations.jsonl", settings: EvalSettings = EvalSettings(),
+             seed: int = 0, backend: str = "auto", progress: bool = True) -> Path:
+    """Generate one response per test question of ``settings`` (levels, questions per level, temperature, token
+    limit, rows decoded at once: on a GPU capped to what the KV cache can hold) and append it to ``out``
+    (resumable)."""
+    if not isinstance(settings, EvalSettings):
+        raise ValueError(f"settings must be a dsh.experiment.evaluate.EvalSettings; got {type(settings).__name__}")
+    settings = settings.checked()
     v.length("seed", seed)
-    batch_size = v.positive_int("batch_size", batch_size)
     v.choice("backend", backend, BACKENDS)
 
     loc = resolve_model(model)  # a bad model fails here, before anything is written
@@ -93,10 +91,10 @@ def evaluate(model: str = EMBEDDED, out: str = "generations.jsonl", levels=EvalS
             ok = head.startswith(b'{"') and not head.endswith(b"\n")
         if not ok:
             raise ValueError(f"out must be a new file or a generations file to resume; {out} holds something else")
-    problems = [(levels[k // n_per_level], k % n_per_level, p)
-                for k, p in enumerate(test_problems(levels, n_per_level, seed))]
+    n = settings.n_per_level
+    problems = [(settings.levels[k // n], k % n, p) for k, p in enumerate(test_problems(settings.levels, n, seed))]
     with _exclusive(out):
-        return _evaluate(loc, out, problems, temperature, max_new_tokens, seed, batch_size, backend, progress)
+        return _evaluate(loc, out, problems, settings, seed, backend, progress)
 
 
 @contextlib.contextmanager
@@ -123,24 +121,21 @@ def _exclusive(out: Path):
             fcntl.flock(f, fcntl.LOCK_UN)
 
 
-def _evaluate(loc, out, problems, temperature, max_new_tokens, seed, batch_size, backend, progress) -> Path:
+def _evaluate(loc, out, problems, settings: EvalSettings, seed, backend, progress) -> Path:
     done = _done(out)
     todo = [(lv, i, p) for lv, i, p in problems if (lv, i) not in done]
     if not todo:
         return out
     if done:  # rewrite without any partial last line before appending
-        keep = [done[(lv, i)] for lv, i, _ in problems if (lv, i) in done]
-
-        write_jsonl(keep, out)
+        write_jsonl([done[(lv, i)] for lv, i, _ in problems if (lv, i) in done], out)
     import torch
-
 
     if backend == "vllm" and not vllm_available():
         raise ValueError("backend 'vllm' needs the vllm package; choose backend auto, dsh or hf")
     use_vllm = backend == "vllm" or (backend == "auto" and torch.cuda.is_available() and vllm_available())
     out.parent.mkdir(parents=True, exist_ok=True)
     if use_vllm:
-        _generate_vllm(loc, todo, out, temperature, max_new_tokens, seed, batch_size, progress)
+        _generate_vllm(loc, todo, out, settings, seed, progress)
         return out
     from ..llm.engine import supports
 
@@ -149,7 +144,7 @@ def _evaluate(loc, out, problems, temperature, max_new_tokens, seed, batch_size,
     if backend == "dsh" and why:
         raise ValueError(f"backend 'dsh' cannot run {model}: {why}; choose backend auto or hf")
     gen = _generate_hf if backend == "hf" or why else _generate_engine
-    gen(model, tok, todo, out, temperature, max_new_tokens, seed, batch_size, progress)
+    gen(model, tok, todo, out, settings, seed, progress)
     return out
 
 
@@ -164,13 +159,14 @@ def _record(lv, i, p, text, n_prompt, n_completion, truncated):
             "truncated": bool(truncated), "prompt_tokens": int(n_prompt), "completion_tokens": int(n_completion)}
 
 
-def _generate_engine(model, tok, todo, out, temperature, max_new_tokens, seed, batch_size, progress):
+def _generate_engine(model, tok, todo, out, settings: EvalSettings, seed, progress):
     """All questions through one :class:`dsh.llm.engine.Engine`; records are written as rows finish."""
+    max_new_tokens = settings.max_new_tokens
     from ..llm.engine import Engine, fit_slots
 
     prompts = [tok(chat_prompt(tok, p.question))["input_ids"] for _, _, p in todo]
     max_len = max(map(len, prompts)) + max_new_tokens
-    slots = fit_slots(model, min(batch_size, len(todo)), max_len)
+    slots = fit_slots(model, min(settings.batch_size, len(todo)), max_len)
     engine = Engine(model, model.generation_config.eos_token_id, slots=slots, max_len=max_len)
     with open(out, "a") as f:
         def write(j, g):
@@ -179,11 +175,11 @@ def _generate_engine(model, tok, todo, out, temperature, max_new_tokens, seed, b
             f.write(json.dumps(_record(lv, i, p, text, len(prompts[j]), len(g.text_tokens), not g.stopped)) + "\n")
             f.flush()
 
-        engine.generate(prompts, max_new_tokens, temperature=temperature, seed=seed, progress=progress,
+        engine.generate(prompts, max_new_tokens, temperature=settings.temperature, seed=seed, progress=progress,
                         callback=write, keys=[question_key(lv, i) for lv, i, _ in todo])
 
 
-def _generate_hf(model, tok, todo, out, temperature, max_new_tokens, seed, batch_size, progress):
+def _generate_hf(model, tok, todo, out, settings: EvalSettings, seed, progress):
     import torch
     from tqdm import tqdm
 
@@ -194,9 +190,10 @@ def _generate_hf(model, tok, todo, out, temperature, max_new_tokens, seed, batch
     model.eval()
     eot = set(model.generation_config.eos_token_id or [])
     cuda = next(model.parameters()).is_cuda
+    max_new_tokens, batch_size = settings.max_new_tokens, settings.batch_size
     kwargs = dict(max_new_tokens=max_new_tokens, pad_token_id=tok.pad_token_id)
-    if temperature > 0:
-        kwargs.update(do_sample=True, temperature=temperature, top_p=1.0, top_k=0)
+    if settings.temperature > 0:
+        kwargs.update(do_sample=True, temperature=settings.temperature, top_p=1.0, top_k=0)
     else:
         kwargs.update(do_sample=False)
     if cuda:
@@ -226,14 +223,14 @@ def _generate_hf(model, tok, todo, out, temperature, max_new_tokens, seed, batch
     bar.close()
 
 
-def _generate_vllm(loc, todo, out, temperature, max_new_tokens, seed, batch_size, progress):  # pragma: no cover - GPU only
+def _generate_vllm(loc, todo, out, settings: EvalSettings, seed, progress):  # pragma: no cover - GPU only
     from vllm import LLM, SamplingParams
 
     llm = LLM(model=loc, seed=seed)
     tok = llm.get_tokenizer()
     from ..llm.engine import stream_key
 
-    params = [SamplingParams(temperature=temperature, top_p=1.0, top_k=-1, max_tokens=max_new_tokens,
+    params = [SamplingParams(temperature=settings.temperature, top_p=1.0, top_k=-1, max_tokens=settings.max_new_tokens,
                              seed=stream_key(seed, question_key(lv, i))) for lv, i, _ in todo]   # per question
     prompts = [chat_prompt(tok, p.question) for _, _, p in todo]
     results = llm.generate(prompts, params, use_tqdm=progress)

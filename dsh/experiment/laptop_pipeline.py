@@ -31,10 +31,10 @@ from ..core import validate as v
 from ..core.files import gzip_copy, read_jsonl, write_text
 from ..core.provenance import provenance
 from ..llm.models import resolve_model
+from ..measure.stage import calibrate_stage
 from ..task import laptop_task as lt
 from ..training.laptop_base import SHIPPED_BASE
-from ..training.train import train
-from .evaluate import evaluate
+from .pipeline import Clock, evaluate_model, make_folders, train_stage
 from .presets import LAPTOP
 
 KL_BETAS = (0.0, 0.01, 0.1)   # the ablation's other coefficients (the preset's GRPO uses 0.001, the paper's)
@@ -103,11 +103,6 @@ def job_config(job: Job, runs_dir, base, overrides: dict | None = None):
                                **{**(overrides or {}), **job.overrides})
 
 
-def _say(progress: bool, msg: str) -> None:
-    if progress:
-        print(f"[dsh laptop] {msg}", flush=True)
-
-
 def reward_curve(run: Path) -> list[dict]:
     """GRPO's logged reward, zero-variance groups, KL and completion length per step (from metrics.jsonl)."""
     keys = ("reward", "frac_reward_zero_std", "kl", "completions/mean_length")
@@ -125,9 +120,6 @@ def run_laptop(results_dir="book/results/laptop", runs_dir="runs/laptop", base=N
     """Run (or resume) every job of :func:`plan_jobs` and write ``results_dir`` (module docstring). ``jobs``:
     only these job names (and what they start from); ``n_per_level``: questions per level (default the preset's);
     ``overrides``: TrainConfig fields for every training job."""
-    from ..measure.stage import calibrate_stage
-    from .pipeline import run_matches
-
     base = str(base or SHIPPED_BASE)
     resolve_model(base)
     plan = select_jobs(plan_jobs(seeds, kl_betas, ablation_seeds), jobs)
@@ -137,45 +129,17 @@ def run_laptop(results_dir="book/results/laptop", runs_dir="runs/laptop", base=N
         raise ValueError(f"overrides must be a mapping of TrainConfig fields to values; got {overrides!r}")
     cfgs = {j.name: job_config(j, runs_dir, base, overrides) for j in plan if j.method}   # validated before any work
     results, runs = Path(results_dir), Path(runs_dir)
-    if results.resolve() == runs.resolve():
-        raise ValueError("results_dir must differ from runs_dir (results are committed, runs hold weights)")
-    (results / "generations").mkdir(parents=True, exist_ok=True)
-    (runs / "generations").mkdir(parents=True, exist_ok=True)
-    t_start = time.time()
+    make_folders(results, runs, ("generations",))
+    clock = Clock(progress)
     prov = provenance()              # the commit and versions the run starts from
-    timings, load = {}, [(0.0, os.getloadavg()[0])]
+    load = [(0.0, os.getloadavg()[0])]
     for j in plan:
         model = base
         if j.method:
-            cfg = cfgs[j.name]
-            run = Path(cfg.output_dir)
-            t0 = time.time()
-            if (run / "summary.json").is_file() and run_matches(run, cfg):
-                how = "reused"
-            else:
-                if run.exists() and (run / "summary.json").is_file():
-                    raise ValueError(f"runs_dir {run} holds a finished run with another configuration; "
-                                     f"choose another runs_dir")
-                _say(progress, f"train {j.name} ({j.method}) ...")
-                train(dataclasses.replace(cfg, resume=run.exists()))
-                how = "trained"
-            timings[f"train {j.name}"] = round(time.time() - t0, 1)
-            _say(progress, f"train {j.name}: {how} in {timings[f'train {j.name}']} s "
-                           f"(elapsed {time.time() - t_start:.0f} s)")
-            model = str(run)
+            train_stage(cfgs[j.name], j.name, clock)
+            model = cfgs[j.name].output_dir
         gen = runs / "generations" / f"{j.name}.jsonl"
-        ident = {"model": model, "settings": dataclasses.asdict(settings), "seed": EVAL_SEED,
-                 "weights": _weights_id(model)}
-        ident_path = gen.with_suffix(".source.json")
-        if gen.exists() and (not ident_path.is_file() or json.loads(ident_path.read_text()) != ident):
-            gen.unlink()
-        ident_path.write_text(json.dumps(ident))
-        t0 = time.time()
-        evaluate(model, out=str(gen), levels=settings.levels, n_per_level=settings.n_per_level,
-                 temperature=settings.temperature, max_new_tokens=settings.max_new_tokens, seed=EVAL_SEED,
-                 batch_size=settings.batch_size, backend="dsh", progress=progress)
-        timings[f"evaluate {j.name}"] = round(time.time() - t0, 1)
-        recs = read_jsonl(gen)
+        recs = evaluate_model(model, gen, settings, EVAL_SEED, j.name, clock, backend="dsh")
         out = {"job": dataclasses.asdict(j), "calibration": calibrate_stage(recs, seed=EVAL_SEED),
                "laptop_faithfulness": lt.faithfulness(recs)}
         if j.method:
@@ -184,25 +148,16 @@ def run_laptop(results_dir="book/results/laptop", runs_dir="runs/laptop", base=N
             out["reward_curve"] = reward_curve(run) if j.method == "grpo" else None
         write_text(results / f"{j.name}.json", json.dumps(out, indent=1, default=str))
         gzip_copy(gen, results / "generations" / f"{j.name}.jsonl.gz")
-        load.append((round(time.time() - t_start, 1), os.getloadavg()[0]))
-        acc = out["calibration"]["all"]["overall"]["observed_accuracy"]
-        _say(progress, f"evaluate {j.name}: accuracy {acc:.3f} in {timings[f'evaluate {j.name}']} s "
-                       f"(elapsed {time.time() - t_start:.0f} s, load {load[-1][1]:.2f})")
+        load.append((round(clock.elapsed(), 1), os.getloadavg()[0]))
+        clock.say(f"{j.name}: accuracy {out['calibration']['all']['overall']['observed_accuracy']:.3f} "
+                  f"(load {load[-1][1]:.2f})")
     summary = {"preset": LAPTOP.name, "base": base, "jobs": [dataclasses.asdict(j) for j in plan],
-               "eval": dataclasses.asdict(settings), "eval_seed": EVAL_SEED, "wall_s": round(time.time() - t_start, 1),
-               "timings_s": timings, "load_average_1min": load, "cpu": _cpu_model(), "torch_threads": _threads(),
+               "eval": dataclasses.asdict(settings), "eval_seed": EVAL_SEED, "wall_s": round(clock.elapsed(), 1),
+               "timings_s": clock.timings, "load_average_1min": load, "cpu": _cpu_model(), "torch_threads": _threads(),
                **prov, "finished": time.strftime("%Y-%m-%d %H:%M:%S")}
     write_text(results / "summary.json", json.dumps(summary, indent=1, default=str))
-    _say(progress, f"done in {summary['wall_s']} s: {results}")
+    clock.say(f"done in {summary['wall_s']} s: {results}")
     return summary
-
-
-def _weights_id(model: str) -> list | None:
-    for p in (Path(model) / "final" / "model.safetensors", Path(model) / "model.safetensors"):
-        if p.is_file():
-            st = p.stat()
-            return [st.st_size, st.st_mtime_ns]
-    return None
 
 
 def _cpu_model() -> str | None:

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from ..core.files import read_jsonl
 from ..task import laptop_task as lt
 from ..task.arithmetic import multiplicand_multiplier
 from ..task.parse import operands
@@ -222,11 +223,12 @@ def plot_reward_curves(res: dict, stages=("rl", "rl_verdict")):
 
 
 def timings_table(res: dict) -> pd.DataFrame:
-    """Seconds per training and evaluation job, as recorded by the run."""
+    """Seconds per training and evaluation job, as recorded by the run (keys ``train_<job>``, ``evaluate_<job>``;
+    runs before the pipeline's steps were shared wrote ``train <job>``)."""
     t = res["summary"]["timings_s"]
     rows = {}
     for k, s in t.items():
-        what, job = k.split(" ", 1)
+        what, job = re.split("[ _]", k, maxsplit=1)
         rows.setdefault(job, {})[what] = s
     return pd.DataFrame(rows).T
 
@@ -278,15 +280,10 @@ def headline(res: dict) -> list[str]:
 def _checks(results_dir, job: str):
     """(response index, question, multiplicand, check) for every check in a job's generations
     (:func:`dsh.task.laptop_task.check_fidelity`)."""
-    import gzip
-
-
-    with gzip.open(Path(results_dir) / "generations" / f"{job}.jsonl.gz", "rt") as f:
-        for i, line in enumerate(f):
-            r = json.loads(line)
-            a, b = operands(r["question"])
-            for c in lt.check_fidelity(a, b, r["response"]):
-                yield i, r["question"], multiplicand_multiplier(a, b, "lean")[0], c
+    for i, r in enumerate(read_jsonl(Path(results_dir) / "generations" / f"{job}.jsonl.gz")):
+        a, b = operands(r["question"])
+        for c in lt.check_fidelity(a, b, r["response"]):
+            yield i, r["question"], multiplicand_multiplier(a, b, "lean")[0], c
 
 
 def unfaithful_examples(results_dir, job: str, n: int = 3) -> list[dict]:

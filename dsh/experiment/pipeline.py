@@ -25,7 +25,7 @@ from ..core import validate as v
 from ..core.files import gzip_copy, read_jsonl, write_text
 from ..core.provenance import git_commit, hardware
 from ..llm.models import EMBEDDED, resolve_model
-from ..measure.stage import calibrate_stage
+from ..measure.stage import calibrate_stage, preferred
 from ..task.problems import level_index
 from ..training.train import train
 from .evaluate import evaluate
@@ -80,11 +80,6 @@ def stages_needed(preset, chosen, starts: dict | None = None) -> list[str]:
     return [s.name for s in p.stages if s.name in needed]
 
 
-def _say(progress: bool, msg: str) -> None:
-    if progress:
-        print(f"[dsh pipeline] {msg}", flush=True)
-
-
 def run_pipeline(preset: str = DEFAULT, results_dir: str | None = None, runs_dir: str | None = None,
                  model: str = EMBEDDED, overrides: dict | None = None, stages: tuple | None = None,
                  eval_overrides: dict | None = None, seed: int = 0, progress: bool = True) -> dict:
@@ -93,78 +88,108 @@ def run_pipeline(preset: str = DEFAULT, results_dir: str | None = None, runs_dir
     Weights and the working (resumable) generation files go to ``runs_dir``; ``results_dir`` receives
     the small artifacts the book renders (:data:`RESULTS_LAYOUT`). Each stage's time is printed as it ends
     (``progress``). Returns the summary that is also written to ``results_dir/summary.json``."""
-
     v.length("seed", seed)
     p = get(preset)
-    results_dir = results_dir or p.results_dir
-    runs_dir = runs_dir or p.runs_dir
-    cfgs = plan(p, runs_dir, model, overrides)
-    all_stages = p.stages
-    names = [s.name for s in all_stages]
+    results, runs = Path(results_dir or p.results_dir), Path(runs_dir or p.runs_dir)
+    cfgs = plan(p, str(runs), model, overrides)
+    names = [s.name for s in p.stages]
     chosen = list(stages) if stages else names
     for s in chosen:
         v.choice("stages[i]", s, names)
     settings = p.eval_settings(**(eval_overrides or {}))
     resolve_model(model)  # fail fast
-    results, work = Path(results_dir), Path(runs_dir) / "generations"
-    if results.resolve() == Path(runs_dir).resolve():
-        raise ValueError("results_dir must differ from runs_dir (results are committed, runs hold weights)")
-    for sub in ("generations", "calibration"):
-        (results / sub).mkdir(parents=True, exist_ok=True)
-    work.mkdir(parents=True, exist_ok=True)
-    t_start = time.time()
-    timings, train_summaries, models_of = {}, {}, {}
-    needed = set(stages_needed(p, chosen))
-    for st in all_stages:
-        if st.name not in needed:
+    make_folders(results, runs, ("generations", "calibration"))
+    clock = Clock(progress)
+    models_of, train_summaries = {}, {}
+    for st in p.stages:
+        if st.name not in stages_needed(p, chosen):
             continue
         if st.method is None:
             models_of[st.name] = model
             continue
-        cfg = cfgs[st.name]
-        run = Path(cfg.output_dir)
-        t0 = time.time()
-        if (run / "summary.json").is_file() and run_matches(run, cfg):
-            summary = json.loads((run / "summary.json").read_text())
-            how = "reused"
-        else:
-            if run.exists():
-                if (run / "summary.json").is_file():
-                    raise ValueError(f"runs_dir {run} holds a finished run with another configuration; "
-                                     f"choose another runs_dir")
-                cfg = dataclasses.replace(cfg, resume=True)
-            _say(progress, f"train {st.name} ({cfg.method}) ...")
-            summary = train(cfg)
-            how = "trained"
-        train_summaries[st.name] = summary
-        timings[f"train_{st.name}"] = round(time.time() - t0, 1)
-        models_of[st.name] = str(run)
-        _say(progress, f"train {st.name}: {how} in {timings[f'train_{st.name}']} s "
-                       f"(elapsed {time.time() - t_start:.0f} s)")
+        train_summaries[st.name] = train_stage(cfgs[st.name], st.name, clock)
+        models_of[st.name] = cfgs[st.name].output_dir
     calib = {}
     for name in chosen:
-        gen = work / f"{name}.jsonl"
-        source = work / f"{name}.source.json"
-        ident = _model_identity(models_of[name], settings, seed)
-        if gen.exists() and (not source.is_file() or json.loads(source.read_text()) != ident):
-            gen.unlink()  # generations of another model (a retrained stage) or other settings: start over
-        source.write_text(json.dumps(ident))
-        t0 = time.time()
-        evaluate(models_of[name], out=str(gen), levels=settings.levels, n_per_level=settings.n_per_level,
-                 temperature=settings.temperature, max_new_tokens=settings.max_new_tokens, seed=seed,
-                 batch_size=settings.batch_size, progress=progress)
-        timings[f"evaluate_{name}"] = round(time.time() - t0, 1)
-        recs = read_jsonl(gen)
+        recs = evaluate_model(models_of[name], runs / "generations" / f"{name}.jsonl", settings, seed, name, clock)
         calib[name] = calibrate_stage(recs, seed=seed)
         write_text(results / "calibration" / f"{name}.json", json.dumps(calib[name], indent=1))
-        gzip_copy(gen, results / "generations" / f"{name}.jsonl.gz")
-        _say(progress, f"evaluate {name}: {len(recs)} responses in {timings[f'evaluate_{name}']} s, "
-                       f"accuracy {calib[name]['all']['overall']['observed_accuracy']:.3f}, "
-                       f"truncated {100 * (calib[name]['truncated'] or 0):.1f} % (elapsed {time.time() - t_start:.0f} s)")
+        gzip_copy(runs / "generations" / f"{name}.jsonl", results / "generations" / f"{name}.jsonl.gz")
+        clock.say(f"{name}: accuracy {calib[name]['all']['overall']['observed_accuracy']:.3f}, "
+                  f"truncated {100 * (calib[name]['truncated'] or 0):.1f} %")
+    summary = _summary(p, model, chosen, settings, seed, clock, train_summaries, cfgs, calib)
+    write_text(results / "summary.json", json.dumps(summary, indent=1))
+    clock.say(f"done in {summary['wall_s']} s: {results}")
+    return summary
+
+
+class Clock:
+    """Wall time since the run started, each step's time (``timings``), and progress lines ``[dsh pipeline] ...``
+    (printed when ``progress``)."""
+
+    def __init__(self, progress: bool = True):
+        self.progress, self.start, self.timings = progress, time.time(), {}
+
+    def elapsed(self) -> float:
+        return time.time() - self.start
+
+    def say(self, msg: str) -> None:
+        if self.progress:
+            print(f"[dsh pipeline] {msg}", flush=True)
+
+    def took(self, step: str, t0: float) -> float:
+        self.timings[step] = round(time.time() - t0, 1)
+        return self.timings[step]
+
+
+def make_folders(results: Path, runs: Path, subfolders) -> None:
+    """``results/<sub>`` for every sub-folder and ``runs/generations``; results and runs must differ."""
+    if results.resolve() == runs.resolve():
+        raise ValueError("results_dir must differ from runs_dir (results are committed, runs hold weights)")
+    for sub in subfolders:
+        (results / sub).mkdir(parents=True, exist_ok=True)
+    (runs / "generations").mkdir(parents=True, exist_ok=True)
+
+
+def train_stage(cfg, name: str, clock: Clock) -> dict:
+    """Train ``cfg`` into its output folder, or reuse the run there when it finished with the same configuration
+    (:func:`run_matches`); an unfinished run is resumed, a finished one with another configuration refused.
+    Returns the run's summary."""
+    run = Path(cfg.output_dir)
+    t0 = time.time()
+    if (run / "summary.json").is_file() and run_matches(run, cfg):
+        summary, how = json.loads((run / "summary.json").read_text()), "reused"
+    else:
+        if (run / "summary.json").is_file():
+            raise ValueError(f"runs_dir {run} holds a finished run with another configuration; choose another runs_dir")
+        clock.say(f"train {name} ({cfg.method}) ...")
+        summary, how = train(dataclasses.replace(cfg, resume=run.exists())), "trained"
+    clock.say(f"train {name}: {how} in {clock.took(f'train_{name}', t0)} s (elapsed {clock.elapsed():.0f} s)")
+    return summary
+
+
+def evaluate_model(model: str, gen: Path, settings, seed: int, name: str, clock: Clock,
+                   backend: str = "auto") -> list[dict]:
+    """Evaluate ``model`` into the working file ``gen`` (resumed when it holds generations of the same model,
+    weights and settings: ``gen.source.json``; started over otherwise) and return its records."""
+    source = gen.with_suffix(".source.json")
+    ident = model_identity(model, settings, seed)
+    if gen.exists() and (not source.is_file() or json.loads(source.read_text()) != ident):
+        gen.unlink()  # generations of another model (a retrained stage) or other settings: start over
+    source.write_text(json.dumps(ident))
+    t0 = time.time()
+    evaluate(model, out=str(gen), settings=settings, seed=seed, backend=backend, progress=clock.progress)
+    recs = read_jsonl(gen)
+    clock.say(f"evaluate {name}: {len(recs)} responses in {clock.took(f'evaluate_{name}', t0)} s "
+              f"(elapsed {clock.elapsed():.0f} s)")
+    return recs
+
+
+def _summary(p, model, chosen, settings, seed, clock: Clock, train_summaries, cfgs, calib) -> dict:
     summary = {
         "preset": p.name, "model": model, "stages": chosen, "labels": {s: p.stage(s).label for s in chosen},
-        "eval": dataclasses.asdict(settings), "seed": seed, "wall_s": round(time.time() - t_start, 1),
-        "timings_s": timings, "training": train_summaries, "hardware": hardware(), "commit": git_commit(),
+        "eval": dataclasses.asdict(settings), "seed": seed, "wall_s": round(clock.elapsed(), 1),
+        "timings_s": clock.timings, "training": train_summaries, "hardware": hardware(), "commit": git_commit(),
         "budgets": {**{f"{name}.{k}": getattr(c, k) for name, c in cfgs.items()
                        for k in (("max_completion_length",) if c.method == "grpo" else ("max_length",))},
                     "eval.max_new_tokens": settings.max_new_tokens},
@@ -174,23 +199,27 @@ def run_pipeline(preset: str = DEFAULT, results_dir: str | None = None, runs_dir
                          for lv in c["all"]["by_level"]} for s, c in calib.items()},
     }
     summary["design"] = design_checks({"summary": summary, "calibration": calib})
-    write_text(results / "summary.json", json.dumps(summary, indent=1))
-    _say(progress, f"done in {summary['wall_s']} s: {results}")
     return summary
 
 
 RESULTS_LAYOUT = ("summary.json", "calibration/<stage>.json", "generations/<stage>.jsonl.gz")
 
 
-def _model_identity(model: str, settings, seed: int) -> dict:
-    """What a generations file was made from: the model (its weights file's size and modification time
-    for a run directory) and the evaluation settings."""
-    ident = {"model": model, "settings": json.loads(json.dumps(dataclasses.asdict(settings))), "seed": seed}
-    weights = Path(model) / "final" / "model.safetensors"
-    if weights.is_file():
-        st = weights.stat()
-        ident["weights"] = [st.st_size, st.st_mtime_ns]
-    return ident
+def weights_id(model: str) -> list | None:
+    """Size and modification time of a model folder's weights (``final/model.safetensors`` of a run, or
+    ``model.safetensors``); None for a model name."""
+    for w in (Path(model) / "final" / "model.safetensors", Path(model) / "model.safetensors"):
+        if w.is_file():
+            st = w.stat()
+            return [st.st_size, st.st_mtime_ns]
+    return None
+
+
+def model_identity(model: str, settings, seed: int) -> dict:
+    """What a generations file was made from: the model, its weights (:func:`weights_id`), the evaluation settings
+    and the seed, as JSON reads it back."""
+    return json.loads(json.dumps({"model": model, "settings": dataclasses.asdict(settings), "seed": seed,
+                                  "weights": weights_id(model)}))
 
 
 def load_results(results_dir) -> dict:
@@ -201,10 +230,6 @@ def load_results(results_dir) -> dict:
     summary = json.loads((root / "summary.json").read_text())
     calib = {s: json.loads((root / "calibration" / f"{s}.json").read_text()) for s in summary["stages"]}
     return {"summary": summary, "calibration": calib}
-
-
-def _overall(c: dict) -> dict:
-    return (c.get("drop_truncated") or c["all"])["overall"]
 
 
 def design_checks(results: dict) -> dict:
@@ -232,7 +257,7 @@ def design_checks(results: dict) -> dict:
     goals["GRPO zero-variance groups <= 50 % at step 1"] = None if zero is None else zero <= 0.5
     rl, sr = cal.get("rl"), cal.get("sft_reflection")
     if rl and sr:
-        a, b = _overall(rl), _overall(sr)
+        a, b = preferred(rl)["overall"], preferred(sr)["overall"]
         moved = []
         for key in ("p_s", "p_d_given_wrong"):
             ci_a, ci_b = a.get(key + "_ci") or [None, None], b.get(key + "_ci") or [None, None]

@@ -9,6 +9,7 @@ import pandas as pd
 
 from ..core.paper import paper_results
 from ..measure.calibration import Z95
+from ..measure.stage import preferred
 from ..task.problems import level_index
 from .presets import STAGE_LABELS, get
 
@@ -38,7 +39,7 @@ def paper_table1() -> pd.DataFrame:
 def calibration_frame(results: dict, stage: str, drop_truncated: bool = True) -> pd.DataFrame:
     """p_s, p_dC, p_dW, observed and predicted accuracy (with intervals) by level for one stage."""
     c = results["calibration"][stage]
-    block = (c["drop_truncated"] if drop_truncated and c["drop_truncated"] else c["all"])["by_level"]
+    block = (preferred(c) if drop_truncated else c["all"])["by_level"]
     keys = ["n", "p_s", "p_d_given_correct", "p_d_given_wrong", "observed_accuracy", "predicted_accuracy",
             "predicted_ci_low", "predicted_ci_high", "no_answer"]
     return pd.DataFrame({lv: {k: s[k] for k in keys} for lv, s in block.items()}).T
@@ -165,28 +166,18 @@ def _contrast_se(a: dict, b: dict):
     return None if None in ses else math.sqrt(sum(x * x for x in ses))
 
 
-def claims(results: dict, min_n: int = 30) -> list[dict]:
-    """A plain verdict on each empirical claim of the paper from a results folder (:func:`load_results`):
-    (i) the two-stage model predicts accuracy, (i') it predicts what the fit did not use (the number of
-    candidates, the F->T rate, the accuracy under a cut-off; :mod:`dsh.measure.predictions`), (ii) RL improves pi_d
-    more than pi_sample, (iii) out-of-distribution accuracy is limited by pi_sample. (ii) and (iii) also get
-    a verdict per level (``per_level``) from 95 % intervals of the differences (bootstrap errors). "cannot
-    tell" when a level has fewer than ``min_n`` responses or a needed estimate is undefined; the evidence
-    string carries the numbers."""
-    cal = results["calibration"]
-    out = []
+def _levels(cal: dict, stage: str) -> dict:
+    """The preferred calibration block's levels of ``stage`` ({} when the results lack it)."""
+    return preferred(cal[stage])["by_level"] if cal.get(stage) else {}
 
-    def levels(stage):
-        c = cal.get(stage)
-        if not c:
-            return {}
-        block = c["drop_truncated"] or c["all"]
-        return block["by_level"]
 
-    # (i)
+def claim_predicts(cal: dict, min_n: int = 30) -> dict:
+    """Claim (i): the two-stage model predicts accuracy. Holds when on >= 80 % of the levels of the RL and SFT
+    (reflection) stages the prediction lies in the observed accuracy's 95 % interval or the observation in the
+    prediction's; "cannot tell" when a level has fewer than ``min_n`` responses or no level has defined estimates."""
     rows, small = [], False
     for stage in ("rl", "sft_reflection"):
-        for lv, s in levels(stage).items():
+        for lv, s in _levels(cal, stage).items():
             small |= s["n"] < min_n
             if s["predicted_accuracy"] is None or s["predicted_ci_low"] is None:
                 continue
@@ -194,13 +185,17 @@ def claims(results: dict, min_n: int = 30) -> list[dict]:
                 s["predicted_ci_low"] <= s["observed_accuracy"] <= s["predicted_ci_high"]
             rows.append((stage, lv, s["observed_accuracy"], s["predicted_accuracy"], inside))
     if small or not rows:
-        v1 = "cannot tell"
+        verdict = "cannot tell"
     else:
-        v1 = "holds" if sum(r[4] for r in rows) >= 0.8 * len(rows) else "fails"
-    out.append({"claim": "(i) the two-stage model predicts accuracy", "verdict": v1,
-                "evidence": "; ".join(f"{s} {lv}: observed {o:.2f}, predicted {p:.2f}" for s, lv, o, p, _ in rows)
-                or "no level with defined estimates"})
-    # (i') predictions the fit did not use
+        verdict = "holds" if sum(r[4] for r in rows) >= 0.8 * len(rows) else "fails"
+    return {"claim": "(i) the two-stage model predicts accuracy", "verdict": verdict,
+            "evidence": "; ".join(f"{s} {lv}: observed {o:.2f}, predicted {p:.2f}" for s, lv, o, p, _ in rows)
+            or "no level with defined estimates"}
+
+
+def claim_predicts_unfitted(cal: dict) -> dict:
+    """Claim (i'): the model predicts what the fit did not use (the number of candidates, the F->T rate, the
+    accuracy under a cut-off; :mod:`dsh.measure.predictions`), for the RL and SFT (reflection) stages."""
     verdicts, ev = [], []
     for stage in ("rl", "sft_reflection"):
         u = (cal.get(stage) or {}).get("unfitted")
@@ -208,58 +203,76 @@ def claims(results: dict, min_n: int = 30) -> list[dict]:
             verdicts.append(u["verdict"])
             bad = [k for k, c in u.get("checks", {}).items() if not c["agrees"]]
             ev.append(f"{stage}: {u['verdict']}" + (f" ({', '.join(bad)} disagree)" if bad else ""))
-    v1b = ("cannot tell" if not verdicts or "cannot tell" in verdicts
-           else "fails" if "fails" in verdicts else "holds")
-    out.append({"claim": "(i') the two-stage model predicts what it was not fitted to", "verdict": v1b,
-                "evidence": "; ".join(ev) or "needs the RL and SFT (reflection) stages"})
-    # (ii)
+    verdict = ("cannot tell" if not verdicts or "cannot tell" in verdicts
+               else "fails" if "fails" in verdicts else "holds")
+    return {"claim": "(i') the two-stage model predicts what it was not fitted to", "verdict": verdict,
+            "evidence": "; ".join(ev) or "needs the RL and SFT (reflection) stages"}
+
+
+def claim_rl_improves_decision(cal: dict, min_n: int = 30) -> dict:
+    """Claim (ii): RL improves pi_d more than pi_sample. Pooled: delta p_dW > delta p_s from SFT (reflection) to
+    RL; per level: the 95 % interval of delta p_dW - delta p_s (bootstrap errors)."""
     rl, sr = cal.get("rl"), cal.get("sft_reflection")
     per_level = []
-    if rl and sr:
-        a, b = (rl["drop_truncated"] or rl["all"])["overall"], (sr["drop_truncated"] or sr["all"])["overall"]
-        need = [a["p_s"], b["p_s"], a["p_d_given_wrong"], b["p_d_given_wrong"]]
-        if any(x is None for x in need) or min(a["n"], b["n"]) < min_n * 3:
-            v2, ev = "cannot tell", f"n = {a['n']} and {b['n']}; estimates {need}"
-        else:
-            ds, dw = a["p_s"] - b["p_s"], a["p_d_given_wrong"] - b["p_d_given_wrong"]
-            v2 = "holds" if dw > ds else "fails"
-            ev = f"RL minus SFT (reflection): delta p_s = {ds:+.3f}, delta p_dW = {dw:+.3f}"
-        la, lb = levels("rl"), levels("sft_reflection")
-        for lv in sorted(set(la) & set(lb), key=level_index):
-            x, y = la[lv], lb[lv]
-            if min(x["n"], y["n"]) < min_n or None in (x["p_s"], y["p_s"], x["p_d_given_wrong"], y["p_d_given_wrong"]):
-                per_level.append({"level": lv, "verdict": "cannot tell", "difference": None, "interval": [None, None]})
-                continue
-            diff = (x["p_d_given_wrong"] - y["p_d_given_wrong"]) - (x["p_s"] - y["p_s"])
-            verdict, ci = _interval_verdict(diff, _contrast_se(x, y))
-            per_level.append({"level": lv, "verdict": verdict, "difference": diff, "interval": ci})
+    if not (rl and sr):
+        return {"claim": "(ii) RL improves pi_d more than pi_sample", "verdict": "cannot tell",
+                "evidence": "needs both the RL and the SFT (reflection) stages", "per_level": per_level}
+    a, b = preferred(rl)["overall"], preferred(sr)["overall"]
+    need = [a["p_s"], b["p_s"], a["p_d_given_wrong"], b["p_d_given_wrong"]]
+    if any(x is None for x in need) or min(a["n"], b["n"]) < min_n * 3:
+        verdict, ev = "cannot tell", f"n = {a['n']} and {b['n']}; estimates {need}"
     else:
-        v2, ev = "cannot tell", "needs both the RL and the SFT (reflection) stages"
-    out.append({"claim": "(ii) RL improves pi_d more than pi_sample", "verdict": v2, "evidence": ev,
-                "per_level": per_level})
-    # (iii)
-    lv_rl = levels("rl")
-    pts = sorted((level_index(lv), lv, s) for lv, s in lv_rl.items())
+        ds, dw = a["p_s"] - b["p_s"], a["p_d_given_wrong"] - b["p_d_given_wrong"]
+        verdict = "holds" if dw > ds else "fails"
+        ev = f"RL minus SFT (reflection): delta p_s = {ds:+.3f}, delta p_dW = {dw:+.3f}"
+    la, lb = _levels(cal, "rl"), _levels(cal, "sft_reflection")
+    for lv in sorted(set(la) & set(lb), key=level_index):
+        x, y = la[lv], lb[lv]
+        if min(x["n"], y["n"]) < min_n or None in (x["p_s"], y["p_s"], x["p_d_given_wrong"], y["p_d_given_wrong"]):
+            per_level.append({"level": lv, "verdict": "cannot tell", "difference": None, "interval": [None, None]})
+            continue
+        diff = (x["p_d_given_wrong"] - y["p_d_given_wrong"]) - (x["p_s"] - y["p_s"])
+        level_verdict, ci = _interval_verdict(diff, _contrast_se(x, y))
+        per_level.append({"level": lv, "verdict": level_verdict, "difference": diff, "interval": ci})
+    return {"claim": "(ii) RL improves pi_d more than pi_sample", "verdict": verdict, "evidence": ev,
+            "per_level": per_level}
+
+
+def claim_ood_limited_by_sampling(cal: dict, min_n: int = 30) -> dict:
+    """Claim (iii): out-of-distribution accuracy is limited by pi_sample. Pooled: from the easiest to the hardest
+    usable level of the RL stage p_s drops, and more than p_dW; per level: the 95 % interval of (drop of p_s) -
+    (drop of p_dW) from the easiest level. Needs >= 3 levels with ``min_n`` responses and defined estimates."""
+    pts = sorted((level_index(lv), lv, s) for lv, s in _levels(cal, "rl").items())
     usable = [(lv, s) for _, lv, s in pts if s["p_s"] is not None and s["p_d_given_wrong"] is not None and s["n"] >= min_n]
     per_level = []
     if len(usable) < 3:
-        v3, ev = "cannot tell", f"{len(usable)} levels with enough responses and defined p_s, p_dW"
+        verdict, ev = "cannot tell", f"{len(usable)} levels with enough responses and defined p_s, p_dW"
     else:
         ps = [s["p_s"] for _, s in usable]
         pw = [s["p_d_given_wrong"] for _, s in usable]
         drop_s, drop_w = ps[0] - ps[-1], pw[0] - pw[-1]
-        v3 = "holds" if drop_s > 0 and drop_s > drop_w else "fails"
+        verdict = "holds" if drop_s > 0 and drop_s > drop_w else "fails"
         ev = f"from the easiest to the hardest level: p_s {ps[0]:.2f} -> {ps[-1]:.2f}, p_dW {pw[0]:.2f} -> {pw[-1]:.2f}"
         base_lv, base = usable[0]
         for lv, s in usable[1:]:
             # drop of p_s minus drop of p_dW from the easiest level: > 0 when pi_sample degrades more
             diff = (base["p_s"] - s["p_s"]) - (base["p_d_given_wrong"] - s["p_d_given_wrong"])
-            verdict, ci = _interval_verdict(diff, _contrast_se(base, s))
-            per_level.append({"level": lv, "verdict": verdict, "difference": diff, "interval": ci,
+            level_verdict, ci = _interval_verdict(diff, _contrast_se(base, s))
+            per_level.append({"level": lv, "verdict": level_verdict, "difference": diff, "interval": ci,
                               "relative_to": base_lv})
-    out.append({"claim": "(iii) OOD accuracy is limited by pi_sample", "verdict": v3, "evidence": ev,
-                "per_level": per_level})
-    return out
+    return {"claim": "(iii) OOD accuracy is limited by pi_sample", "verdict": verdict, "evidence": ev,
+            "per_level": per_level}
+
+
+def claims(results: dict, min_n: int = 30) -> list[dict]:
+    """A plain verdict on each empirical claim of the paper from a results folder (:func:`load_results`):
+    :func:`claim_predicts` (i), :func:`claim_predicts_unfitted` (i'), :func:`claim_rl_improves_decision` (ii),
+    :func:`claim_ood_limited_by_sampling` (iii); (ii) and (iii) also get a verdict per level (``per_level``).
+    "cannot tell" when a level has fewer than ``min_n`` responses or a needed estimate is undefined; the evidence
+    string carries the numbers."""
+    cal = results["calibration"]
+    return [claim_predicts(cal, min_n), claim_predicts_unfitted(cal), claim_rl_improves_decision(cal, min_n),
+            claim_ood_limited_by_sampling(cal, min_n)]
 
 
 def claims_table(verdicts: list[dict]) -> pd.DataFrame:

@@ -164,7 +164,6 @@ def length_sweep(model, ref_model, tokenizer, levels=("1x1", "2x2", "3x3", "4x4"
     With ``checks=("nines",)`` only errors that casting out nines detects are drawn (digit, carry)."""
     from tqdm import tqdm
 
-
     v.positive_int("per_level", per_level)
     for o in objectives:
         v.choice("objectives[i]", o, OBJECTIVES)

@@ -13,7 +13,6 @@ it carries no attempt, so it does not enter p_s, p_dC or p_dW.
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from ..core import validate as v
+from ..core.files import read_jsonl
 from ..task.parse import DEFAULT_MARKERS, operands, parse_response, truth_value
 from ..theory.two_stage import predicted_accuracy
 
@@ -234,41 +234,15 @@ def validate_records(records, source: str = "records") -> list[dict]:
     return out
 
 
-MAX_LINE_BYTES = 16 * 2 ** 20     # a longer line is not one model response
-
-
-def read_jsonl(path) -> list[dict]:
-    """Read and check calibration records from a JSON-lines file: UTF-8 (a byte-order mark and CRLF line ends
-    are accepted), blank lines skipped, lines up to ``MAX_LINE_BYTES``. A bad line raises a one-line ValueError
-    naming the file, the line and the field."""
-    p = Path(path)
-    if not p.is_file():
-        raise ValueError(f"FILE must be an existing JSON-lines file; {path} not found" if not p.exists() else
-                         f"FILE must be a JSON-lines file; {path} is a folder")
-    recs = []
-    with open(p, "rb") as f:
-        for i, raw in enumerate(f, start=1):
-            if len(raw) > MAX_LINE_BYTES:
-                raise ValueError(f"{p.name} line {i}: longer than {MAX_LINE_BYTES // 2 ** 20} MB; "
-                                 f"a record holds one response")
-            try:
-                line = raw.decode("utf-8-sig" if i == 1 else "utf-8")
-            except UnicodeDecodeError:
-                raise ValueError(f"{p.name} line {i}: not UTF-8 text") from None
-            if not line.strip():
-                continue
-            try:
-                r = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise ValueError(f"{p.name} line {i}: not valid JSON ({e.msg})") from None
-            try:
-                validate_records([r])
-            except ValueError as e:
-                raise ValueError(f"{p.name} line {i}: {str(e).split(': ', 1)[1]}") from None
-            recs.append(r)
+def read_records(path) -> list[dict]:
+    """Calibration records from a JSON-lines file (:func:`dsh.core.files.read_jsonl`, strict), each checked by
+    :func:`validate_records`; a bad line or an empty file raises a one-line ValueError naming the file, the line and
+    the field."""
+    recs = read_jsonl(path, check=lambda r: validate_records([r]))
     if not recs:
-        raise ValueError(f"{p.name}: no records (the file is empty)")
+        raise ValueError(f"{Path(path).name}: no records (the file is empty)")
     return recs
+
 
 def format_table(result: dict) -> str:
     """A readable table of a :func:`calibrate` result."""

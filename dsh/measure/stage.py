@@ -18,3 +18,9 @@ def calibrate_stage(records, seed: int = 0, n_bootstrap: int = 100) -> dict:
             "faithfulness": summarize(records),
             "truncated": float(sum(r["truncated"] for r in records) / len(records)) if records else None,
             "unfitted": unfitted_predictions(records) if records else None}
+
+
+def preferred(stage: dict) -> dict:
+    """The calibration block the book reports for a stage (a ``calibration/<stage>.json``): without the truncated
+    responses when there is one (a response cut at the token limit has no decision to read), else over all."""
+    return stage.get("drop_truncated") or stage["all"]

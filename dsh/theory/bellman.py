@@ -113,3 +113,20 @@ def kl_q(mdp: FiniteTwoStageMDP, theta, theta_ref, gamma: float = 1.0) -> Bellma
         return to_go(kl_penalties(mdp, theta, theta_ref, traj)[0], gamma)
 
     return bellman_split(mdp, theta, values, lambda traj: 0.0, gamma)
+
+
+def immediate_kl_by_length(lengths, seed: int = 0, position_decay: float | None = None,
+                           max_attempts: int = 2) -> tuple[np.ndarray, np.ndarray]:
+    """Expected immediate KL penalty of one attempt and of one non-forced decision
+    (:meth:`BellmanSplit.option_immediate` of :func:`kl_q`) for a stationary token policy (MDP seed ``seed``,
+    reference seed ``seed + 100``) with attempts of each length in ``lengths``; ``position_decay``: the
+    non-stationary variant whose sampling features shrink by that factor per position."""
+    kw = {} if position_decay is None else {"position_decay": position_decay}
+    es, ed = [], []
+    for L in lengths:
+        m = FiniteTwoStageMDP(attempt_length=v.positive_int("lengths[i]", L), max_attempts=max_attempts,
+                              stationary=True, seed=seed, **kw)
+        a, b = kl_q(m, m.init_theta(), m.init_theta(seed=seed + 100)).option_immediate()
+        es.append(a)
+        ed.append(b)
+    return np.array(es), np.array(ed)

@@ -17,6 +17,7 @@ import itertools
 from dataclasses import dataclass, field
 from functools import cached_property
 
+import numpy as np
 import torch
 
 from ..core import validate as v
@@ -418,21 +419,13 @@ def score_decomposition(mdp: FiniteTwoStageMDP, theta, traj: Trajectory):
     return total, gs, torch.zeros_like(gs) if gd is None else gd
 
 
-def expected_immediate_kl(mdp: FiniteTwoStageMDP, theta, theta_ref) -> tuple[float, float]:
-    """Expected immediate KL penalties of one attempt and of one (non-forced) decision:
-    ``E[d_k^sample]`` and ``E[d_k^decision]`` averaged over the attempts of a trajectory (exact)."""
-    theta, theta_ref = theta.detach(), theta_ref.detach()
-    steps, logp = enumerate_steps(mdp, theta)
-    w = logp.exp()
-    s_tot = d_tot = 0.0
-    s_cnt = d_cnt = 0.0
-    for wi, tr, st in zip(w.tolist(), mdp.trajectories, steps):
-        d, _ = kl_penalties(mdp, theta, theta_ref, tr)
-        for k in range(1, st[-1].k + 1):
-            idx = [i for i, s in enumerate(st) if s.k == k]
-            s_tot += wi * sum(d[i] for i in idx[:-1])
-            s_cnt += wi
-            if k < mdp.max_attempts:
-                d_tot += wi * d[idx[-1]]
-                d_cnt += wi
-    return s_tot / s_cnt, d_tot / d_cnt
+def kl_gradient_ratios(n_policies: int, seed: int = 0, attempt_length: int = 3, max_attempts: int = 2) -> np.ndarray:
+    """``|g_sample| / |g_decision|`` of the exact KL gradient (:func:`kl_gradient`) for ``n_policies`` random
+    stationary token policies (MDP seeds ``seed + i``, reference policies seeds ``seed + i + 100``)."""
+    n_policies = v.positive_int("n_policies", n_policies)
+    out = []
+    for i in range(n_policies):
+        m = FiniteTwoStageMDP(attempt_length=attempt_length, max_attempts=max_attempts, stationary=True, seed=seed + i)
+        g = kl_gradient(m, m.init_theta(), m.init_theta(seed=seed + i + 100))
+        out.append(float(g.sample.norm() / g.decision.norm()))
+    return np.array(out)

@@ -108,7 +108,6 @@ def own_attempts(model: str, problems, k: int = 2, seed: int = 0, max_new_tokens
     first attempts, not injected slips (measured: SFT on injected slips taught the model to slip)."""
     import hashlib
 
-
     v.positive_int("k", k)
     loc = Path(resolve_model(model))
     h = hashlib.sha256()
@@ -142,7 +141,6 @@ def complete(model, tok, prompts, max_new_tokens: int, temperature: float = 1.0,
 def base_report(model, tok, n_per_level: int = 100, temperature: float = 1.0, seed: int = 0) -> dict:
     """The base's accuracy per test level and its check skill (verdict right on given claims) at ``temperature``."""
     import random
-
 
     qs = lt.test_questions(n_per_level=n_per_level, seed=seed)
     if seed == VALIDATION_SEED:

@@ -18,7 +18,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..core import validate as v
@@ -38,71 +38,79 @@ TASKS = ("traces", "laptop_task")   # the module that writes the data: dsh.task.
 STYLE_OF = {"sft": "no_reflection", "sft_reflection": "reflection", "dft": "reflection"}
 
 
+def _field(default, help: str):
+    """A dataclass field with its help text (as TRL's configs carry theirs; ``dsh train --help`` lists them)."""
+    return field(default=default, metadata={"help": help})
+
+
 @dataclass
 class TrainConfig:
     """One training run. Batch sizes count sequences (completions for GRPO), as in TRL."""
 
-    method: str = "sft"
-    model: str = EMBEDDED
-    output_dir: str = "runs/run"
-    seed: int = 0
+    method: str = _field("sft", "sft, sft_reflection, dft or grpo (one trainer each)")
+    model: str = _field(EMBEDDED, "the starting model: 'embedded' (SmolLM2-135M-Instruct), a Hugging Face id, a local "
+                        "folder or a finished run directory")
+    output_dir: str = _field("runs/run", "the run directory: checkpoints, final/, metrics.jsonl, summary.json")
+    seed: int = _field(0, "seed of the training data, the initialisation of new weights and the trainer")
     # data
-    task: str = "traces"                   # traces: dsh.task.traces on the paper's levels; laptop_task: dsh.task.laptop_task
-                                           # (1xN ladder, computed nines check) for the tiny from-scratch models
-    laptop_check: str = "computed"         # laptop reflection traces: computed checks or the verdict only
-    laptop_attempts: str = "own"           # laptop reflection traces: the starting model's own sampled attempts
-                                           # ("own") or the generator's injected slips ("injected")
-    n_train: int = 20_000
-    train_levels: tuple = ("4x5", "5x4")
-    granularity: str = "digit"
-    retry_fraction: float = 0.5
-    max_attempts: int = 3
-    checks: tuple = ("nines", "elevens")   # the checks a reflection trace computes (dsh.task.arithmetic.CHECKS)
-    dft_style: str = "reflection"          # traces used by DFT: reflection or no_reflection
-    max_length: int | None = 2048          # SFT: examples are truncated to this many tokens (None: no limit)
-    padding_free: bool = False             # SFT: pack each micro-batch into one row, attention per example
-                                           # (dsh.llm.packing); TRL then truncates nothing (max_length: memory only)
+    task: str = _field("traces", "traces: dsh.task.traces on the paper's levels; laptop_task: dsh.task.laptop_task "
+                       "(1xN ladder, computed nines check) for the tiny from-scratch models")
+    laptop_check: str = _field("computed", "laptop reflection traces: computed checks, or the verdict only")
+    laptop_attempts: str = _field("own", "laptop reflection traces: the starting model's own sampled attempts (own) or "
+                                  "the generator's injected slips (injected)")
+    n_train: int = _field(20_000, "training problems (SFT examples, GRPO prompts)")
+    train_levels: tuple = _field(("4x5", "5x4"), "levels the training problems are drawn from, e.g. 4x5,5x4")
+    granularity: str = _field("digit", "how finely a trace writes the arithmetic (dsh.task.traces.GRANULARITIES)")
+    retry_fraction: float = _field(0.5, "reflection traces: share whose first attempt is wrong")
+    max_attempts: int = _field(3, "reflection traces: attempts at most")
+    checks: tuple = _field(("nines", "elevens"), "the checks a reflection trace computes (dsh.task.arithmetic.CHECKS)")
+    dft_style: str = _field("reflection", "traces used by DFT: reflection or no_reflection")
+    max_length: int | None = _field(2048, "SFT: examples are truncated to this many tokens (None: no limit)")
+    padding_free: bool = _field(False, "SFT: pack each micro-batch into one row, attention per example "
+                                "(dsh.llm.packing); TRL then truncates nothing (max_length: memory only)")
     # optimization
-    learning_rate: float = 1e-5
-    lr_scheduler_type: str = "cosine"
-    warmup_ratio: float = 0.0            # fraction of the steps (TRL: warmup_steps in [0, 1))
-    weight_decay: float = 0.0
-    max_grad_norm: float = 1.0
-    optim: str = "adamw_torch"
-    per_device_train_batch_size: int = 8
-    gradient_accumulation_steps: int = 1
-    num_train_epochs: float = 1.0
-    max_steps: int = -1
-    gradient_checkpointing: bool = False
-    bf16: bool | None = None               # None: on when CUDA is available
+    learning_rate: float = _field(1e-5, "peak learning rate")
+    lr_scheduler_type: str = _field("cosine", "transformers scheduler: cosine, constant, linear ...")
+    warmup_ratio: float = _field(0.0, "fraction of the steps spent warming up (TRL: warmup_steps in [0, 1))")
+    weight_decay: float = _field(0.0, "AdamW weight decay")
+    max_grad_norm: float = _field(1.0, "gradient clipping norm")
+    optim: str = _field("adamw_torch", "transformers optimizer name")
+    per_device_train_batch_size: int = _field(8, "sequences per micro-batch (completions for GRPO)")
+    gradient_accumulation_steps: int = _field(1, "micro-batches per optimizer step")
+    num_train_epochs: float = _field(1.0, "passes over the training data (max_steps > 0 takes precedence)")
+    max_steps: int = _field(-1, "optimizer steps (-1: from num_train_epochs)")
+    gradient_checkpointing: bool = _field(False, "recompute activations in the backward pass (less memory, slower)")
+    bf16: bool | None = _field(None, "bfloat16 training (None: on when CUDA is available)")
     # LoRA (peft)
-    lora: bool = False
-    lora_r: int = 16
-    lora_alpha: int = 32
-    lora_dropout: float = 0.05
-    lora_target_modules: str = "all-linear"
+    lora: bool = _field(False, "train a LoRA adapter (peft) instead of every weight")
+    lora_r: int = _field(16, "LoRA rank")
+    lora_alpha: int = _field(32, "LoRA scaling alpha")
+    lora_dropout: float = _field(0.05, "LoRA dropout")
+    lora_target_modules: str = _field("all-linear", "modules LoRA adapts")
     # GRPO
-    num_generations: int = 8
-    max_completion_length: int = 1024
-    temperature: float = 1.0
-    beta: float = 0.001
-    epsilon: float = 0.2
-    loss_type: str = "dapo"
-    use_bias_correction_kl: bool = False
-    generation_batch_size: int | None = None
-    cache_implementation: str | None = "auto"   # "auto": static on GPU, default on CPU
-    use_vllm: bool | None = None                # None: on when vLLM is installed and CUDA is available
-    generation_backend: str = "auto"            # GRPO rollouts: dsh (dsh.llm.engine), trl (model.generate), or
-                                                # auto (vLLM when in use, else dsh where the model allows, else trl)
-    vllm_mode: str = "colocate"
+    num_generations: int = _field(8, "GRPO: completions per prompt (the group)")
+    max_completion_length: int = _field(1024, "GRPO: tokens a rollout may write (a clipped rollout gets reward 0)")
+    temperature: float = _field(1.0, "GRPO: sampling temperature of the rollouts")
+    beta: float = _field(0.001, "GRPO: KL coefficient (0: no reference model)")
+    epsilon: float = _field(0.2, "GRPO: clip range of the importance ratio")
+    loss_type: str = _field("dapo", "GRPO: loss aggregation (TRL loss_type; dapo is verl's token-mean)")
+    use_bias_correction_kl: bool = _field(False, "GRPO: TRL's bias-corrected k3 estimator (off matches verl)")
+    generation_batch_size: int | None = _field(None, "GRPO: completions per rollout batch (None: one optimizer step's)")
+    cache_implementation: str | None = _field("auto", "GRPO with model.generate: KV cache; auto: static on GPU, "
+                                              "default on CPU")
+    use_vllm: bool | None = _field(None, "GRPO: rollouts through vLLM (None: on when vLLM is installed and CUDA is "
+                                   "available)")
+    generation_backend: str = _field("auto", "GRPO rollouts: dsh (dsh.llm.engine), trl (model.generate), or auto "
+                                     "(vLLM when in use, else dsh where the model allows, else trl)")
+    vllm_mode: str = _field("colocate", "GRPO with vLLM: colocate or server")
     # run
-    logging_steps: int = 1
-    save_steps: int = 50
-    save_total_limit: int | None = 2
-    keep_checkpoints: bool = False              # False: delete checkpoints once the run has finished
-    resume: bool = False
-    report_to: tuple = ("tensorboard",)
-    trust_remote_code: bool = False
+    logging_steps: int = _field(1, "log metrics every this many steps")
+    save_steps: int = _field(50, "save a checkpoint every this many steps")
+    save_total_limit: int | None = _field(2, "checkpoints kept while training (None: all)")
+    keep_checkpoints: bool = _field(False, "False: delete checkpoints once the run has finished")
+    resume: bool = _field(False, "continue from the last checkpoint in output_dir")
+    report_to: tuple = _field(("tensorboard",), "logging integrations (tensorboard, ...; empty: none)")
+    trust_remote_code: bool = _field(False, "allow a Hugging Face model's own code")
 
     def __post_init__(self):
         v.choice("method", self.method, METHODS)
@@ -164,6 +172,18 @@ class TrainConfig:
 
 
 FIELDS = tuple(f.name for f in dataclasses.fields(TrainConfig))
+
+
+def fields_help(width: int = 100) -> str:
+    """Every :class:`TrainConfig` field with its default and help text, one per line (``dsh train --help``)."""
+    import textwrap
+
+    lines = []
+    for f in dataclasses.fields(TrainConfig):
+        head = f"  {f.name} (default {f.default!r})"
+        lines += textwrap.wrap(f.metadata.get("help", ""), width, initial_indent=head + ": ",
+                               subsequent_indent=" " * 6) or [head]
+    return "\n".join(lines)
 
 
 def _cuda() -> bool:
@@ -295,7 +315,6 @@ def example_truncation(records, tok, max_length) -> dict:
     """Share of SFT records (prompt + completion, chat template applied as TRL does) longer than
     ``max_length`` tokens: what truncation cuts (or, padding-free, what exceeds the memory bound)."""
     import numpy as np
-
 
     if max_length is None or not records or "completion" not in records[0]:
         return {"what": "training examples longer than max_length", "rate": 0.0 if records else None,
