@@ -26,7 +26,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..core import validate as v
 from ..task.parse import DEFAULT_MARKERS, operands, parse_response, truth_value
+from ..task.problems import draw_problems
+from ..task.traces import TraceConfig, make_trace
 
 _CHECK = re.compile(r"Check by casting out (nines|elevens):(.*?):\s*the check (passes|fails)", re.IGNORECASE | re.DOTALL)
 _EQ = re.compile(r"(?<![\d*+\-])(\d+(?:\s*[+\-*]\s*\d+)+)\s*=\s*(-?\d+)(?!\d)")
@@ -151,3 +154,21 @@ def summarize(records, markers=DEFAULT_MARKERS) -> dict:
 
     everything = [x for rows in by.values() for x in rows]
     return {"overall": block(everything), "by_level": {lv: block(rows) for lv, rows in by.items()}}
+
+
+def flipped_verdict_records(n: int, flip_share: float, seed: int = 0, level: str = "3x5") -> tuple[list[dict], int]:
+    """Records of ``n`` lean reflection traces (nines check, up to 2 attempts, 70 % with a wrong first attempt) of
+    ``level`` in which each failing check's verdict is flipped to "passes" with probability ``flip_share`` while the
+    trace still resamples: an imitated decision whose share is known. Returns the records and how many verdicts
+    were flipped (:func:`summarize` should read ``verdict_follows`` = 1 - flipped / attempts)."""
+    n = v.positive_int("n", n)
+    v.probability("flip_share", flip_share)
+    rng = np.random.default_rng(seed)
+    cfg = TraceConfig(granularity="lean", retry_fraction=0.7, max_attempts=2, checks=("nines",))
+    recs, flipped = [], 0
+    for i, p in enumerate(draw_problems(level, n, seed=seed)):
+        text = make_trace(p, cfg, seed=i).text
+        if "the check fails" in text and rng.random() < flip_share:
+            text, flipped = text.replace("the check fails", "the check passes", 1), flipped + 1
+        recs.append({"question": p.question, "answer": p.answer, "response": text, "level": p.level})
+    return recs, flipped

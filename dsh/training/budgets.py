@@ -101,6 +101,27 @@ def budget(tokenizer, spec: TraceSpec, n_per_level: int = N_PER_LEVEL, seed: int
                             "truncated": float(np.mean(x > tokens))} for lv, x in lengths.items()}}
 
 
+def design_lengths(tokenizer, designs: dict, levels, n_per_level: int = N_PER_LEVEL, seed: int = 0) -> dict:
+    """Mean and 99th-percentile token length of completions (no chat template) per level, for each trace design
+    (``{name: TraceSpec fields granularity, checks, max_attempts}``) and style (no_reflection, reflection):
+    ``{(name, style): {level: (mean, p99)}}``, what chapter 05's trace-design table shows."""
+    out = {}
+    for name, kw in designs.items():
+        for style in ("no_reflection", "reflection"):
+            lengths = trace_lengths(tokenizer, TraceSpec(tuple(levels), style, chat=False, **kw), n_per_level, seed)
+            out[(name, style)] = {lv: (float(x.mean()), float(np.percentile(x, QUANTILE))) for lv, x in lengths.items()}
+    return out
+
+
+def committed_rows() -> dict:
+    """The committed budgets (:func:`load`) as table rows ``{(preset, name): {tokens, longest level, its p99, margin,
+    cut (largest over levels)}}``."""
+    return {(preset, name): {"tokens": b["tokens"], "longest level": b["longest_level"],
+                             "its p99": b["levels"][b["longest_level"]]["p99"], "margin": b["margin"],
+                             "cut (largest over levels)": max(x["truncated"] for x in b["levels"].values())}
+            for preset, by_name in load().items() for name, b in by_name.items()}
+
+
 def truncation(tokenizer, spec: TraceSpec, tokens: int, n_per_level: int = N_PER_LEVEL, seed: int = 1) -> float:
     """Share of freshly drawn traces of ``spec`` longer than ``tokens``."""
     lengths = trace_lengths(tokenizer, spec, n_per_level, seed)
