@@ -126,7 +126,7 @@ def _operand(x: int) -> str:
     return ("-" if x < 0 else "") + (_SEP + "?").join(map(re.escape, groups))
 
 
-@functools.lru_cache(maxsize=256)
+@functools.lru_cache(maxsize=4096)   # one per question: an evaluation holds hundreds (laptop: 700)
 def _product_regex(a: int, b: int) -> re.Pattern:
     pair = "|".join(f"{_operand(x)}\\s*{_OP}\\s*{_operand(y)}" for x, y in {(a, b), (b, a)})
     return re.compile(r"(?<![\d,.])(?:" + pair + r")(?![\d])(?!\s*" + _OP + r")")
