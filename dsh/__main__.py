@@ -240,13 +240,29 @@ def build_parser() -> argparse.ArgumentParser:
         "The Two-Stage Decision-Sampling hypothesis: theory checks and measurement tools."))
     p.add_argument("--version", action="version", version=f"dsh {__version__}")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
+    _add_accuracy(sub)
+    _add_simulate(sub)
+    _add_calibrate(sub)
+    _add_data(sub)
+    _add_train(sub, presets_help, model_help)
+    _add_evaluate(sub, model_help)
+    _add_pipeline(sub, presets_help, model_help)
+    _add_base(sub)
+    _add_budgets(sub)
+    _add_bench(sub, model_help)
+    _add_table(sub)
+    return p
 
+
+def _add_accuracy(sub) -> None:
     a = sub.add_parser("accuracy", help="two-stage accuracy p_s p_dC / (1 - p_s(1-p_dC) - (1-p_s) p_dW)")
     for name in ("p_s", "p_dC", "p_dW"):
         a.add_argument(f"--{name.replace('_', '-').lower()}", dest=name, type=float, required=True)
     a.add_argument("--json", action="store_true", help="print one JSON object")
     a.set_defaults(func=_cmd_accuracy)
 
+
+def _add_simulate(sub) -> None:
     s = sub.add_parser("simulate", help="Monte Carlo of the two-stage process against the formula")
     for name in ("p_s", "p_dC", "p_dW"):
         s.add_argument(f"--{name.replace('_', '-').lower()}", dest=name, type=float, required=True)
@@ -255,6 +271,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--json", action="store_true")
     s.set_defaults(func=_cmd_simulate)
 
+
+def _add_calibrate(sub) -> None:
     c = sub.add_parser("calibrate", help="p_s, p_dC, p_dW and predicted vs observed accuracy from a JSONL file")
     c.add_argument("file", metavar="FILE.jsonl",
                    help='records {"question", "answer", "response"[, "level", "truncated"]}, one per line')
@@ -267,6 +285,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="an extra reflection marker as a regular expression, case-insensitive (repeatable)")
     c.set_defaults(func=_cmd_calibrate)
 
+
+def _add_data(sub) -> None:
     d = sub.add_parser("data", help="write the multiplication data (SFT traces, test prompts, verl parquet)")
     d.add_argument("--out", required=True, help="output directory")
     d.add_argument("--n-train", type=int, default=N_TRAIN)
@@ -279,6 +299,8 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--verl", action="store_true", help="also write verl parquet files")
     d.set_defaults(func=_cmd_data)
 
+
+def _add_train(sub, presets_help, model_help) -> None:
     tr = sub.add_parser("train", help="train with TRL: sft, sft_reflection, dft or grpo under a preset",
                         formatter_class=argparse.RawDescriptionHelpFormatter,
                         epilog="TrainConfig fields (--set KEY=VALUE; a preset's values replace these defaults):\n"
@@ -292,6 +314,8 @@ def build_parser() -> argparse.ArgumentParser:
     tr.add_argument("--dry-run", action="store_true", help="print the resolved dsh and TRL configurations and stop")
     tr.set_defaults(func=_cmd_train)
 
+
+def _add_evaluate(sub, model_help) -> None:
     ev = sub.add_parser("evaluate", help="one sample per test question; JSONL that `dsh calibrate` reads")
     ev.add_argument("--model", default=EMBEDDED, help=model_help)
     ev.add_argument("--out", default="generations.jsonl", help="output JSONL (an existing file is resumed)")
@@ -304,6 +328,8 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--backend", default=BACKENDS[0], help=", ".join(BACKENDS))
     ev.set_defaults(func=_cmd_evaluate)
 
+
+def _add_pipeline(sub, presets_help, model_help) -> None:
     pl = sub.add_parser("pipeline", help="train every stage, evaluate and calibrate: one results folder")
     pl.add_argument("--preset", default=DEFAULT, help=presets_help)
     pl.add_argument("--model", default=EMBEDDED, help=model_help)
@@ -320,6 +346,8 @@ def build_parser() -> argparse.ArgumentParser:
     pl.add_argument("--quiet", action="store_true", help="no progress output")
     pl.set_defaults(func=_cmd_pipeline)
 
+
+def _add_base(sub) -> None:
     ba = sub.add_parser("base", help="train the laptop base model from scratch (a tiny LlamaForCausalLM) into --out")
     ba.add_argument("--out", required=True, help="model folder to write (resumed when a killed run left its state)")
     ba.add_argument("--seed", type=int, default=0, help="initialisation and data order (default 0)")
@@ -328,6 +356,8 @@ def build_parser() -> argparse.ArgumentParser:
     ba.add_argument("--quiet", action="store_true", help="no progress bar")
     ba.set_defaults(func=_cmd_base)
 
+
+def _add_budgets(sub) -> None:
     bu = sub.add_parser("budgets", help="token budgets of the presets that derive them, from their own traces")
     bu.add_argument("--write", action="store_true", help="recompute and write dsh/training/budgets.json")
     bu.add_argument("--check", action="store_true", help="exit 1 when dsh/training/budgets.json differs from a recomputation")
@@ -335,6 +365,8 @@ def build_parser() -> argparse.ArgumentParser:
     bu.add_argument("--json", action="store_true")
     bu.set_defaults(func=_cmd_budgets)
 
+
+def _add_bench(sub, model_help) -> None:
     b = sub.add_parser("bench", help="dsh's generation, SFT and GRPO paths against the libraries' defaults")
     b.add_argument("--model", default=EMBEDDED, help=model_help)
     b.add_argument("--size", default="auto", help="auto (gpu on CUDA, else cpu), cpu or gpu")
@@ -345,10 +377,11 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--json", action="store_true", help="print the JSON result (the table goes to stderr)")
     b.set_defaults(func=_cmd_bench)
 
+
+def _add_table(sub) -> None:
     t = sub.add_parser("table", help="Appendix D's SFT / DFT / RL comparison table, computed in SymPy")
     t.add_argument("--json", action="store_true")
     t.set_defaults(func=_cmd_table)
-    return p
 
 
 def main(argv=None) -> int:

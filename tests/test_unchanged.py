@@ -67,3 +67,20 @@ def test_same_toy_tables():
     for k, x in ref["simulate_grpo"].items():
         _close(hist[k], x)
     _close(toy.q_from_penalties([0.1, -0.2, 0.3, 0.05], gamma=0.9), ref["q_from_penalties"])
+
+
+def test_every_preset_config_and_plan_is_as_before_the_layout_move():
+    """Every resolved preset and TrainConfig, evaluation setting, pipeline plan and laptop job configuration equals
+    what the flat layout gave (tests/reference/presets.json, recorded at commit 4434ce3 by
+    tests/reference/record_presets.py); the one renamed thing is the mapping table's first column."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).parent / "reference"))
+    from record_presets import dump
+
+    want = json.loads((Path(__file__).parent / "reference" / "presets.json").read_text())
+    want["mapping"] = [{("hyperparameter" if k == "paper" else k): x for k, x in r.items()} for r in want["mapping"]]
+    got = dump()
+    assert sorted(got) == sorted(want)
+    for key in want:
+        assert got[key] == want[key], key

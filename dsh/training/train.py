@@ -357,77 +357,58 @@ def prepare_run_dir(cfg: TrainConfig) -> Path:
     return run
 
 
-def train(cfg: TrainConfig) -> dict:
-    """Run one training job and return its summary (also written to ``summary.json``)."""
-    import torch
+def _sft_trainer(cfg: TrainConfig, trl_cfg, model, tok, ds, peft_config, callbacks):
+    """TRL's SFTTrainer for sft, sft_reflection and dft (the data and ``loss_type`` differ; right padding)."""
+    from trl import SFTTrainer
 
-    if not isinstance(cfg, TrainConfig):
-        raise ValueError(f"cfg must be a dsh.training.train.TrainConfig, got {type(cfg).__name__}")
+    tok.padding_side = "right"
+    return SFTTrainer(model=model, args=trl_cfg, train_dataset=ds, processing_class=tok, peft_config=peft_config,
+                      callbacks=callbacks)
 
-    loc = resolve_model(cfg.model)                 # fails fast on a bad model before anything is written
-    trl_cfg = to_trl_config(cfg)
-    run = prepare_run_dir(cfg)
-    resume_from = str(last_checkpoint(run)) if cfg.resume and last_checkpoint(run) else None
-    (run / "run_config.json").write_text(json.dumps(
-        {"dsh": dataclasses.asdict(cfg), "resolved_model": loc, "trl": trl_cfg.to_dict()}, indent=1, default=str))
 
-    from datasets import Dataset
+def _grpo_trainer(cfg: TrainConfig, trl_cfg, model, tok, ds, peft_config, callbacks):
+    """TRL's GRPOTrainer with the correctness reward, rollouts from ``cfg.generation_backend``
+    (:func:`dsh.training.rollout.make_trainer_class`)."""
+    trainer = make_trainer_class()(model=model, reward_funcs=[correctness_reward], args=trl_cfg, train_dataset=ds,
+                                   processing_class=tok, peft_config=peft_config, callbacks=callbacks)
+    trainer.rollout_backend = cfg.generation_backend
+    if cfg.generation_backend == "dsh":
+        why = engine_unsuitable(trainer)
+        if why:
+            raise ValueError(f"generation_backend 'dsh' cannot be used: {why}; use 'auto' or 'trl'")
+    return trainer
 
-    records = build_dataset(cfg)
-    model, tok = load(loc, dtype=torch.bfloat16 if trl_cfg.bf16 else torch.float32,
-                      trust_remote_code=cfg.trust_remote_code)
-    if cfg.method != "grpo":
-        tok.padding_side = "right"
-    packed = cfg.padding_free and cfg.method != "grpo"
-    if packed:
-        from ..llm.packing import register
 
-        model.set_attn_implementation(register())
-    peft_config = None
-    if cfg.lora:
-        from peft import LoraConfig
+TRAINERS = {"sft": _sft_trainer, "sft_reflection": _sft_trainer, "dft": _sft_trainer, "grpo": _grpo_trainer}
 
-        peft_config = LoraConfig(r=cfg.lora_r, lora_alpha=cfg.lora_alpha, lora_dropout=cfg.lora_dropout,
-                                 target_modules=cfg.lora_target_modules, task_type="CAUSAL_LM")
-    callbacks = [_metrics_callback(run / "metrics.jsonl")]
-    ds = Dataset.from_list(records)
-    if cfg.method == "grpo":
 
-        trainer = make_trainer_class()(model=model, reward_funcs=[correctness_reward], args=trl_cfg,
-                                       train_dataset=ds, processing_class=tok, peft_config=peft_config,
-                                       callbacks=callbacks)
-        trainer.rollout_backend = cfg.generation_backend
-        if cfg.generation_backend == "dsh":
+def _lora(cfg: TrainConfig):
+    if not cfg.lora:
+        return None
+    from peft import LoraConfig
 
-            why = engine_unsuitable(trainer)
-            if why:
-                raise ValueError(f"generation_backend 'dsh' cannot be used: {why}; use 'auto' or 'trl'")
-    else:
-        from trl import SFTTrainer
+    return LoraConfig(r=cfg.lora_r, lora_alpha=cfg.lora_alpha, lora_dropout=cfg.lora_dropout,
+                      target_modules=cfg.lora_target_modules, task_type="CAUSAL_LM")
 
-        trainer = SFTTrainer(model=model, args=trl_cfg, train_dataset=ds, processing_class=tok,
-                             peft_config=peft_config, callbacks=callbacks)
-    cut = example_truncation(records, tok, cfg.max_length) if cfg.method != "grpo" else None
-    if cut and cut["rate"] and cut["rate"] > 0.01:
-        print(f"dsh: warning: {cut['over']} of {cut['n']} training examples ({100 * cut['rate']:.1f} %) are longer "
-              f"than max_length={cfg.max_length}", flush=True)
-    if torch.cuda.is_available():
-        torch.cuda.reset_peak_memory_stats()
-    t0 = time.time()
-    out = trainer.train(resume_from_checkpoint=resume_from)
-    wall = time.time() - t0
-    final = run / "final"
+
+def _save_final(trainer, tok, cfg: TrainConfig, run: Path, packed: bool) -> None:
+    """The trained model (LoRA merged, standard attention) and its tokenizer (left padding) into ``run/final``."""
     m = trainer.model
     if cfg.lora:
         m = m.merge_and_unload()
     if packed:
         m.set_attn_implementation("sdpa")
-    m.save_pretrained(final, safe_serialization=True)
+    m.save_pretrained(run / "final", safe_serialization=True)
     tok.padding_side = "left"
-    tok.save_pretrained(final)
+    tok.save_pretrained(run / "final")
+
+
+def _summary(cfg: TrainConfig, trl_cfg, trainer, out, wall: float, resume_from, records, packed: bool, cut) -> dict:
+    import torch
+
     logs = [h for h in trainer.state.log_history if "loss" in h]
     ntok = trainer.state.num_input_tokens_seen or None
-    summary = {
+    return {
         "method": cfg.method, "model": cfg.model, "global_step": trainer.state.global_step,
         "wall_s": round(wall, 2), "train_loss": out.training_loss,
         "first_loss": logs[0]["loss"] if logs else None, "last_loss": logs[-1]["loss"] if logs else None,
@@ -444,10 +425,48 @@ def train(cfg: TrainConfig) -> dict:
                                                    "limit": cfg.max_completion_length,
                                                    **grpo_diagnostics(trainer.state.log_history)},
     }
+
+
+def train(cfg: TrainConfig) -> dict:
+    """Run one training job (the method's trainer: :data:`TRAINERS`) and return its summary (also written to
+    ``summary.json``); the run directory keeps ``final/`` (and its checkpoints with ``keep_checkpoints``)."""
+    import shutil
+
+    import torch
+    from datasets import Dataset
+
+    if not isinstance(cfg, TrainConfig):
+        raise ValueError(f"cfg must be a dsh.training.train.TrainConfig, got {type(cfg).__name__}")
+    loc = resolve_model(cfg.model)                 # fails fast on a bad model before anything is written
+    trl_cfg = to_trl_config(cfg)
+    run = prepare_run_dir(cfg)
+    resume_from = str(last_checkpoint(run)) if cfg.resume and last_checkpoint(run) else None
+    (run / "run_config.json").write_text(json.dumps(
+        {"dsh": dataclasses.asdict(cfg), "resolved_model": loc, "trl": trl_cfg.to_dict()}, indent=1, default=str))
+
+    records = build_dataset(cfg)
+    model, tok = load(loc, dtype=torch.bfloat16 if trl_cfg.bf16 else torch.float32,
+                      trust_remote_code=cfg.trust_remote_code)
+    packed = cfg.padding_free and cfg.method != "grpo"
+    if packed:
+        from ..llm.packing import register
+
+        model.set_attn_implementation(register())
+    trainer = TRAINERS[cfg.method](cfg, trl_cfg, model, tok, Dataset.from_list(records), _lora(cfg),
+                                   [_metrics_callback(run / "metrics.jsonl")])
+    cut = example_truncation(records, tok, cfg.max_length) if cfg.method != "grpo" else None
+    if cut and cut["rate"] and cut["rate"] > 0.01:
+        print(f"dsh: warning: {cut['over']} of {cut['n']} training examples ({100 * cut['rate']:.1f} %) are longer "
+              f"than max_length={cfg.max_length}", flush=True)
+    if torch.cuda.is_available():
+        torch.cuda.reset_peak_memory_stats()
+    t0 = time.time()
+    out = trainer.train(resume_from_checkpoint=resume_from)
+    wall = time.time() - t0
+    _save_final(trainer, tok, cfg, run, packed)
+    summary = _summary(cfg, trl_cfg, trainer, out, wall, resume_from, records, packed, cut)
     (run / "summary.json").write_text(json.dumps(summary, indent=1))
     if not cfg.keep_checkpoints:  # a finished run needs only final/ (a 7B checkpoint with Adam is ~100 GB)
-        import shutil
-
         for ck in run.glob("checkpoint-*"):
             shutil.rmtree(ck, ignore_errors=True)
     return summary
