@@ -87,3 +87,24 @@ def test_bad_input():
     other = M.FiniteTwoStageMDP(attempt_length=1)
     with pytest.raises(ValueError, match="^traj must be one of mdp.trajectories"):
         S.sft_check(m, m.init_theta(), other.trajectories[0])
+
+
+def test_erratum_measures_against_an_independent_least_squares_fit():
+    """Over several instances: the printed Q's premises of the model-free argument (last weight 0, strictly
+    decreasing), recomputed from the independent per-token probabilities; the error after the best rescale against a
+    least-squares fit done here; the cosine below 1 (no constant fixes the printed form); the identity exact."""
+    rows = S.erratum_instances(seeds=(0, 1, 2), indices=(0, 5))
+    assert len(rows) == 6
+    for row in rows:
+        m = M.FiniteTwoStageMDP(seed=row["seed"])
+        th = m.init_theta()
+        tr = S.data_trajectory(m, row["trajectory"])
+        r = S.sft_check(m, th, tr)
+        pi = np.exp([lp for _, lp in FP.token_logps(m, th.numpy(), th.numpy(), tr.attempts, tr.decisions)])
+        q = np.array([np.sum(1 / pi[t + 1:]) for t in range(len(pi))])
+        assert row["last_q_zero"] == (q[-1] == 0) and row["strictly_decreasing"] == bool(np.all(np.diff(q) < 0))
+        assert row["last_q_zero"] and row["strictly_decreasing"]
+        c = float(r.paper_form @ r.gradient / (r.paper_form @ r.paper_form))
+        err = np.linalg.norm(c * r.paper_form - r.gradient) / np.linalg.norm(r.gradient)
+        assert abs(row["rescaled_error"] - err) < 1e-9 and row["rescaled_error"] > 0.1
+        assert row["cosine"] < 0.99 and row["implicit_error"] < 1e-12

@@ -124,3 +124,68 @@ def test_bad_arguments():
         th.sft_q_values((2, -1))
     with pytest.raises(ValueError, match="^T must be"):
         th.ratio_factorization(0)
+
+
+@pytest.mark.parametrize("T", [1, 2, 3])
+def test_unified_phi_exists_with_the_indices_of_definition_3_1(T):
+    """With Phi taken at the state each action leads to, the KL Q-values share one Phi for every attempt length: the
+    value function, checked here against the Q-values by substitution (and the paper's own indices have none)."""
+    sol, is_value = th.unified_phi_at_reached_states(T)
+    assert len(sol) == 1 and is_value
+    kl = th.kl_q_values(T)
+    s = sol[0]
+    for k in range(T):
+        phi_k = s[sp.Symbol(f"Phi(s_{k + 1})", real=True)]
+        assert sp.simplify(kl.immediate_sample[k] + th.gamma * phi_k - kl.q_sample[k]) == 0
+        nxt = s[sp.Symbol(f"Phi(s_{k + 1}^+)", real=True)] if k + 1 < T else 0
+        assert sp.simplify(kl.immediate_decision[k] + th.gamma * nxt - kl.q_decision[k]) == 0
+    generic, consistent = th.unified_phi_solutions()
+    assert generic == [] and list(consistent) == [1]
+
+
+def _rl_value(p_s, p_dC, p_dW, k, T):
+    """Expected final correctness before attempt k of T (gamma = 1), by plain enumeration of the two outcomes."""
+    if k > T:
+        return 0.0
+    if k == T:
+        return p_s
+    later = _rl_value(p_s, p_dC, p_dW, k + 1, T)
+    return p_s * (p_dC + (1 - p_dC) * later) + (1 - p_s) * p_dW * later
+
+
+def test_valid_property_table_cells_recomputed_independently():
+    """Each computed cell of the recomputed Appendix D table, recomputed here without SymPy: RL's Q_d(W_1, RESAMPLE)
+    moves with p_s, its Q after a correct attempt with p_dC; SFT's valid Q (1 / P(prefix)) of decision 1 moves with the
+    first attempt's token probability, attempt 2's token Q with decision 1's, and not with the length of attempt 2;
+    on the finite MDP the valid SFT Q-values (the outcome reward 1[tau = tau*] / P(tau*)) have zero immediate rewards,
+    as RL's do: the one rule calls both balanced, and Phi = V serves both."""
+    from dsh.theory import bellman as B
+    from dsh.theory import mdp as M
+    from dsh.theory import sft_pg as S
+
+    rows = {(r["property"], r["method"]): r for r in th.valid_property_table(3)}
+    rl, sft = "RL (surrogate reward)", "SFT"
+    q_d = lambda ps: _rl_value(ps, 0.9, 0.6, 2, 3)                       # Q_d(W_1, RESAMPLE)
+    q_c = lambda pdc: pdc + (1 - pdc) * _rl_value(0.5, pdc, 0.6, 2, 3)   # Q_sample(s_0, C)
+    assert rows[("Q_d depends on pi_sample", rl)]["value"] == ("Yes" if q_d(0.3) != q_d(0.6) else "No") == "Yes"
+    assert rows[("Q_sample depends on pi_d", rl)]["value"] == ("Yes" if q_c(0.5) != q_c(0.8) else "No") == "Yes"
+    prefix_q = lambda p1, q1, L1, p2, L2: (1 / (p1 ** L1 * q1), 1 / (p1 ** L1 * q1 * p2))   # Q_d(s_1), Q(token_2,1)
+    base = prefix_q(.5, .9, 3, .7, 4)
+    assert rows[("Q_d depends on pi_sample", sft)]["value"] == "Yes" and base[0] != prefix_q(.6, .9, 3, .7, 4)[0]
+    assert rows[("Q_sample depends on pi_d", sft)]["value"] == "Yes" and base[1] != prefix_q(.5, .8, 3, .7, 4)[1]
+    assert rows[("Q_d depends on future lengths L_k'", sft)]["value"] == "No" and \
+        prefix_q(.5, .9, 3, .7, 4)[0] == prefix_q(.5, .9, 3, .7, 9)[0]
+    m = M.FiniteTwoStageMDP(seed=2)
+    theta = m.init_theta()
+    tr = S.data_trajectory(m, 0)
+    p_star = float(m.log_prob(theta, tr).exp())
+    reward = lambda traj: 1.0 / p_star if traj == tr else 0.0
+    split = B.bellman_split(m, theta, lambda st, traj: [reward(traj)] * len(st), reward)
+    assert np.abs(split.immediate).max() < 1e-9
+    assert np.abs(B.surrogate_q(m, theta).immediate).max() < 1e-12
+    for method in (sft, rl):
+        assert rows[("Unified sufficient statistic", method)]["value"] == "Yes"
+        assert rows[("Gradient attribution", method)]["value"] == "Balanced"
+    assert {r["source"] for r in rows.values() if r["method"] == "DFT"} == {"the paper's expression"}
+    assert all(r["agree"] == (r["paper"].split(" ")[0] == r["value"]) for r in rows.values())
+    assert all(r["why"] for r in rows.values() if not r["agree"])

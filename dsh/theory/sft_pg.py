@@ -50,6 +50,25 @@ class ImplicitRewardCheck:
         """max |paper_form - gradient| / max |gradient|."""
         return float(np.abs(self.paper_form - self.gradient).max() / np.abs(self.gradient).max())
 
+    @property
+    def cosine(self) -> float:
+        """Cosine between ``paper_form`` and ``gradient``: 1 when the printed form points the right way."""
+        return float(self.paper_form @ self.gradient / (np.linalg.norm(self.paper_form) * np.linalg.norm(self.gradient)))
+
+    @property
+    def rescaled_error(self) -> float:
+        """``min_c |c * paper_form - gradient| / |gradient|`` (Euclidean): what no constant can fix; 0 when the printed
+        form is the gradient up to scale, 1 when it is orthogonal to it. ``sqrt(1 - cosine^2)``."""
+        return float(np.sqrt(max(0.0, 1.0 - self.cosine ** 2)))
+
+    @property
+    def model_free(self) -> dict:
+        """The model-free reading of the printed Q-values along the trajectory: the last token's is 0 and they
+        strictly decrease, so they are not constant and, with linearly independent token scores, no constant c
+        makes ``sum_t Q_t grad log pi_t`` equal to ``c sum_t grad log pi_t``; the final STOP's score gets weight 0."""
+        q = np.asarray(self.q_paper)
+        return {"last_q_zero": bool(q[-1] == 0), "strictly_decreasing": bool(np.all(np.diff(q) < 0))}
+
 
 def data_trajectory(mdp: FiniteTwoStageMDP, index: int | None = None) -> Trajectory:
     """A data trajectory ending in a chosen STOP (not the forced one): the ``index``-th such trajectory
@@ -118,3 +137,20 @@ def dft_check(mdp: FiniteTwoStageMDP, theta, traj: Trajectory) -> ImplicitReward
     c = float(basis @ grad / (basis @ basis)) if basis @ basis > 0 else 0.0
     return ImplicitRewardCheck(grad, c * basis, None, None, None, tuple(s.kind for s in steps), pi,
                                c * q_paper, None, q_prefix)
+
+
+def erratum_instances(seeds=(0, 1, 2, 3, 4), indices=(0, 5)) -> list[dict]:
+    """Theorem D.1's printed form against the SFT gradient on several instances (an MDP seed and a data trajectory):
+    the size of the error relative to the gradient (``paper_error``, what the 1/pi sums make large or small), the
+    cosine, the error after the best scalar rescale, the model-free reading, and the outcome-reward identity's
+    error (``implicit_error``: SFT as the policy gradient of ``1[tau = tau*] / P(tau*)``, an identity)."""
+    rows = []
+    for seed in seeds:
+        m = FiniteTwoStageMDP(seed=v.length("seeds[i]", seed))
+        theta = m.init_theta()
+        for index in indices:
+            r = sft_check(m, theta, data_trajectory(m, index))
+            rows.append({"seed": seed, "trajectory": index, "paper_error": r.paper_error, "cosine": r.cosine,
+                         "rescaled_error": r.rescaled_error, **r.model_free,
+                         "implicit_error": float(np.abs(r.implicit_form - r.gradient).max() / np.abs(r.gradient).max())})
+    return rows

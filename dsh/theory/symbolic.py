@@ -202,7 +202,8 @@ def kl_q_values(T: int = 3, per_token: bool = True) -> OptionQValues:
 
 
 def unified_phi_solutions():
-    """Theorem 3.2's impossibility argument as a linear system.
+    """Theorem 3.2's impossibility argument as the paper writes it, a linear system (both equations with Phi(s_k) on
+    the left, an index slip: :func:`unified_phi_at_reached_states` has the indices of Definition 3.1).
 
     A single Phi would need ``Phi_k = d_sample + gamma Phi_{k+1}`` and
     ``Phi_k = d_decision + gamma Phi_{k+1}`` with ``d_sample = L delta`` and ``d_decision = delta``.
@@ -214,6 +215,28 @@ def unified_phi_solutions():
     generic = sp.solve(eqs, [phi_k, phi_k1], dict=True)
     consistency = sp.solve(sp.Eq(L * delta, delta), L)
     return generic, consistency
+
+
+def unified_phi_at_reached_states(T: int = 3):
+    """Theorem 3.2's unified-Phi question with the indices of Definition 3.1: each Q-value is its immediate penalty
+    plus gamma times Phi of the state its action leads to, ``Q_sample(s_{k-1}, a'_k) = d_k^sample + gamma Phi(s_k)``
+    and ``Q_d(s_k, a''_k) = d_k^decision + gamma Phi(s_k^+)`` (``s_k^+``: after the decision; ``Phi(s_T^+) = 0``
+    after the final STOP), with the Q-values of :func:`kl_q_values`. Returns SymPy's solution for the 2T unknowns
+    ``Phi(s_k), Phi(s_k^+)`` (one exists for every L: ``Phi(s_k) = Q_d(s_k)``, ``Phi(s_k^+) = Q_sample(s_k^+)``,
+    the value function V^KL) and whether it is that value function."""
+    T = v.positive_int("T", T)
+    kl = kl_q_values(T)
+    phi = [sp.Symbol(f"Phi(s_{k + 1})", real=True) for k in range(T)]
+    phi_plus = [sp.Symbol(f"Phi(s_{k + 1}^+)", real=True) for k in range(T)]
+    eqs = []
+    for k in range(T):
+        eqs.append(sp.Eq(kl.q_sample[k], kl.immediate_sample[k] + gamma * phi[k]))
+        eqs.append(sp.Eq(kl.q_decision[k], kl.immediate_decision[k] + gamma * (phi_plus[k] if k + 1 < T else 0)))
+    unknowns = list(phi) + list(phi_plus[:T - 1])
+    sol = sp.solve(eqs, unknowns, dict=True)
+    is_value = bool(sol) and all(sp.simplify(sol[0][phi[k]] - kl.q_decision[k]) == 0 for k in range(T)) and all(
+        sp.simplify(sol[0][phi_plus[k]] - kl.q_sample[k + 1]) == 0 for k in range(T - 1))
+    return sol, is_value
 
 
 # ----------------------------------------------------------------------------------------------
@@ -411,3 +434,107 @@ def comparison_table(T: int = 3) -> dict[str, dict]:
         "DFT": attribution_properties(dft_q_values(T)),
         "RL (surrogate reward)": attribution_properties(surrogate_q_gamma1(T)),
     }
+
+
+# ----------------------------------------------------------------------------------------------
+# Appendix D's table from the valid (conditional-expectation) Q-values
+# ----------------------------------------------------------------------------------------------
+PROPERTIES = ("Q_d depends on pi_sample", "Q_sample depends on pi_d", "Q_d depends on future lengths L_k'",
+              "Unified sufficient statistic", "Gradient attribution")
+
+
+def rl_conditional_q(T: int = 3) -> dict:
+    """RL's Q-values as conditional expectations (outcome reward 1 for a correct final answer received with the last
+    token, discounted by gamma per token; the baseline dropped: a constant shifts every Q alike) in the two-stage
+    process with at most ``T`` attempts of ``L_k`` tokens and one decision token each. ``V[k]``: the value before
+    attempt k+1, ``V_k = gamma^L_k (p_s (gamma p_dC + (1 - p_dC) gamma V_{k+1}) + (1 - p_s) p_dW gamma V_{k+1})``
+    (the last attempt stops: ``V_T = gamma^(L_T + 1) p_s``); ``q_sample[k] = (Q after a correct attempt, Q after a
+    wrong one)`` at the state the attempt leads to; ``q_decision[k]``: Q_d(W_k, RESAMPLE) (the final STOP's is the
+    reward). Immediate rewards are all zero."""
+    T = v.positive_int("T", T)
+    Ls = lengths_symbols(T)
+    V = [sp.Integer(0)] * (T + 1)
+    for k in range(T - 1, -1, -1):
+        nxt = gamma * V[k + 1] if k + 1 < T else sp.Integer(0)
+        V[k] = gamma ** Ls[k] * (p_s * (gamma * p_dC + (1 - p_dC) * nxt) + (1 - p_s) * p_dW * nxt) if k + 1 < T \
+            else gamma ** (Ls[k] + 1) * p_s
+    q_sample = [(gamma * p_dC + (1 - p_dC) * gamma * V[k + 1], p_dW * gamma * V[k + 1]) if k + 1 < T
+                else (gamma, sp.Integer(0)) for k in range(T)]
+    q_decision = [gamma * V[k + 1] for k in range(T - 1)]
+    return {"V": V[:T], "q_sample": q_sample, "q_decision": q_decision, "lengths": Ls,
+            "immediate_sample": sp.Integer(0), "immediate_decision": sp.Integer(0)}
+
+
+def sft_conditional_q(T: int = 3) -> ImplicitQ:
+    """SFT's valid Q-values along the data trajectory (SFT is the policy gradient of the outcome reward
+    ``1[tau = tau*] / P(tau*)``): ``Q(h_t, a_t) = 1 / P(tau*_{<=t})``, one over the probability of the prefix
+    through the action, with every token of attempt k at probability ``p_k`` (``L_k`` tokens) and decision k at
+    ``q_k``. Immediate rewards are all zero (the reward arrives at the end)."""
+    T = v.positive_int("T", T)
+    Ls = lengths_symbols(T)
+    ps = sp.symbols(f"p_1:{T + 1}", positive=True)
+    qs = sp.symbols(f"q_1:{T + 1}", positive=True)
+    prefix, q_sample, q_decision = sp.Integer(1), [], []
+    for k in range(T):
+        row = []
+        for j in range(2):                        # the first two tokens of the attempt stand for all of them
+            row.append(1 / (prefix * ps[k] ** (j + 1)))
+        q_sample.append(tuple(row))
+        prefix = prefix * ps[k] ** Ls[k] * qs[k]
+        q_decision.append(1 / prefix)
+    return ImplicitQ(tuple(q_sample), tuple(q_decision), frozenset(ps), frozenset(qs), frozenset(Ls))
+
+
+def valid_property_table(T: int = 3) -> list[dict]:
+    """Appendix D's comparison table recomputed: every cell of SFT and RL from the valid (conditional-expectation)
+    Q-values (:func:`sft_conditional_q`, :func:`rl_conditional_q`) by the book's one rule (immediate rewards, chapter
+    02), and DFT's from the paper's own expression (the book derives no valid Q for DFT: its gradient
+    ``sum_t sg(pi_t) grad log pi_t`` weights the data trajectory's tokens, it is not an outcome reward's policy
+    gradient), labelled so. Each row: property, method, ``value`` ("Yes"/"No" or a verdict), ``source``
+    ("valid Q" or "the paper's expression"), ``paper`` (the printed cell) and ``agree``."""
+    from ..core.paper import paper_results
+
+    printed = paper_results()["appendix_d_comparison_table"]["rows"]
+    yn = lambda b: "Yes" if b else "No"
+    rl = rl_conditional_q(T)
+    at1 = lambda x: x.subs(gamma, 1)
+    rl_syms_d = set().union(*[at1(x).free_symbols for x in rl["q_decision"]])
+    rl_syms_s = set().union(*[at1(x).free_symbols for pair in rl["q_sample"] for x in pair])
+    rl_future = any(at1(rl["q_decision"][k]).free_symbols & set(rl["lengths"][k + 1:]) for k in range(T - 1))
+    sft = sft_conditional_q(T)
+    sft_d = set().union(*[x.free_symbols for x in sft.q_decision[:-1]])
+    sft_s = set().union(*[x.free_symbols for row in sft.q_sample for x in row])
+    # future lengths: Q_d(s_k) containing a length of an attempt after k
+    sft_future = any(sft.q_decision[k].free_symbols & set(lengths_symbols(T)[k + 1:]) for k in range(T))
+    zero = sp.Integer(0)   # SFT's valid immediate rewards (the outcome reward arrives at the end)
+    values = {
+        "RL (surrogate reward)": {
+            PROPERTIES[0]: yn(p_s in rl_syms_d), PROPERTIES[1]: yn(bool({p_dC, p_dW} & rl_syms_s)),
+            PROPERTIES[2]: yn(rl_future),                 # at gamma = 1, the paper's setting
+            # zero immediate rewards: Phi = V, the value of the state each action leads to, serves both
+            PROPERTIES[3]: yn(rl["immediate_sample"] == 0 and rl["immediate_decision"] == 0),
+            PROPERTIES[4]: classify_attribution(rl["immediate_sample"], rl["immediate_decision"]).capitalize()},
+        "SFT": {
+            PROPERTIES[0]: yn(bool(sft_d & sft.sample_symbols)), PROPERTIES[1]: yn(bool(sft_s & sft.decision_symbols)),
+            PROPERTIES[2]: yn(sft_future), PROPERTIES[3]: yn(zero == 0),
+            PROPERTIES[4]: classify_attribution(zero, zero).capitalize()},
+        "DFT": {k: ("Yes" if x is True else "No" if x is False else x)
+                for k, x in attribution_properties(dft_q_values(T)).items()},
+    }
+    why = {
+        ("RL (surrogate reward)", PROPERTIES[0]): "after a RESAMPLE the expected reward is the later attempts' success, "
+                                                   "which pi_sample decides (toy: Q_d(W, RESAMPLE) = p_s)",
+        ("RL (surrogate reward)", PROPERTIES[1]): "the value of an attempt includes whether the decision after it stops",
+        ("SFT", PROPERTIES[2]): "the valid Q is 1 / P(prefix): past and current lengths only",
+        ("SFT", PROPERTIES[3]): "the valid Q is the same function of the history for both policies",
+        ("SFT", PROPERTIES[4]): "immediate rewards are zero; the unevenness is the count of score terms (L_k against 1)",
+    }
+    rows = []
+    for prop in PROPERTIES:
+        for method in ("SFT", "DFT", "RL (surrogate reward)"):
+            mine, paper = values[method][prop], printed[prop][method]
+            agree = paper.split(" ")[0] == mine
+            rows.append({"property": prop, "method": method, "value": mine,
+                         "source": "the paper's expression" if method == "DFT" else "valid Q", "paper": paper,
+                         "agree": agree, "why": "" if agree else why.get((method, prop), "")})
+    return rows
