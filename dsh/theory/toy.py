@@ -43,7 +43,7 @@ def _check_common(len_C, len_W, gamma):
 # ------------------------------------------------------------------------------------------------
 # Policy pieces (torch, differentiable)
 # ------------------------------------------------------------------------------------------------
-def _pieces(theta):
+def policy_pieces(theta):
     """Probabilities of the toy: p_X for X in (C, W) and pi_d(a | X) for a in (STOP, RESAMPLE)."""
     s, dC, dW = torch.sigmoid(theta[0]), torch.sigmoid(theta[1]), torch.sigmoid(theta[2])
     p = torch.stack([s, 1 - s])                                  # (C, W)
@@ -170,14 +170,14 @@ def expected_reward(theta, len_C: int = 8, len_W: int = 8, gamma: float = 1.0) -
     At gamma = 1 this is the two-stage accuracy formula (Section 4.2)."""
     theta = as_theta("theta", theta)
     _check_common(len_C, len_W, gamma)
-    p, pd = _pieces(theta)
+    p, pd = policy_pieces(theta)
     r = (p * pd[:, 1]).sum()
     return gamma * p[0] * pd[0, 0] / (1 - gamma ** 2 * r)
 
 
 def _kl_terms(theta, theta_ref, len_C, len_W):
-    p, pd = _pieces(theta)
-    pr, pdr = _pieces(theta_ref)
+    p, pd = policy_pieces(theta)
+    pr, pdr = policy_pieces(theta_ref)
     ds = _lengths(len_C, len_W) * torch.log(p / pr)             # d^sample per answer
     dd = torch.log(pd / pdr)                                   # d^decision per (answer, action)
     return p, pd, ds, dd
@@ -257,7 +257,7 @@ def expected_gradients(theta, theta_ref, len_C: int = 8, len_W: int = 8, gamma: 
     imm = n_visits * ((pdet * torch.log(p) * ds.detach()).sum()
                       + gamma * (pdet[:, None] * pddet * torch.log(pd) * dd.detach()).sum())
     g_imm = torch.autograd.grad(imm, theta, retain_graph=True)[0]
-    pr, pdr = _pieces(theta_ref)
+    pr, pdr = policy_pieces(theta_ref)
     k3 = lambda pi, ref: ref / pi - torch.log(ref / pi) - 1  # noqa: E731
     loss = n_visits * ((pdet * _lengths(len_C, len_W) * k3(p, pr)).sum()
                        + gamma * (pdet[:, None] * pddet * k3(pd, pdr)).sum())
