@@ -25,7 +25,7 @@ def results(tmp_path_factory):
     for k, j in enumerate(jobs):
         recs = []
         for i, lv in enumerate(lt.TEST_LEVELS):
-            recs += synthetic_records(*TRUTH[j.stage], n=120, level=lv, seed=1000 * k + i, marker=lt.MARKER)
+            recs += synthetic_records(*TRUTH[j.stage], n=80, level=lv, seed=1000 * k + i, marker=lt.MARKER)
         out = {"job": {"name": j.name, "stage": j.stage, "method": j.method, "seed": j.seed, "init": j.init,
                        "overrides": j.overrides},
                "calibration": calibrate_stage(recs, n_bootstrap=10), "laptop_faithfulness": lt.faithfulness(recs),

@@ -43,3 +43,28 @@ def test_too_few_responses_cannot_tell_and_bad_arguments():
         P.unfitted_predictions(recs, max_attempts=1)
     with pytest.raises(ValueError, match="^cutoff must be an integer >= 1"):
         P.unfitted_predictions(recs, cutoff=0)
+
+
+def test_questions_that_differ_fail_the_plain_checks_but_not_the_mixture():
+    """Each question follows the two-stage process with its own p_s (Beta, mean 0.4, concentration 2): the plain
+    checks fail from that alone; the mixture variant holds. A process whose later attempts are better than its first
+    fails both; data from the homogeneous model holds both."""
+    runs = {"differ": dict(p_s_concentration=2.0), "later better": dict(p_s_later=0.8), "same": {}}
+    fails = {}
+    for name, kw in runs.items():
+        recs = [synthetic.synthetic_records(0.4, 0.85, 0.7, n=300, seed=100 + s, **kw) for s in range(5)]
+        fails[name] = [sum(P.unfitted_predictions(r, mixture=m)["verdict"] == "fails" for r in recs) for m in (False, True)]
+    assert fails["differ"][0] >= 4 and fails["differ"][1] <= 1, fails
+    assert fails["later better"][1] >= 4, fails
+    assert fails["same"][1] <= 1, fails
+
+
+def test_fit_beta_recovers_the_questions_spread():
+    recs = synthetic.synthetic_records(0.4, 0.85, 0.7, n=2500, seed=3, p_s_concentration=2.0)
+    alpha, beta = P.fit_beta(P.candidate_lists(recs))
+    assert abs(alpha / (alpha + beta) - 0.4) < 0.03 and 1.4 < alpha + beta < 2.8, (alpha, beta)
+    same = synthetic.synthetic_records(0.4, 0.85, 0.7, n=2500, seed=3)
+    a2, b2 = P.fit_beta(P.candidate_lists(same))
+    assert a2 + b2 > 5 * (alpha + beta), (a2, b2)          # no spread: a far higher concentration
+    with pytest.raises(ValueError, match="^mixture must be True or False"):
+        P.unfitted_predictions(recs, mixture="yes")

@@ -10,6 +10,14 @@ three numbers, under its assumption that every attempt is an independent draw fr
 * a RESAMPLE after a wrong candidate is followed by a correct one with probability ``p_s`` (the F->T rate);
 * cut after ``cutoff`` candidates, the accuracy is :func:`dsh.theory.two_stage.accuracy_within`.
 
+With ``mixture=True`` the questions may differ: each question has its own p_s, drawn from a Beta(alpha, beta) fitted
+per level by maximum likelihood to the correctness of the candidates of each response (attempts of one question are
+exchangeable draws given its p_s, and stopping depends only on correctness, so the likelihood of a response is
+``B(alpha + s, beta + f) / B(alpha, beta)`` with s right and f wrong candidates). The predictions average the
+two-stage model over that Beta (exactly, through its moments); the F->T prediction of each pair is the posterior mean
+of the question's p_s given the candidates before it. Questions that differ then do not make the checks fail; a
+process whose later attempts are *better* than its first ones (a model that learned to check and fix) still does.
+
 Each observed value gets a Wilson interval; a check agrees when the prediction lies inside it (the
 chi-square: p-value above the same level). The three checks share a 5 % family-wise error (Bonferroni:
 each at 5/3 %), so data from the model itself "fails" about one time in twenty. Truncated records are left
@@ -18,6 +26,10 @@ out (their N is censored).
 
 from __future__ import annotations
 
+import numpy as np
+from numpy.polynomial import polynomial as npoly
+from scipy.optimize import minimize
+from scipy.special import betaln
 from scipy.stats import chi2, norm
 
 from ..core import validate as v
@@ -50,15 +62,60 @@ def _fit(recs, markers):
     return None if None in (p_dC, p_dW) else (p_s, p_dC, p_dW)
 
 
+def fit_beta(lists) -> tuple[float, float]:
+    """Maximum-likelihood (alpha, beta) of a Beta distribution of per-question p_s from the candidates' correctness
+    of each response (``lists``: one list of bools per response); the concentration alpha + beta is capped at 1e5
+    (questions that do not differ)."""
+    s = np.array([sum(c) for c in lists], dtype=float)
+    f = np.array([len(c) - sum(c) for c in lists], dtype=float)
+    nll = lambda x: -float(np.sum(betaln(np.exp(x[0]) + s, np.exp(x[1]) + f) - betaln(np.exp(x[0]), np.exp(x[1]))))
+    m = float(np.clip(s.sum() / max(s.sum() + f.sum(), 1), 1e-3, 1 - 1e-3))
+    best = min((minimize(nll, np.log([m * k, (1 - m) * k]), method="L-BFGS-B", bounds=[(-9, 11.5)] * 2)
+                for k in (2.0, 20.0, 2000.0)), key=lambda r: r.fun)
+    return float(np.exp(best.x[0])), float(np.exp(best.x[1]))
+
+
+def _beta_moments(alpha: float, beta: float, degree: int) -> np.ndarray:
+    """E[p^j], j = 0..degree, under Beta(alpha, beta)."""
+    out = [1.0]
+    for j in range(degree):
+        out.append(out[-1] * (alpha + j) / (alpha + beta + j))
+    return np.array(out)
+
+
+def _expect(poly, moments) -> float:
+    return float(np.dot(poly, moments[:len(poly)]))
+
+
+def _mixture_predictions(lists, alpha, beta, p_dC, p_dW, K, cutoff):
+    """Under p_s ~ Beta(alpha, beta): P(N = k) for k < K and P(N >= K) per response, the expected F->T count over the
+    observed pairs, and the accuracy within ``cutoff`` candidates (the polynomials in p averaged by moments)."""
+    r = np.array([p_dW, 1 - p_dC - p_dW])                  # r(p) = p (1 - p_dC) + (1 - p) p_dW, as a polynomial
+    mom = _beta_moments(alpha, beta, max(K, cutoff) + 1)
+    power = lambda m: npoly.polypow(r, m) if m else np.array([1.0])  # noqa: E731
+    probs = [_expect(npoly.polymul(power(k - 1), npoly.polysub([1.0], r)), mom) for k in range(1, K)]
+    probs.append(_expect(power(K - 1), mom))
+    acc = sum(npoly.polymul(power(k - 1), [0.0, p_dC]) for k in range(1, cutoff)) if cutoff > 1 else np.array([0.0])
+    acc = npoly.polyadd(acc, npoly.polymul(power(cutoff - 1), [0.0, 1.0]))
+    ft = 0.0
+    for c in lists:
+        for j in range(1, len(c)):
+            if not c[j - 1]:
+                ft += (alpha + sum(c[:j])) / (alpha + beta + j)     # posterior mean of p_s given the candidates before
+    return probs, ft, _expect(acc, mom)
+
+
 def unfitted_predictions(records, markers=DEFAULT_MARKERS, max_attempts: int = 4, cutoff: int = 2,
-                         min_n: int = 30) -> dict:
+                         min_n: int = 30, mixture: bool = False) -> dict:
     """Observed against predicted for the statistics the fit did not use (module docstring), with a
     verdict: "holds" when every check agrees, "fails" when one does not, "cannot tell" with fewer than
     ``min_n`` answered, untruncated responses or fewer than ``min_n`` wrong candidates followed by another.
 
     The model is fitted per level (the levels differ in p_s), and each prediction is the mixture of the
     levels' predictions, weighted as the observations are (responses; wrong candidates followed by another
-    for the F->T rate)."""
+    for the F->T rate). ``mixture``: questions within a level may differ too (module docstring)."""
+    if not isinstance(mixture, bool):
+        raise ValueError(f"mixture must be True or False, got {mixture!r}")
     K = v.positive_int("max_attempts", max_attempts)
     if K < 2:
         raise ValueError(f"max_attempts must be an integer >= 2, got {max_attempts}")
@@ -84,20 +141,28 @@ def unfitted_predictions(records, markers=DEFAULT_MARKERS, max_attempts: int = 4
         fits[lv] = dict(zip(("p_s", "p_dC", "p_dW"), fit))
         p_s, p_dC, p_dW = fit
         lists = [c for _, c in rows]
-        r = p_s * (1 - p_dC) + (1 - p_s) * p_dW
         for c in lists:
             counts[min(len(c), K) - 1] += 1
-        for k in range(1, K):
-            probs[k - 1] += len(lists) * r ** (k - 1) * (1 - r)
-        probs[K - 1] += len(lists) * r ** (K - 1)
         pairs = [y for c in lists for x, y in zip(c, c[1:]) if not x]
         k_ft += sum(pairs)
         n_pairs += len(pairs)
-        pred_ft += len(pairs) * p_s
         k_cut += sum(c[min(len(c), cutoff) - 1] for c in lists)
+        if mixture:
+            alpha, beta = fit_beta(lists)
+            fits[lv].update(alpha=alpha, beta=beta)
+            per, ft, acc = _mixture_predictions(lists, alpha, beta, p_dC, p_dW, K, cutoff)
+            probs = [x + len(lists) * y for x, y in zip(probs, per)]
+            pred_ft += ft
+            pred_cut += len(lists) * acc
+            continue
+        r = p_s * (1 - p_dC) + (1 - p_s) * p_dW
+        for k in range(1, K):
+            probs[k - 1] += len(lists) * r ** (k - 1) * (1 - r)
+        probs[K - 1] += len(lists) * r ** (K - 1)
+        pred_ft += len(pairs) * p_s
         pred_cut += len(lists) * accuracy_within(p_s, p_dC, p_dW, cutoff)
     n = sum(counts)
-    out = {"n": n, "fit": fits, "levels_without_fit": skipped, "checks": {}}
+    out = {"n": n, "fit": fits, "levels_without_fit": skipped, "mixture": mixture, "checks": {}}
     if n < min_n or n_pairs < min_n:
         out["verdict"] = "cannot tell"
         return out

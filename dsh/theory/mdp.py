@@ -56,7 +56,8 @@ class FiniteTwoStageMDP:
     (a "language" whose per-token behaviour does not depend on where the token is).
     ``position_decay`` < 1 multiplies the sampling features and biases of position ``j`` (0-based) by
     ``position_decay ** j``: later tokens of an attempt are nearer uniform and move less with theta, a
-    non-stationary policy (the counterexample to Theorem 3.2's O(L_k) scaling in chapter 02).
+    non-stationary policy (chapter 02: a counterexample to growth ~ L_k - a bounded penalty is still O(L_k) - that
+    breaks the premise of equal per-token movement the proof of Theorem 3.2 states).
     """
 
     vocab_size: int = 2

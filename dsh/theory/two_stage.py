@@ -75,8 +75,14 @@ def simulate(p_s: float, p_dC: float, p_dW: float, n: int, seed: int = 0,
 
     ``p_s_later`` (default: ``p_s``) is the accuracy of the second and later attempts: a value other than
     ``p_s`` breaks the model's assumption that every attempt is an independent draw from the same
-    pi_sample, the counterexample of chapter 01 and the "fails" case of the unfitted predictions."""
-    p_s = v.probability("p_s", p_s)
+    pi_sample, the counterexample of chapter 01 and the "fails" case of the unfitted predictions.
+    ``p_s`` may be an array of ``n`` per-question values (questions that differ in difficulty, each following the
+    two-stage process)."""
+    if isinstance(p_s, np.ndarray):
+        if p_s.shape != (v.positive_int("n", n),) or not np.all((p_s >= 0) & (p_s <= 1)):
+            raise ValueError(f"p_s must be a probability or an array of n = {n} probabilities in [0, 1]")
+    else:
+        p_s = v.probability("p_s", p_s)
     p_later = p_s if p_s_later is None else v.probability("p_s_later", p_s_later)
     p_dC = v.probability("p_dC", p_dC)
     p_dW = v.probability("p_dW", p_dW)
