@@ -169,6 +169,17 @@ def test_valid_property_table_cells_recomputed_independently():
     q_c = lambda pdc: pdc + (1 - pdc) * _rl_value(0.5, pdc, 0.6, 2, 3)   # Q_sample(s_0, C)
     assert rows[("Q_d depends on pi_sample", rl)]["value"] == ("Yes" if q_d(0.3) != q_d(0.6) else "No") == "Yes"
     assert rows[("Q_sample depends on pi_d", rl)]["value"] == ("Yes" if q_c(0.5) != q_c(0.8) else "No") == "Yes"
+    # RL's Q_d(W_1, RESAMPLE) with attempts of L_2, L_3 tokens and a decision token each, discounted per token:
+    # at gamma = 1 (the paper's setting) the later lengths do not enter, at gamma < 1 they do
+    def q_d_discounted(gamma, L2, L3, p_s=0.5, p_dC=0.9, p_dW=0.6):
+        v3 = gamma ** (L3 + 1) * p_s
+        v2 = gamma ** L2 * (p_s * (gamma * p_dC + (1 - p_dC) * gamma * v3) + (1 - p_s) * p_dW * gamma * v3)
+        return gamma * v2
+    assert q_d_discounted(1.0, 3, 4) == q_d_discounted(1.0, 9, 2) and q_d_discounted(0.9, 3, 4) != q_d_discounted(0.9, 9, 2)
+    assert rows[("Q_d depends on future lengths L_k'", rl)]["value"] == "No"
+    sym = th.rl_conditional_q(3)["q_decision"][0]
+    subs = {th.p_s: 0.5, th.p_dC: 0.9, th.p_dW: 0.6, th.gamma: 0.9, th.lengths_symbols(3)[1]: 3, th.lengths_symbols(3)[2]: 4}
+    assert abs(float(sym.subs(subs)) - q_d_discounted(0.9, 3, 4)) < 1e-12
     prefix_q = lambda p1, q1, L1, p2, L2: (1 / (p1 ** L1 * q1), 1 / (p1 ** L1 * q1 * p2))   # Q_d(s_1), Q(token_2,1)
     base = prefix_q(.5, .9, 3, .7, 4)
     assert rows[("Q_d depends on pi_sample", sft)]["value"] == "Yes" and base[0] != prefix_q(.6, .9, 3, .7, 4)[0]
