@@ -212,3 +212,47 @@ def test_a_second_evaluate_on_the_same_out_is_refused(tmp_path):
     finally:
         holder.kill()
         holder.wait()
+
+
+def _copy_base(tmp_path):
+    import shutil
+
+    from dsh.training.laptop_base import SHIPPED_BASE
+
+    d = tmp_path / "model"
+    shutil.copytree(SHIPPED_BASE, d)
+    return d
+
+
+def test_a_model_whose_weights_do_not_cover_its_parameters_is_refused(tmp_path):
+    """A valid but empty safetensors file: transformers would initialise every tensor at random; dsh refuses it in one
+    line naming the missing tensors, before generating or training anything (evaluate writes no output)."""
+    import struct
+
+    from dsh.experiment import evaluate as E
+
+    d = _copy_base(tmp_path)
+    hdr = json.dumps({"__metadata__": {"format": "pt"}}).encode()
+    (d / "model.safetensors").write_bytes(struct.pack("<Q", len(hdr)) + hdr)
+    out = tmp_path / "g.jsonl"
+    with pytest.raises(ValueError, match=r"^model .*: its weights do not match its parameters: \d+ missing \(e.g. ") as e:
+        E.evaluate(str(d), str(out), E.EvalSettings(levels=["1x2"], n_per_level=1, max_new_tokens=8), progress=False)
+    assert "\n" not in str(e.value) and not out.exists()
+    from dsh.experiment import presets
+    from dsh.training import train
+
+    cfg = presets.LAPTOP.train_config("sft", model=str(d), output_dir=str(tmp_path / "run"), max_steps=1, n_train=4)
+    with pytest.raises(ValueError, match=r"^model .*: its weights do not match its parameters"):
+        train.train(cfg)
+    assert not (tmp_path / "run").exists()          # no half-made run folder
+
+
+def test_a_truncated_weights_file_is_one_line(tmp_path):
+    from dsh.llm import models
+
+    d = _copy_base(tmp_path)
+    data = (d / "model.safetensors").read_bytes()
+    (d / "model.safetensors").write_bytes(data[:len(data) // 3])
+    with pytest.raises(ValueError, match=r"^model .*: its weights cannot be read \(.*\); the folder .* is incomplete") as e:
+        models.load(str(d))
+    assert "\n" not in str(e.value)

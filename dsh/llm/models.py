@@ -135,10 +135,40 @@ def vllm_available() -> bool:
     return importlib.util.find_spec("vllm") is not None
 
 
+def load_weights(model: str, loc: str, dtype=None, trust_remote_code: bool = False):
+    """The model at ``loc`` (safetensors only), refused with a one-line ValueError when its weights file cannot be
+    read (truncated, damaged) or when its weights do not cover its parameters (missing or mismatched tensors:
+    transformers would initialise them at random and say so in a table, and every answer would be noise)."""
+    from transformers import AutoModelForCausalLM
+    from transformers.utils import logging as hf_logging
+
+    level, bars = hf_logging.get_verbosity(), hf_logging.is_progress_bar_enabled()
+    hf_logging.set_verbosity_error()           # the load report is turned into the error below
+    hf_logging.disable_progress_bar()          # a second-long "Loading weights" bar is noise in a chapter
+    try:
+        m, info = AutoModelForCausalLM.from_pretrained(loc, dtype=dtype, use_safetensors=True, output_loading_info=True,
+                                                       trust_remote_code=trust_remote_code)
+    except Exception as e:                     # safetensors raises its own SafetensorError for a cut file
+        if type(e).__name__ != "SafetensorError" and not isinstance(e, OSError):
+            raise
+        raise ValueError(f"model {model}: its weights cannot be read ({str(e).splitlines()[0][:160]}); "
+                         f"the folder {loc} is incomplete or damaged") from None
+    finally:
+        hf_logging.set_verbosity(level)
+        if bars:
+            hf_logging.enable_progress_bar()
+    bad = {k: sorted(info.get(k) or []) for k in ("missing_keys", "mismatched_keys", "unexpected_keys")}
+    if any(bad.values()):
+        what = "; ".join(f"{len(v)} {k.split('_')[0]} (e.g. {', '.join(map(str, v[:2]))})" for k, v in bad.items() if v)
+        raise ValueError(f"model {model}: its weights do not match its parameters: {what}; the folder {loc} is "
+                         f"incomplete or holds another model's weights")
+    return m
+
+
 def load(model: str = EMBEDDED, dtype=None, device: str | None = None, trust_remote_code: bool = False):
     """Load ``(model, tokenizer)``. ``dtype``: a torch dtype or None (float32 on CPU, bfloat16 on GPU)."""
     import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoTokenizer
 
     loc = resolve_model(model)
     if device is None:
@@ -146,8 +176,7 @@ def load(model: str = EMBEDDED, dtype=None, device: str | None = None, trust_rem
     if dtype is None:
         dtype = torch.bfloat16 if device.startswith("cuda") else torch.float32
     tok = configure_tokenizer(AutoTokenizer.from_pretrained(loc, trust_remote_code=trust_remote_code))
-    m = AutoModelForCausalLM.from_pretrained(loc, dtype=dtype, use_safetensors=True,
-                                             trust_remote_code=trust_remote_code)
+    m = load_weights(model, loc, dtype, trust_remote_code)
     m.generation_config.eos_token_id = end_of_turn_ids(tok)
     m.generation_config.pad_token_id = tok.pad_token_id
     return m.to(device), tok

@@ -347,13 +347,12 @@ def _real_tokens(trainer) -> int | None:
     return int(logged[-1]) if logged else None
 
 
-def prepare_run_dir(cfg: TrainConfig) -> Path:
-    """Create the run directory, refusing to overwrite a previous run unless ``resume``."""
+def check_run_dir(cfg: TrainConfig) -> Path:
+    """The run directory, refused when it already holds a run and ``resume`` is off (nothing is created here)."""
     run = Path(cfg.output_dir)
     if run.exists() and any(run.iterdir()) and not cfg.resume:
         raise ValueError(f"output_dir {run} already holds a run; pass resume=True to continue it or choose "
                          f"another output_dir")
-    run.mkdir(parents=True, exist_ok=True)
     return run
 
 
@@ -439,14 +438,14 @@ def train(cfg: TrainConfig) -> dict:
         raise ValueError(f"cfg must be a dsh.training.train.TrainConfig, got {type(cfg).__name__}")
     loc = resolve_model(cfg.model)                 # fails fast on a bad model before anything is written
     trl_cfg = to_trl_config(cfg)
-    run = prepare_run_dir(cfg)
+    run = check_run_dir(cfg)
     resume_from = str(last_checkpoint(run)) if cfg.resume and last_checkpoint(run) else None
-    (run / "run_config.json").write_text(json.dumps(
-        {"dsh": dataclasses.asdict(cfg), "resolved_model": loc, "trl": trl_cfg.to_dict()}, indent=1, default=str))
-
     records = build_dataset(cfg)
     model, tok = load(loc, dtype=torch.bfloat16 if trl_cfg.bf16 else torch.float32,
-                      trust_remote_code=cfg.trust_remote_code)
+                      trust_remote_code=cfg.trust_remote_code)   # refuses weights that do not cover the model
+    run.mkdir(parents=True, exist_ok=True)         # nothing is written before the model has loaded
+    (run / "run_config.json").write_text(json.dumps(
+        {"dsh": dataclasses.asdict(cfg), "resolved_model": loc, "trl": trl_cfg.to_dict()}, indent=1, default=str))
     packed = cfg.padding_free and cfg.method != "grpo"
     if packed:
         from ..llm.packing import register
