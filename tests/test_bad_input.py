@@ -2,6 +2,7 @@
 names the argument and what is valid, before any heavy work; no traceback; the inputs are left as they were and
 nothing half-written appears."""
 
+import dataclasses
 import hashlib
 import json
 import math
@@ -96,7 +97,7 @@ CLI_CASES = [
     ("evaluate-pickled-model", ["evaluate", "--model", "{tmp}/pickled", "--out", "{tmp}/g.jsonl"], "safetensors only"),
     ("evaluate-out-is-a-folder", ["evaluate", "--out", "{tmp}/config_only"], "out must be a file path"),
     ("evaluate-out-under-a-file", ["evaluate", "--out", "{tmp}/a_file/g.jsonl"], "out cannot be written"),
-    ("evaluate-out-is-the-input", ["evaluate", "--out", "{tmp}/a_file"], "out must be a new file or a generations file"),
+    ("evaluate-out-is-the-input", ["evaluate", "--out", "{tmp}/a_file"], "holds data dsh evaluate did not write"),
     ("evaluate-out-inside-the-model", ["evaluate", "--model", "{tmp}/fake_model", "--out", "{tmp}/fake_model/model.safetensors"], "out must lie outside the model folder"),
     ("train-method", ["train", "--method", "ppo", "--dry-run"], "method must be one of sft, sft_reflection, dft, grpo"),
     ("train-preset", ["train", "--method", "sft", "--preset", "fast", "--dry-run"], "preset must be one of ci, gpu-small, paper"),
@@ -224,6 +225,7 @@ def _copy_base(tmp_path):
     return d
 
 
+@pytest.mark.slow
 def test_a_model_whose_weights_do_not_cover_its_parameters_is_refused(tmp_path):
     """A valid but empty safetensors file: transformers would initialise every tensor at random; dsh refuses it in one
     line naming the missing tensors, before generating or training anything (evaluate writes no output)."""
@@ -247,6 +249,7 @@ def test_a_model_whose_weights_do_not_cover_its_parameters_is_refused(tmp_path):
     assert not (tmp_path / "run").exists()          # no half-made run folder
 
 
+@pytest.mark.slow
 def test_a_truncated_weights_file_is_one_line(tmp_path):
     from dsh.llm import models
 
@@ -256,3 +259,74 @@ def test_a_truncated_weights_file_is_one_line(tmp_path):
     with pytest.raises(ValueError, match=r"^model .*: its weights cannot be read \(.*\); the folder .* is incomplete") as e:
         models.load(str(d))
     assert "\n" not in str(e.value)
+
+
+def _eval_args(tmp_path, **kw):
+    from dsh.experiment import evaluate as E
+    from dsh.training.laptop_base import SHIPPED_BASE
+
+    settings = E.EvalSettings(levels=["1x2"], n_per_level=2, max_new_tokens=8, temperature=0.0)
+    return E, dict(model=str(SHIPPED_BASE), out=str(tmp_path / "g.jsonl"), settings=settings, progress=False, **kw)
+
+
+@pytest.mark.slow
+def test_evaluate_never_modifies_an_output_it_did_not_write(tmp_path):
+    """An --out dsh evaluate did not write (records of another evaluation, a file with other lines after a record, a
+    2 MB one-line JSON without a final newline) is refused in one line and left byte-identical; so is its own output
+    asked for with another seed; duplicate levels are refused."""
+    E, args = _eval_args(tmp_path)
+    out = tmp_path / "g.jsonl"
+    foreign = {
+        "other records": b"".join(json.dumps({"level": "3x3", "index": i, "question": "q", "response": "r"}).encode()
+                                  + b"\n" for i in range(3)),
+        "a record, then other lines": json.dumps({"level": "1x2", "index": 0, "question": "q", "response": "r"}).encode()
+        + b'\n{"level": "3x3", "note": "keep me"}\n',
+        "2 MB one-line JSON": b'{"x": "' + b"a" * 2_000_000 + b'"}',
+    }
+    for name, data in foreign.items():
+        out.write_bytes(data)
+        with pytest.raises(ValueError, match=r"^out .* (holds data dsh evaluate did not write|is not a record)") as e:
+            E.evaluate(**args)
+        assert "\n" not in str(e.value) and out.read_bytes() == data, name
+    out.unlink()
+    E.evaluate(**args)                                            # its own evaluation, with its settings record
+    mine = out.read_bytes()
+    assert len(mine.splitlines()) == 2 and E.settings_path(out).is_file()
+    E.evaluate(**args)                                            # the same again: nothing to do, nothing changed
+    assert out.read_bytes() == mine
+    with pytest.raises(ValueError, match=r"^out .* holds an evaluation with other seed; resume only continues"):
+        E.evaluate(**{**args, "seed": 1})
+    assert out.read_bytes() == mine
+    with open(out, "ab") as f:
+        f.write(b'{"level": "3x3", "note": "keep me"}\n')
+    with pytest.raises(ValueError, match=r"^out .* line 3 is not a record of this evaluation"):
+        E.evaluate(**args)
+    with pytest.raises(ValueError, match=r"^levels must name each level once"):
+        E.evaluate(**{**args, "settings": E.EvalSettings(levels=["1x2", "1x2"])})
+
+
+@pytest.mark.slow
+def test_train_resume_refuses_a_folder_that_is_not_a_dsh_run_and_deletes_only_its_own_checkpoints(tmp_path, capsys):
+    from dsh.experiment import presets
+    from dsh.training import train
+
+    other = tmp_path / "notes"
+    (other / "checkpoint-notes").mkdir(parents=True)
+    (other / "checkpoint-notes" / "a.txt").write_text("keep me")
+    cfg = presets.LAPTOP.train_config("sft", output_dir=str(other), max_steps=1, n_train=4, save_steps=1, resume=True)
+    cfg = dataclasses.replace(cfg, model=str(_base()))
+    with pytest.raises(ValueError, match=r"^output_dir .* is not a dsh run \(no run_config.json\)"):
+        train.train(cfg)
+    assert [p.name for p in other.iterdir()] == ["checkpoint-notes"]
+    run = tmp_path / "run"
+    (run / "checkpoint-notes").mkdir(parents=True)        # a folder of the user's inside a fresh run
+    (run / "run_config.json").write_text("{}")
+    summary = train.train(dataclasses.replace(cfg, output_dir=str(run)))
+    assert "nothing to resume" in capsys.readouterr().out and summary["global_step"] == 1
+    assert (run / "checkpoint-notes").is_dir() and not list(run.glob("checkpoint-[0-9]*"))
+
+
+def _base():
+    from dsh.training.laptop_base import SHIPPED_BASE
+
+    return SHIPPED_BASE

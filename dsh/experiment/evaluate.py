@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..core import validate as v
-from ..core.files import read_jsonl, write_jsonl
+from ..core.files import read_jsonl, write_jsonl, write_text
 from ..llm.models import EMBEDDED, load, resolve_model, vllm_available
 from ..task.problems import N_TEST, TEST_LEVELS, parse_level, test_problems
 from ..task.records import chat_prompt
@@ -54,6 +54,8 @@ class EvalSettings:
         if isinstance(levels, str) or not isinstance(levels, (list, tuple)) or not levels:
             raise ValueError(f"levels must be a non-empty list of levels such as ['3x3', '3x5']; got {levels!r}")
         levels = tuple(f"{m}x{n}" for m, n in (parse_level(lv) for lv in levels))
+        if len(set(levels)) != len(levels):
+            raise ValueError(f"levels must name each level once; got {list(self.levels)!r}")
         if v.real("temperature", self.temperature) < 0:
             raise ValueError(f"temperature must be a number >= 0 (0: greedy), got {self.temperature!r}")
         return dataclasses.replace(self, levels=levels, n_per_level=v.positive_int("n_per_level", self.n_per_level),
@@ -81,20 +83,75 @@ def evaluate(model: str = EMBEDDED, out: str = "generations.jsonl", settings: Ev
     out = v.output_path("out", out)
     if Path(loc).exists() and Path(loc).resolve() in (out.resolve(), *out.resolve().parents):
         raise ValueError(f"out must lie outside the model folder {loc}")
-    if out.is_file() and out.stat().st_size:
-        with open(out, "rb") as f:
-            head = f.readline(1 << 20)
-        try:
-            first = json.loads(head)
-            ok = isinstance(first, dict) and {"level", "index", "response"} <= set(first)
-        except ValueError:   # a first line cut by an interruption is resumed; anything else is not ours
-            ok = head.startswith(b'{"') and not head.endswith(b"\n")
-        if not ok:
-            raise ValueError(f"out must be a new file or a generations file to resume; {out} holds something else")
     n = settings.n_per_level
     problems = [(settings.levels[k // n], k % n, p) for k, p in enumerate(test_problems(settings.levels, n, seed))]
+    ident = model_identity(model, settings, seed, backend)
+    check_own_output(out, ident, problems)
     with _exclusive(out):
+        if not settings_path(out).is_file():
+            write_text(settings_path(out), json.dumps(ident, indent=1))
         return _evaluate(loc, out, problems, settings, seed, backend, progress)
+
+
+def settings_path(out: Path) -> Path:
+    """The settings record beside an evaluation's output: ``<out>.settings.json``."""
+    return out.with_name(out.name + ".settings.json")
+
+
+def weights_id(model: str) -> list | None:
+    """Size and modification time of a model folder's weights (``final/model.safetensors`` of a run, or
+    ``model.safetensors``); None for a model name."""
+    for w in (Path(model) / "final" / "model.safetensors", Path(model) / "model.safetensors"):
+        if w.is_file():
+            st = w.stat()
+            return [st.st_size, st.st_mtime_ns]
+    return None
+
+
+def model_identity(model: str, settings, seed: int, backend: str = "auto") -> dict:
+    """What a generations file is made from: the model, its weights (:func:`weights_id`), the evaluation settings
+    (all but ``batch_size``, which does not change a response of the dsh and vLLM backends), the seed and the backend,
+    as JSON reads it back."""
+    s = {k: x for k, x in dataclasses.asdict(settings).items() if k != "batch_size"}
+    return json.loads(json.dumps({"model": model, "settings": s, "seed": seed, "weights": weights_id(model),
+                                  "backend": backend}))
+
+
+def check_own_output(out: Path, ident: dict, problems) -> None:
+    """Refuse (one line) an ``out`` that dsh evaluate did not write with these settings: a non-empty file needs its
+    settings record (:func:`settings_path`) to equal ``ident``, and each of its lines to be one of this run's records
+    (the last line may be cut by an interruption). Nothing is modified here."""
+    rec = settings_path(out)
+    if not out.is_file() or not out.stat().st_size:
+        if rec.is_file() and json.loads(rec.read_text()) != ident:
+            raise ValueError(f"out {out}: its settings record {rec.name} is of another evaluation; choose another out")
+        return
+    if not rec.is_file():
+        raise ValueError(f"out {out} holds data dsh evaluate did not write (no settings record {rec.name}); "
+                         f"choose another out")
+    try:
+        stored = json.loads(rec.read_text())
+    except ValueError:
+        raise ValueError(f"out {out}: its settings record {rec.name} is not valid JSON; choose another out") from None
+    if stored != ident:
+        diff = sorted(k for k in set(stored) | set(ident) if stored.get(k) != ident.get(k))
+        raise ValueError(f"out {out} holds an evaluation with other {', '.join(diff)}; resume only continues the same "
+                         f"evaluation (choose another out)")
+    expected = {(lv, i): p.question for lv, i, p in problems}
+    with open(out, "rb") as f:
+        lines = f.read().split(b"\n")
+    cut = lines[-1]                     # after the last newline: empty, or a record cut by an interruption
+    for k, raw in enumerate(lines[:-1], start=1):
+        try:
+            r = json.loads(raw)
+            key = (r.get("level"), r.get("index")) if isinstance(r, dict) else None
+            mine = key in expected and expected[key] == r.get("question") and "response" in r
+        except (ValueError, TypeError):    # not JSON, or an unhashable level / index
+            mine = False
+        if not mine:
+            raise ValueError(f"out {out} line {k} is not a record of this evaluation; choose another out")
+    if cut and not cut.startswith(b'{"'):
+        raise ValueError(f"out {out}: its last line is not a record of this evaluation; choose another out")
 
 
 @contextlib.contextmanager

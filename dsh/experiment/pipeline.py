@@ -28,7 +28,7 @@ from ..llm.models import EMBEDDED, resolve_model
 from ..measure.stage import calibrate_stage, preferred
 from ..task.problems import level_index
 from ..training.train import train
-from .evaluate import evaluate
+from .evaluate import evaluate, model_identity, settings_path
 from .presets import DEFAULT, get
 
 
@@ -171,12 +171,12 @@ def train_stage(cfg, name: str, clock: Clock) -> dict:
 def evaluate_model(model: str, gen: Path, settings, seed: int, name: str, clock: Clock,
                    backend: str = "auto") -> list[dict]:
     """Evaluate ``model`` into the working file ``gen`` (resumed when it holds generations of the same model,
-    weights and settings: ``gen.source.json``; started over otherwise) and return its records."""
-    source = gen.with_suffix(".source.json")
-    ident = model_identity(model, settings, seed)
-    if gen.exists() and (not source.is_file() or json.loads(source.read_text()) != ident):
-        gen.unlink()  # generations of another model (a retrained stage) or other settings: start over
-    source.write_text(json.dumps(ident))
+    weights and settings: its settings record; started over otherwise) and return its records."""
+    record = settings_path(gen)
+    stale = record.is_file() and json.loads(record.read_text()) != model_identity(model, settings, seed, backend)
+    if stale or (gen.exists() and not record.is_file()):
+        gen.unlink(missing_ok=True)   # the pipeline's own working file, of another model or other settings: start over
+        record.unlink(missing_ok=True)
     t0 = time.time()
     evaluate(model, out=str(gen), settings=settings, seed=seed, backend=backend, progress=clock.progress)
     recs = read_jsonl(gen)
@@ -203,23 +203,6 @@ def _summary(p, model, chosen, settings, seed, clock: Clock, train_summaries, cf
 
 
 RESULTS_LAYOUT = ("summary.json", "calibration/<stage>.json", "generations/<stage>.jsonl.gz")
-
-
-def weights_id(model: str) -> list | None:
-    """Size and modification time of a model folder's weights (``final/model.safetensors`` of a run, or
-    ``model.safetensors``); None for a model name."""
-    for w in (Path(model) / "final" / "model.safetensors", Path(model) / "model.safetensors"):
-        if w.is_file():
-            st = w.stat()
-            return [st.st_size, st.st_mtime_ns]
-    return None
-
-
-def model_identity(model: str, settings, seed: int) -> dict:
-    """What a generations file was made from: the model, its weights (:func:`weights_id`), the evaluation settings
-    and the seed, as JSON reads it back."""
-    return json.loads(json.dumps({"model": model, "settings": dataclasses.asdict(settings), "seed": seed,
-                                  "weights": weights_id(model)}))
 
 
 def load_results(results_dir) -> dict:

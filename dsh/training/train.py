@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -347,12 +348,21 @@ def _real_tokens(trainer) -> int | None:
     return int(logged[-1]) if logged else None
 
 
+CHECKPOINT = re.compile(r"checkpoint-\d+")    # the trainer's checkpoint folders: the only ones dsh deletes
+
+
 def check_run_dir(cfg: TrainConfig) -> Path:
-    """The run directory, refused when it already holds a run and ``resume`` is off (nothing is created here)."""
+    """The run directory, refused when it already holds a run and ``resume`` is off, or, with ``resume``, when it
+    holds files but is not a dsh run (no ``run_config.json``). Nothing is created here."""
     run = Path(cfg.output_dir)
-    if run.exists() and any(run.iterdir()) and not cfg.resume:
+    if run.exists() and not run.is_dir():
+        raise ValueError(f"output_dir {run} is a file; choose a folder")
+    full = run.is_dir() and any(run.iterdir())
+    if full and not cfg.resume:
         raise ValueError(f"output_dir {run} already holds a run; pass resume=True to continue it or choose "
                          f"another output_dir")
+    if full and cfg.resume and not (run / "run_config.json").is_file():
+        raise ValueError(f"output_dir {run} is not a dsh run (no run_config.json); resume continues only a dsh run")
     return run
 
 
@@ -440,6 +450,8 @@ def train(cfg: TrainConfig) -> dict:
     trl_cfg = to_trl_config(cfg)
     run = check_run_dir(cfg)
     resume_from = str(last_checkpoint(run)) if cfg.resume and last_checkpoint(run) else None
+    if cfg.resume and resume_from is None:
+        print(f"dsh: nothing to resume in {run} (no checkpoint); training from the start", flush=True)
     records = build_dataset(cfg)
     model, tok = load(loc, dtype=torch.bfloat16 if trl_cfg.bf16 else torch.float32,
                       trust_remote_code=cfg.trust_remote_code)   # refuses weights that do not cover the model
@@ -466,6 +478,7 @@ def train(cfg: TrainConfig) -> dict:
     summary = _summary(cfg, trl_cfg, trainer, out, wall, resume_from, records, packed, cut)
     (run / "summary.json").write_text(json.dumps(summary, indent=1))
     if not cfg.keep_checkpoints:  # a finished run needs only final/ (a 7B checkpoint with Adam is ~100 GB)
-        for ck in run.glob("checkpoint-*"):
-            shutil.rmtree(ck, ignore_errors=True)
+        for ck in run.iterdir():
+            if ck.is_dir() and CHECKPOINT.fullmatch(ck.name):
+                shutil.rmtree(ck, ignore_errors=True)
     return summary
