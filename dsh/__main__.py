@@ -97,7 +97,8 @@ def _cmd_data(args) -> int:
 
 
 def _parse_overrides(items) -> dict:
-    """--set key=value pairs; values are read as JSON when they parse (numbers, true/false, lists)."""
+    """--set key=value pairs; values are read as JSON when they parse (numbers, true/false, lists); a plain value
+    with commas is a list (``levels=1x1,2x2``)."""
     out = {}
     for item in items or ():
         if "=" not in item:
@@ -106,7 +107,7 @@ def _parse_overrides(items) -> dict:
         try:
             out[k.strip()] = json.loads(val)
         except json.JSONDecodeError:
-            out[k.strip()] = val
+            out[k.strip()] = tuple(x.strip() for x in val.split(",")) if "," in val else val
         if isinstance(out[k.strip()], list):
             out[k.strip()] = tuple(out[k.strip()])
     return out

@@ -111,6 +111,13 @@ CLI_CASES = [
     ("pipeline-eval-field", ["pipeline", "--eval-set", "max_tokens=3", "--results-dir", "{tmp}/r", "--runs-dir", "{tmp}/w"], "unknown evaluation field(s) max_tokens"),
     ("pipeline-same-dirs", ["pipeline", "--results-dir", "{tmp}/r", "--runs-dir", "{tmp}/r"], "results_dir must differ from runs_dir"),
     ("pipeline-seed", ["pipeline", "--seed", "-1", "--results-dir", "{tmp}/r", "--runs-dir", "{tmp}/w"], "seed must be an integer >= 0"),
+    ("simulate-huge-n", ["simulate", "--p-s", ".5", "--p-dc", ".9", "--p-dw", ".5", "--n", "100000000000"], "n must be an integer in 1..10,000,000"),
+    ("calibrate-huge-bootstrap", ["calibrate", "{tmp}/good.jsonl", "--bootstrap", "1000000000000"], "n_bootstrap must be an integer in 0..100,000"),
+    ("evaluate-huge-n", ["evaluate", "--n", "100000000", "--out", "{tmp}/g.jsonl"], "n_per_level must be an integer in 1..1,000,000"),
+    ("evaluate-huge-max-new-tokens", ["evaluate", "--max-new-tokens", "100000000", "--out", "{tmp}/g.jsonl"], "max_new_tokens must be at most the model's context of 8,192 tokens"),
+    ("data-huge-n-train", ["data", "--out", "{tmp}/d", "--n-train", "1000000000000"], "n_train must be an integer in 0..1,000,000"),
+    ("pipeline-eval-n-zero", ["pipeline", "--eval-set", "n_per_level=0", "--results-dir", "{tmp}/r", "--runs-dir", "{tmp}/w"], "n_per_level must be an integer >= 1"),
+    ("evaluate-duplicate-levels", ["evaluate", "--levels", "1x1,1x1", "--out", "{tmp}/g.jsonl"], "levels must name each level once"),
     ("bench-size", ["bench", "--size", "huge"], "size must be one of auto, cpu, gpu"),
     ("bench-parts", ["bench", "--parts", "generation,flying"], "parts[i] must be one of generation, sft, grpo"),
 ]

@@ -74,3 +74,9 @@ def test_data_command_bad_style_writes_nothing(tmp_path):
     r = run("data", "--out", str(tmp_path / "d"), "--style", "cot")
     assert r.returncode == 2 and r.stderr.startswith("error: style must be one of")
     assert not (tmp_path / "d").exists()
+
+
+def test_a_comma_separated_set_value_is_a_list():
+    r = run("train", "--method", "sft", "--set", "train_levels=2x2,2x3", "--dry-run")
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert json.loads(r.stdout)["dsh"]["train_levels"] == ["2x2", "2x3"]

@@ -40,6 +40,26 @@ def length(name: str, value, minimum: int = 0) -> int:
     return int(value)
 
 
+def at_most(name: str, value, bound: int, why: str) -> int:
+    """Return ``value`` (an integer >= 1) after checking that it is at most ``bound``; ``why`` says what the bound
+    protects (memory, time), in the one-line error."""
+    value = positive_int(name, value)
+    if value > bound:
+        raise ValueError(f"{name} must be an integer in 1..{bound:,} ({why}); got {value:,}")
+    return value
+
+
+def names(name: str, value) -> tuple:
+    """A list of names (levels, objectives) as a tuple of strings: a list or tuple of strings, or one comma-separated
+    string ("1x1,2x2", what papermill's ``-p`` gives); a one-line ValueError otherwise (a bare string is not taken
+    apart into its characters)."""
+    if isinstance(value, str):
+        value = [x.strip() for x in value.split(",") if x.strip()]
+    if not isinstance(value, (list, tuple)) or not value or not all(isinstance(x, str) and x for x in value):
+        raise ValueError(f"{name} must be a non-empty list of names or one comma-separated string; got {value!r}")
+    return tuple(value)
+
+
 def positive_int(name: str, value) -> int:
     """Return ``value`` after checking that it is an integer >= 1."""
     return length(name, value, minimum=1)

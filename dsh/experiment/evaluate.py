@@ -27,7 +27,7 @@ from pathlib import Path
 from ..core import validate as v
 from ..core.files import read_jsonl, write_jsonl, write_text
 from ..llm.models import EMBEDDED, load, resolve_model, vllm_available
-from ..task.problems import N_TEST, TEST_LEVELS, parse_level, test_problems
+from ..task.problems import MAX_PROBLEMS, N_TEST, TEST_LEVELS, parse_level, test_problems
 from ..task.records import chat_prompt
 
 BACKENDS = ("auto", "dsh", "hf", "vllm")
@@ -58,7 +58,8 @@ class EvalSettings:
             raise ValueError(f"levels must name each level once; got {list(self.levels)!r}")
         if v.real("temperature", self.temperature) < 0:
             raise ValueError(f"temperature must be a number >= 0 (0: greedy), got {self.temperature!r}")
-        return dataclasses.replace(self, levels=levels, n_per_level=v.positive_int("n_per_level", self.n_per_level),
+        n = v.at_most("n_per_level", self.n_per_level, MAX_PROBLEMS, "test problems a level")
+        return dataclasses.replace(self, levels=levels, n_per_level=n,
                                    max_new_tokens=v.positive_int("max_new_tokens", self.max_new_tokens),
                                    batch_size=v.positive_int("batch_size", self.batch_size))
 
@@ -80,6 +81,10 @@ def evaluate(model: str = EMBEDDED, out: str = "generations.jsonl", settings: Ev
     v.choice("backend", backend, BACKENDS)
 
     loc = resolve_model(model)  # a bad model fails here, before anything is written
+    context = model_context(loc)
+    if context and settings.max_new_tokens > context:
+        raise ValueError(f"max_new_tokens must be at most the model's context of {context:,} tokens; "
+                         f"got {settings.max_new_tokens:,}")
     out = v.output_path("out", out)
     if Path(loc).exists() and Path(loc).resolve() in (out.resolve(), *out.resolve().parents):
         raise ValueError(f"out must lie outside the model folder {loc}")
@@ -91,6 +96,14 @@ def evaluate(model: str = EMBEDDED, out: str = "generations.jsonl", settings: Ev
         if not settings_path(out).is_file():
             write_text(settings_path(out), json.dumps(ident, indent=1))
         return _evaluate(loc, out, problems, settings, seed, backend, progress)
+
+
+def model_context(loc: str) -> int | None:
+    """The context length (``max_position_embeddings``) of a local model folder's config; None when unknown."""
+    try:
+        return int(json.loads((Path(loc) / "config.json").read_text())["max_position_embeddings"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
 
 
 def settings_path(out: Path) -> Path:

@@ -96,7 +96,7 @@ def run_pipeline(preset: str = DEFAULT, results_dir: str | None = None, runs_dir
     chosen = list(stages) if stages else names
     for s in chosen:
         v.choice("stages[i]", s, names)
-    settings = p.eval_settings(**(eval_overrides or {}))
+    settings = p.eval_settings(**(eval_overrides or {})).checked()   # before the first stage trains
     resolve_model(model)  # fail fast
     make_folders(results, runs, ("generations", "calibration"))
     clock = Clock(progress)

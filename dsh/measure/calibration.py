@@ -179,6 +179,9 @@ def _subset(s: ResponseStats, mask) -> ResponseStats:
     return ResponseStats(*[getattr(s, f)[mask] for f in ResponseStats.__dataclass_fields__])
 
 
+MAX_BOOTSTRAP = 100_000   # resamples: the paper uses 100
+
+
 def calibrate(records, drop_truncated: bool = False, n_bootstrap: int = 100, seed: int = 0,
               markers=DEFAULT_MARKERS) -> dict:
     """``{"overall": {...}, "by_level": {"3x5": {...}, ...}}`` for a list of records.
@@ -188,6 +191,8 @@ def calibrate(records, drop_truncated: bool = False, n_bootstrap: int = 100, see
     "response"; "level" and "truncated" are optional.
     """
     v.length("n_bootstrap", n_bootstrap)
+    if n_bootstrap > MAX_BOOTSTRAP:
+        raise ValueError(f"n_bootstrap must be an integer in 0..{MAX_BOOTSTRAP:,} (time); got {n_bootstrap:,}")
     v.length("seed", seed)
     recs = validate_records(records)
     if drop_truncated:

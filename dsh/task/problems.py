@@ -59,11 +59,19 @@ def level_index(level) -> int:
     return m * 100 + n
 
 
+MAX_PROBLEMS = 1_000_000   # problems drawn at once per level: beyond it a run would only exhaust memory
+
+
 def draw_problems(level, count: int, seed: int = 0, exclude=frozenset()) -> list[Problem]:
     """``count`` problems of one level, uniform operands, deterministic under ``seed``; pairs in
     ``exclude`` (a set of (a, b)) are redrawn."""
     m, n = parse_level(level)
     count = v.length("count", count)
+    if count > MAX_PROBLEMS:
+        raise ValueError(f"count must be at most {MAX_PROBLEMS:,} problems a level (memory); got {count:,}")
+    space = 9 * 10 ** (m - 1) * 9 * 10 ** (n - 1)
+    if count and sum(1 for a, b in exclude if len(str(a)) == m and len(str(b)) == n) >= space:
+        raise ValueError(f"level {level}: every one of its {space} problems is excluded; nothing left to draw")
     rng = random.Random(f"{seed}-{m}x{n}")
     out = []
     while len(out) < count:
@@ -85,6 +93,9 @@ def make_splits(n_train: int = N_TRAIN, train_levels=TRAIN_LEVELS, n_test: int =
     ``n_test`` test problems per level. Test problems never appear in training (asserted)."""
     n_train = v.length("n_train", n_train)
     n_test = v.length("n_test", n_test)
+    if n_train > MAX_PROBLEMS or n_test > MAX_PROBLEMS:
+        name, x = ("n_train", n_train) if n_train > MAX_PROBLEMS else ("n_test", n_test)
+        raise ValueError(f"{name} must be an integer in 0..{MAX_PROBLEMS:,} (memory); got {x:,}")
     v.length("seed", seed)
     train_levels = [parse_level(x) for x in train_levels]
     test_levels = [parse_level(x) for x in test_levels]

@@ -24,6 +24,7 @@ from ..core import validate as v
 from .two_stage import simulate
 
 PARAMS = ("theta_s", "theta_dC", "theta_dW")
+MAX_MONTE_CARLO = 10_000_000   # trajectories sampled at once (each holds its attempts)
 POLICY_OF = {"theta_s": "pi_sample", "theta_dC": "pi_d", "theta_dW": "pi_d"}
 
 
@@ -330,7 +331,7 @@ def monte_carlo_gradients(theta, theta_ref, n: int = 100_000, len_C: int = 8, le
     ``{"reward": (mean, se), "kl": (mean, se), "kl_loss_k3": (mean, se)}``, each an array over the
     three parameters. The reward estimate uses the baseline E[R] (any constant leaves it unbiased)."""
     len_C, len_W, _ = _check_common(len_C, len_W, 1.0)
-    n = v.positive_int("n", n)
+    n = v.at_most("n", n, MAX_MONTE_CARLO, "sampled trajectories: memory")
     cand = sample_trajectories(theta, n, seed)
     score, R, kl, k3 = per_trajectory(theta, theta_ref, cand, len_C, len_W)
     out = {}

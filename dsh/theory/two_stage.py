@@ -69,6 +69,9 @@ class SimulatedResponses:
         return self.candidates[np.arange(len(last)), last] == 1
 
 
+MAX_SIMULATE = 10_000_000   # responses simulated at once (a few hundred MB)
+
+
 def simulate(p_s: float, p_dC: float, p_dW: float, n: int, seed: int = 0,
              max_attempts: int = 64, p_s_later: float | None = None) -> SimulatedResponses:
     """Draw ``n`` responses from the two-stage process (vectorized, deterministic under ``seed``).
@@ -78,6 +81,7 @@ def simulate(p_s: float, p_dC: float, p_dW: float, n: int, seed: int = 0,
     pi_sample, the counterexample of chapter 01 and the "fails" case of the unfitted predictions.
     ``p_s`` may be an array of ``n`` per-question values (questions that differ in difficulty, each following the
     two-stage process)."""
+    v.at_most("n", n, MAX_SIMULATE, "responses simulated at once: memory")
     if isinstance(p_s, np.ndarray):
         if p_s.shape != (v.positive_int("n", n),) or not np.all((p_s >= 0) & (p_s <= 1)):
             raise ValueError(f"p_s must be a probability or an array of n = {n} probabilities in [0, 1]")
