@@ -396,6 +396,12 @@ def main(argv=None) -> int:
     except ValueError as e:  # bad input: one line, no traceback
         print(f"error: {e}", file=sys.stderr)
         return 2
+    except MemoryError:      # an input or a size beyond this machine: one line, not a traceback
+        print("error: not enough memory for this input or these sizes; choose smaller ones", file=sys.stderr)
+        return 2
+    except RecursionError:
+        print("error: an input nested too deeply to read", file=sys.stderr)
+        return 2
     except OSError as e:     # an unreadable input or unwritable output found late: still one line
         print(f"error: {e.strerror or e}: {e.filename}" if e.filename else f"error: {e}", file=sys.stderr)
         return 2

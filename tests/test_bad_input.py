@@ -30,6 +30,7 @@ def _line(obj) -> bytes:
 # files a case may need, written into its own folder
 FILES = {
     "empty.jsonl": b"",
+    "nested.jsonl": b"[" * 5000 + b"]" * 5000 + b"\n",
     "binary.jsonl": bytes(range(256)) * 4,
     "truncated.jsonl": _line(GOOD) + _line(GOOD)[:30],
     "latin1.jsonl": _line(GOOD) + json.dumps({**GOOD, "response": "x"}).replace('"x"', '"caf\xe9"').encode("latin-1") + b"\n",
@@ -86,6 +87,7 @@ CLI_CASES = [
     ("calibrate-response-type", ["calibrate", "{tmp}/response_int.jsonl"], "field 'response' must be a string"),
     ("calibrate-bad-marker-pattern", ["calibrate", "{tmp}/good.jsonl", "--marker-pattern", "let me ("], "--marker-pattern must be a regular expression"),
     ("calibrate-bootstrap", ["calibrate", "{tmp}/good.jsonl", "--bootstrap", "-1"], "n_bootstrap must be an integer >= 0"),
+    ("calibrate-deeply-nested", ["calibrate", "{tmp}/nested.jsonl"], "line 1: nested too deeply to be a record"),
     ("evaluate-n", ["evaluate", "--n", "0", "--out", "{tmp}/g.jsonl"], "n_per_level must be an integer >= 1"),
     ("evaluate-level", ["evaluate", "--levels", "three", "--out", "{tmp}/g.jsonl"], "level must look like '3x5'"),
     ("evaluate-backend", ["evaluate", "--backend", "tgi", "--out", "{tmp}/g.jsonl"], "backend must be one of auto, dsh, hf, vllm"),

@@ -81,6 +81,8 @@ def read_jsonl(path, strict: bool = True, check=None, what: str = "FILE") -> lis
                     r = json.loads(line)
                 except json.JSONDecodeError as e:
                     raise ValueError(f"not valid JSON ({e.msg})") from None
+                except RecursionError:
+                    raise ValueError("nested too deeply to be a record") from None
                 if check is not None:
                     try:
                         check(r)

@@ -3,8 +3,9 @@ cut off, after ``make book``.
 
 For each page it asserts that MathJax typeset the math (its output elements, ``mjx-container``, present wherever
 the page has math), that no raw ``\\(``, ``\\[`` or ``$$`` is left in the visible text, that every image loaded,
-and that no output cell shows a "Traceback" or an "Error". Full-page screenshots of a few pages go to
-``_build/screenshots/`` for a person to look at (not committed).
+that no output cell shows a "Traceback", an "Error" or a warning (``FutureWarning``, ``UserWarning``, ...), that no
+table is cut to "..." cells (or a pandas "[N rows x M columns]" footer) and that no table holds only NaN.
+Full-page screenshots of a few pages go to ``_build/screenshots/`` for a person to look at (not committed).
 
     python tests/browser/check_book.py [_build/html]      # exit 1 with one line per problem
 
@@ -40,6 +41,14 @@ return {
   raw: ['\\\\(', '\\\\[', '$$'].filter(s => text.includes(s)),
   broken_images: Array.from(document.images).filter(i => !(i.complete && i.naturalWidth > 0)).map(i => i.src),
   errors: ['Traceback', 'Error'].filter(s => outputs.includes(s)),
+  warnings: (outputs.match(/\\w*Warning\\b[^\\n]{0,80}/g) || []).slice(0, 3),
+  cut: Array.from(document.querySelectorAll('.cell_output table td, .cell_output table th, .output table td'))
+         .filter(e => { const s = e.innerText.trim(); return s.endsWith('...') || s.endsWith('\\u2026'); }).length
+       + (outputs.match(/\\[\\d+ rows x \\d+ columns\\]/g) || []).length,
+  nan_tables: Array.from(document.querySelectorAll('.cell_output table, .output table')).filter(t => {
+    const cells = Array.from(t.querySelectorAll('td')).map(c => c.innerText.trim());
+    return cells.length > 0 && cells.every(c => ['NaN', 'nan', 'None', ''].includes(c));
+  }).length,
 };
 """
 
@@ -86,6 +95,12 @@ def check(html_dir: Path, shots: Path | None = None) -> list[str]:
                 problems.append(f"{name}: images that did not load: {r['broken_images'][:3]}")
             if r["errors"]:
                 problems.append(f"{name}: an output shows {r['errors']}")
+            if r["warnings"]:
+                problems.append(f"{name}: an output shows a warning: {r['warnings']}")
+            if r["cut"]:
+                problems.append(f"{name}: {r['cut']} table cell(s) cut to '...' (show the whole table)")
+            if r["nan_tables"]:
+                problems.append(f"{name}: {r['nan_tables']} table(s) with nothing but NaN")
             if shots is not None and page.stem in SCREENSHOTS:
                 shots.mkdir(parents=True, exist_ok=True)
                 height = d.execute_script("return document.body.scrollHeight")
