@@ -180,7 +180,7 @@ API_CASES = [
     ("presets-get", lambda: presets.get("fast"), "preset must be one of ci, gpu-small, paper"),
     ("eval_settings-field", lambda: presets.CI.eval_settings(tokens=3), "unknown evaluation field(s) tokens"),
     ("resolve-field", lambda: presets.resolve("sft", "ci", lr=1), "unknown field(s) lr"),
-    ("evaluate-levels-string", lambda: evaluate.evaluate(settings=evaluate.EvalSettings(levels="3x3")), "levels must be a non-empty list"),
+    ("evaluate-levels-blank", lambda: evaluate.evaluate(settings=evaluate.EvalSettings(levels=" ")), "levels must be a non-empty list"),
     ("evaluate-levels-empty", lambda: evaluate.evaluate(settings=evaluate.EvalSettings(levels=[])), "levels must be a non-empty list"),
 ]
 
@@ -339,3 +339,11 @@ def _base():
     from dsh.training.laptop_base import SHIPPED_BASE
 
     return SHIPPED_BASE
+
+
+def test_levels_as_one_string_are_a_comma_separated_list():
+    """--eval-set levels=1x1 and levels=1x1,2x2 (strings from the command line) are accepted."""
+    from dsh.experiment.evaluate import EvalSettings
+
+    assert EvalSettings(levels="1x1").checked().levels == ("1x1",)
+    assert EvalSettings(levels="1x1, 2x2").checked().levels == ("1x1", "2x2")

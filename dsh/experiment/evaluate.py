@@ -51,6 +51,8 @@ class EvalSettings:
         """These settings with the levels in canonical form (``"3x5"``), or a one-line ValueError naming the field
         and its valid values."""
         levels = self.levels
+        if isinstance(levels, str) and levels.strip():      # "3x3" or "3x3,3x5" (the CLI's --eval-set levels=...)
+            levels = [x.strip() for x in levels.split(",")]
         if isinstance(levels, str) or not isinstance(levels, (list, tuple)) or not levels:
             raise ValueError(f"levels must be a non-empty list of levels such as ['3x3', '3x5']; got {levels!r}")
         levels = tuple(f"{m}x{n}" for m, n in (parse_level(lv) for lv in levels))
