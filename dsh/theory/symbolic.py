@@ -450,7 +450,7 @@ def rl_conditional_q(T: int = 3) -> dict:
     attempt k+1, ``V_k = gamma^L_k (p_s (gamma p_dC + (1 - p_dC) gamma V_{k+1}) + (1 - p_s) p_dW gamma V_{k+1})``
     (the last attempt stops: ``V_T = gamma^(L_T + 1) p_s``); ``q_sample[k] = (Q after a correct attempt, Q after a
     wrong one)`` at the state the attempt leads to; ``q_decision[k]``: Q_d(W_k, RESAMPLE) (the final STOP's is the
-    reward). Immediate rewards are all zero."""
+    reward). Their immediate rewards are read off by :func:`valid_property_table`."""
     T = v.positive_int("T", T)
     Ls = lengths_symbols(T)
     V = [sp.Integer(0)] * (T + 1)
@@ -461,8 +461,7 @@ def rl_conditional_q(T: int = 3) -> dict:
     q_sample = [(gamma * p_dC + (1 - p_dC) * gamma * V[k + 1], p_dW * gamma * V[k + 1]) if k + 1 < T
                 else (gamma, sp.Integer(0)) for k in range(T)]
     q_decision = [gamma * V[k + 1] for k in range(T - 1)]
-    return {"V": V[:T], "q_sample": q_sample, "q_decision": q_decision, "lengths": Ls,
-            "immediate_sample": sp.Integer(0), "immediate_decision": sp.Integer(0)}
+    return {"V": V[:T], "q_sample": q_sample, "q_decision": q_decision, "lengths": Ls}
 
 
 def sft_conditional_q(T: int = 3) -> ImplicitQ:
@@ -506,18 +505,27 @@ def valid_property_table(T: int = 3) -> list[dict]:
     sft_s = set().union(*[x.free_symbols for row in sft.q_sample for x in row])
     # future lengths: Q_d(s_k) containing a length of an attempt after k
     sft_future = any(sft.q_decision[k].free_symbols & set(lengths_symbols(T)[k + 1:]) for k in range(T))
-    zero = sp.Integer(0)   # SFT's valid immediate rewards (the outcome reward arrives at the end)
+    # immediate rewards by the one rule: Q minus the expected Q of the next action (gamma = 1); zero for every action
+    # means one continuation value, Phi = V, carries the signal to both policies
+    q_d1 = [at1(x) for x in rl["q_decision"]]
+    rl_imm_s = [at1(rl["q_sample"][k][0]) - (p_dC + (1 - p_dC) * q_d1[k]) for k in range(T - 1)] + \
+        [at1(rl["q_sample"][k][1]) - p_dW * q_d1[k] for k in range(T - 1)]
+    rl_imm_d = [q_d1[k] - at1(rl["V"][k + 1]) for k in range(T - 1)]
+    ps = sp.symbols(f"p_1:{T + 1}", positive=True)          # sft_conditional_q's per-token probabilities
+    sft_imm_s = [sft.q_sample[k][0] - ps[k] * sft.q_sample[k][1] for k in range(T)]
+    sft_imm_d = [sft.q_decision[k] - ps[k + 1] * sft.q_sample[k + 1][0] for k in range(T - 1)]
+    zero = lambda xs: all(sp.simplify(x) == 0 for x in xs)  # noqa: E731
     values = {
         "RL (surrogate reward)": {
             PROPERTIES[0]: yn(p_s in rl_syms_d), PROPERTIES[1]: yn(bool({p_dC, p_dW} & rl_syms_s)),
             PROPERTIES[2]: yn(rl_future),                 # at gamma = 1, the paper's setting
             # zero immediate rewards: Phi = V, the value of the state each action leads to, serves both
-            PROPERTIES[3]: yn(rl["immediate_sample"] == 0 and rl["immediate_decision"] == 0),
-            PROPERTIES[4]: classify_attribution(rl["immediate_sample"], rl["immediate_decision"]).capitalize()},
+            PROPERTIES[3]: yn(zero(rl_imm_s + rl_imm_d)),
+            PROPERTIES[4]: classify_attribution(rl_imm_s[0], rl_imm_d[0]).capitalize()},
         "SFT": {
             PROPERTIES[0]: yn(bool(sft_d & sft.sample_symbols)), PROPERTIES[1]: yn(bool(sft_s & sft.decision_symbols)),
-            PROPERTIES[2]: yn(sft_future), PROPERTIES[3]: yn(zero == 0),
-            PROPERTIES[4]: classify_attribution(zero, zero).capitalize()},
+            PROPERTIES[2]: yn(sft_future), PROPERTIES[3]: yn(zero(sft_imm_s + sft_imm_d)),
+            PROPERTIES[4]: classify_attribution(sft_imm_s[0], sft_imm_d[0]).capitalize()},
         "DFT": {k: ("Yes" if x is True else "No" if x is False else x)
                 for k, x in attribution_properties(dft_q_values(T)).items()},
     }

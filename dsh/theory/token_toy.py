@@ -23,6 +23,7 @@ import numpy as np
 import torch
 
 from ..core import validate as v
+from . import toy
 from .toy import as_theta, attribution_ratio, policy_pieces
 
 
@@ -41,10 +42,8 @@ def _decision_kl(theta, theta_ref):
 
 def expected_reward(theta, L: int = 8) -> torch.Tensor:
     """E[R] = P(C) p_dC / (1 - r): the paper's toy's (``P(C) = sigma(theta_s)`` for every L)."""
-    theta = as_theta("theta", theta)
     v.positive_int("L", L)
-    p, pd = policy_pieces(theta)
-    return p[0] * pd[0, 0] / (1 - (p * pd[:, 1]).sum())
+    return toy.expected_reward(theta, L, L)     # gamma = 1: no length enters it
 
 
 def expected_kl(theta, theta_ref, L: int = 8) -> torch.Tensor:
