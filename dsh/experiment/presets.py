@@ -248,15 +248,18 @@ LAPTOP = Preset(
     name="laptop", about="tiny transformers trained from scratch on 2 CPU cores: every stage, several seeds",
     training={
         "sft": dict(_LAPTOP_SFT), "sft_reflection": dict(_LAPTOP_SFT), "dft": dict(_LAPTOP_SFT),
-        "grpo": dict(task="laptop_task", train_levels=LAPTOP_LEVELS, n_train=1000, max_steps=30,
-                     per_device_train_batch_size=32, num_generations=8, max_completion_length=640,
+        # rollout rounds of 256 completions (32 prompts x 8), 8 optimizer steps of 32 each: a round fills the CPU
+        # sampler's 256 rows (README, "Performance"); one round per step (32 completions) left it mostly idle
+        "grpo": dict(task="laptop_task", train_levels=LAPTOP_LEVELS, n_train=1000, max_steps=32,
+                     per_device_train_batch_size=32, generation_batch_size=256, num_generations=8,
+                     max_completion_length=640,
                      learning_rate=5e-5, lr_scheduler_type="constant", weight_decay=0.0, beta=0.001, epsilon=0.2,
-                     loss_type="dapo", temperature=1.0, save_steps=25, logging_steps=1, report_to=(), bf16=False,
-                     generation_backend="dsh"),
+                     loss_type="dapo", temperature=1.0, save_steps=16, logging_steps=1, report_to=(), bf16=False,
+                     generation_backend="dsh", padding_free=True),
     },
     stages=PAPER_STAGES,
     evaluation=EvalSettings(levels=LAPTOP_EVAL_LEVELS, n_per_level=100, max_new_tokens=768, temperature=1.0,
-                            batch_size=64),
+                            batch_size=256),
 )
 
 PRESETS = {p.name: p for p in (CI, GPU_SMALL, PAPER, LAPTOP)}

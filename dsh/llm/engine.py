@@ -13,7 +13,10 @@ loop that removes that cost and the waste around it:
 - sampling on the device (exponential race = categorical sampling; argmax when greedy), and the
   stop test (end-of-turn tokens, per-row token limit) on the device too, so the host looks at the
   rows only every ``sync_every`` steps;
-- on CUDA, the one-token step of each length bucket captured once in a CUDA graph and replayed.
+- on CUDA, the one-token step of each length bucket captured once in a CUDA graph and replayed;
+- on the CPU (float32 models), :class:`dsh.llm.kernel_engine.KernelDecoder`: prompts fed through the decoding step,
+  only the rows in flight computed, attention and the small operations in C (:mod:`dsh.llm.kernels`).
+  ``attention="torch"`` keeps the path above on the CPU too (``dsh bench`` compares the two).
 
 The layers themselves are the model's own modules (its projections, norms, MLP, rotary table and
 ``lm_head``), so the weights are shared with the model: a training step that updates them in place
@@ -38,9 +41,11 @@ from dataclasses import dataclass
 import torch
 
 from ..core import validate as v
+from . import kernels
 from .scale import ModelShape
 
 SUPPORTED_MODEL_TYPES = ("llama", "qwen2", "mistral", "qwen3")
+ATTENTION = ("auto", "kernels", "torch")
 
 
 _M31 = 0x7FFFFFFF
@@ -86,6 +91,20 @@ def supports(model) -> str | None:
     return None
 
 
+def kernels_unsuitable(model, attention: str = "auto") -> str | None:
+    """Why the CPU path (:mod:`dsh.llm.kernel_engine`) cannot run ``model`` (None when it can)."""
+    if attention == "torch":
+        return "attention='torch' was asked for"
+    p = next(model.parameters())
+    if p.device.type != "cpu":
+        return f"the model is on {p.device.type}; the kernels run on the CPU"
+    if p.dtype != torch.float32:
+        return f"the model is {p.dtype}; the kernels are float32"
+    if hasattr(model.model.layers[0].self_attn, "q_norm"):
+        return "per-head q/k norms (qwen3) are not in the kernels"
+    return kernels.unavailable()
+
+
 def kv_bytes_per_token(model) -> int:
     """Bytes of KV cache one token of context takes in ``model`` (all layers, keys and values, in
     the model's dtype): :meth:`dsh.llm.scale.ModelShape.kv_bytes_per_token` of its config."""
@@ -108,10 +127,12 @@ def fit_slots(model, wanted: int, max_len: int, memory_fraction: float = 0.5) ->
 @dataclass
 class Generation:
     """One generated row: ``tokens`` (the completion, with the end-of-turn token when it stopped on
-    one), ``stopped`` (True when an end-of-turn token ended it, False when the token limit did)."""
+    one), ``stopped`` (True when an end-of-turn token ended it, False when the token limit did), ``logprobs``
+    (each token's log-probability under the softmax(logits / T) it was drawn from; T = 1 when greedy)."""
 
     tokens: list
     stopped: bool
+    logprobs: list | None = None
 
     @property
     def text_tokens(self) -> list:
@@ -125,17 +146,24 @@ class Engine:
     ``slots``: rows decoded at once; ``max_len``: prompt + completion tokens a row may hold;
     ``bucket``: granularity (tokens) of the attention length; ``cuda_graphs``: capture the decode
     step on CUDA (None: when the model is on CUDA); ``sync_every``: decoding steps between two looks
-    of the host at the rows; ``prefill_tokens``: padded tokens per prefill forward pass."""
+    of the host at the rows (None: 16, and 1 on the kernel path, where a look costs microseconds);
+    ``prefill_tokens``: padded tokens per prefill forward pass; ``attention``: ``kernels`` (the CPU path
+    of :mod:`dsh.llm.kernel_engine`), ``torch`` (batched matmuls over a length bucket, the GPU path) or
+    ``auto`` (kernels where they apply and build). :attr:`attention` says which runs, :attr:`why_torch` why
+    the kernels do not."""
 
     def __init__(self, model, eos_token_ids, slots: int = 64, max_len: int = 2048, bucket: int = 128,
-                 cuda_graphs: bool | None = None, sync_every: int = 16, prefill_tokens: int = 16384):
+                 cuda_graphs: bool | None = None, sync_every: int | None = None, prefill_tokens: int = 16384,
+                 attention: str = "auto"):
         why = supports(model)
         if why:
             raise ValueError(f"model is not supported by dsh.llm.engine: {why}")
+        v.choice("attention", attention, ATTENTION)
         self.slots = v.positive_int("slots", slots)
         self.max_len = v.positive_int("max_len", max_len)
         self.bucket = v.positive_int("bucket", bucket)
-        self.sync_every = v.positive_int("sync_every", sync_every)
+        if sync_every is not None:
+            v.positive_int("sync_every", sync_every)
         self.prefill_tokens = v.positive_int("prefill_tokens", prefill_tokens)
         eos = [int(eos_token_ids)] if isinstance(eos_token_ids, int) else [int(t) for t in (eos_token_ids or ())]
         if not eos:
@@ -157,6 +185,17 @@ class Engine:
         if cuda_graphs and self.device.type != "cuda":
             raise ValueError("cuda_graphs must be False (or None) for a model that is not on CUDA")
         self.cuda_graphs = bool(cuda_graphs)
+        self.why_torch = kernels_unsuitable(model, attention)
+        if attention == "kernels" and self.why_torch:
+            raise ValueError(f"attention 'kernels' cannot run this model: {self.why_torch}; use 'auto' or 'torch'")
+        self.attention = "torch" if self.why_torch else "kernels"
+        self.sync_every = sync_every or (1 if self.attention == "kernels" else 16)
+        if self.attention == "kernels":
+            from .kernel_engine import KernelDecoder
+
+            self._cpu = KernelDecoder(model, eos, self.slots, self.max_len, self.sync_every)
+            return
+        self._cpu = None
         dev = self.device
         with torch.no_grad():
             pos = torch.arange(self.max_len, device=dev)[None]
@@ -175,6 +214,7 @@ class Engine:
         self.n_gen = torch.zeros(B, dtype=torch.long, device=dev)          # tokens generated so far
         self.limit = torch.ones(B, dtype=torch.long, device=dev)           # max new tokens of the row
         self.out = torch.zeros(B, self.max_len, dtype=torch.long, device=dev)
+        self.out_logp = torch.zeros(B, self.max_len, dtype=torch.float32, device=dev)
         self.key = torch.zeros(B, dtype=torch.long, device=dev)            # each row's random stream
         self.vocab = None                                                  # arange(V), made at first use
         self.inv_temp = torch.ones((), dtype=torch.float32, device=dev)    # 0: greedy
@@ -206,14 +246,16 @@ class Engine:
     def _sample(self, logits, key, step):
         """Next tokens from ``logits [R, V]``: argmax when greedy, else a draw from
         softmax(logits / T) by the exponential race argmax(p_i / E_i), E_i = -log U_i ~ Exp(1), with
-        U_i = :func:`counted_uniform` of (the row's ``key``, its token index ``step``, i)."""
+        U_i = :func:`counted_uniform` of (the row's ``key``, its token index ``step``, i); with the chosen
+        tokens' log-probabilities under softmax(logits / T)."""
         logits = logits.float()
-        probs = torch.softmax(logits * self.inv_temp, dim=-1)
+        logp = torch.log_softmax(logits * self.inv_temp, dim=-1)
         if self.vocab is None or self.vocab.numel() != logits.shape[-1]:
             self.vocab = torch.arange(logits.shape[-1], device=logits.device)
         u = counted_uniform(key, step, self.vocab)   # in (0, 1): E > 0, no division by zero
-        race = probs / -torch.log(u)
-        return torch.where(self.greedy, logits.argmax(-1), race.argmax(-1))
+        race = logp.exp() / -torch.log(u)
+        new = torch.where(self.greedy, logits.argmax(-1), race.argmax(-1))
+        return new, logp.gather(-1, new[:, None])[:, 0]
 
     # -------------------------------------------------------------------------------------------
     # prefill: new prompts into free slots
@@ -240,10 +282,12 @@ class Engine:
             x = self._block(layer, x, o.transpose(1, 2).reshape(n, P, -1))
         last = self.model.model.norm(x[torch.arange(n, device=dev), lens - 1])
         self.key[slots] = torch.tensor(keys, dtype=torch.long, device=dev)
-        first = self._sample(self.model.lm_head(last), self.key[slots], torch.zeros(n, dtype=torch.long, device=dev))
+        first, first_logp = self._sample(self.model.lm_head(last), self.key[slots],
+                                         torch.zeros(n, dtype=torch.long, device=dev))
         lim = torch.tensor(limits, device=dev)
         is_eos = (first[:, None] == self.eos[None]).any(-1)
         self.out[slots, 0] = first
+        self.out_logp[slots, 0] = first_logp
         self.tok[slots] = first
         self.pos[slots] = lens
         self.n_gen[slots] = 1
@@ -273,9 +317,10 @@ class Engine:
             s = s.masked_fill(~mask, float("-inf"))
             o = torch.matmul(torch.softmax(s, dim=-1).to(V.dtype), V)          # [B, KV, G, D]
             x = self._block(layer, x, o.reshape(B, 1, -1))
-        new = self._sample(self.model.lm_head(self.model.model.norm(x[:, 0])), self.key, self.n_gen)
+        new, logp = self._sample(self.model.lm_head(self.model.model.norm(x[:, 0])), self.key, self.n_gen)
         idx = self.n_gen.clamp(max=self.max_len - 1)
         self.out[self.rows, idx] = torch.where(live, new, self.out[self.rows, idx])
+        self.out_logp[self.rows, idx] = torch.where(live, logp, self.out_logp[self.rows, idx])
         self.n_gen += live.long()
         ended = live & (new[:, None] == self.eos[None]).any(-1)
         self.stopped |= ended
@@ -300,7 +345,7 @@ class Engine:
         g.replay()
 
     def _capture(self, length: int):  # pragma: no cover - CUDA only
-        state = [self.tok, self.pos, self.done, self.stopped, self.n_gen, self.out]
+        state = [self.tok, self.pos, self.done, self.stopped, self.n_gen, self.out, self.out_logp]
         saved = [t.clone() for t in state]
         rng = torch.cuda.get_rng_state(self.device)
         try:
@@ -328,6 +373,29 @@ class Engine:
         self._pool = g.pool()
         self._graphs[length] = g
         return g
+
+    def _generate_cpu(self, prompts, keys, max_new_tokens, temperature, progress, callback, was_training):
+        results: list = [None] * len(prompts)
+        bar = None
+        if progress:
+            from tqdm import tqdm
+
+            bar = tqdm(total=len(prompts), desc="generate", unit="row")
+
+        def finish(i, tokens, stopped, logprobs):
+            results[i] = gen = Generation(tokens=tokens, stopped=stopped, logprobs=logprobs)
+            if callback is not None:
+                callback(i, gen)
+            if bar is not None:
+                bar.update(1)
+
+        try:
+            self._cpu.generate(prompts, keys, max_new_tokens, temperature, finish)
+        finally:
+            if bar is not None:
+                bar.close()
+            self.model.train(was_training)
+        return results
 
     # -------------------------------------------------------------------------------------------
     # the public loop
@@ -358,6 +426,8 @@ class Engine:
         keys = [stream_key(base, k) for k in keys]
         was_training = self.model.training
         self.model.eval()
+        if self._cpu is not None:
+            return self._generate_cpu(prompts, keys, max_new_tokens, temperature, progress, callback, was_training)
         self.greedy.fill_(temperature == 0)
         self.inv_temp.fill_(1.0 / temperature if temperature > 0 else 1.0)
         self.done.fill_(True)
@@ -399,8 +469,9 @@ class Engine:
                     n_gen = self.n_gen.tolist()
                     stopped = self.stopped.tolist()
                     rows = self.out[finished].tolist()
-                    for s, row in zip(finished, rows):
-                        gen = Generation(tokens=row[:n_gen[s]], stopped=bool(stopped[s]))
+                    logps = self.out_logp[finished].tolist()
+                    for s, row, lp in zip(finished, rows, logps):
+                        gen = Generation(tokens=row[:n_gen[s]], stopped=bool(stopped[s]), logprobs=lp[:n_gen[s]])
                         results[owner[s]] = gen
                         if callback is not None:
                             callback(owner[s], gen)

@@ -10,14 +10,70 @@ updates them in place), so no weight copy happens between steps.
 Everything else is TRL's: the prompts arrive already repeated ``num_generations`` times, the
 completions are returned as token-id lists that end with the end-of-turn token when the model wrote
 one (what TRL's own path returns), and rewards, advantages, the clipped loss and the KL term are
-computed by TRL as before. The engine samples from softmax(logits / temperature) with no top-k or
-top-p filter; a configuration that asks for a filter (``top_p < 1``, ``top_k > 0``, ``min_p``, a
-repetition penalty), for vLLM, or for a model the engine does not support falls back to TRL's path.
+computed by TRL as before.
+
+With ``TrainConfig.padding_free`` two changes to how TRL feeds the model remove its padding: TRL pads every
+completion of a rollout round to the round's longest and splits the round into optimizer steps at random, so a
+step of short completions pays for the longest one, and its attention runs over a padding mask. Here (1) a round is
+split into steps of similar length (sorted by completion length, cut into ``steps_per_generation`` consecutive
+slices, the slices' order shuffled with the trainer's seed) and each step's padding columns are dropped; (2) every
+log-probability pass (reference, old policy, the training step's) packs its sequences into one row without padding,
+attention causal within each sequence (:mod:`dsh.llm.packing`). The values are TRL's up to float rounding (a test
+compares them); with ``loss_type="dapo"`` every token of a round keeps its weight (TRL normalises by the round's token
+count), only the order in which tokens enter the steps changes.
+
+When a round feeds several optimizer steps, TRL computes the old policy's log-probabilities with an extra forward
+pass over the round; here they are the log-probabilities the engine drew the tokens with (the same weights, the same
+softmax(logits / T); vLLM-based trainers do the same), so the pass is skipped (CPU path only: on CUDA the engine and
+TRL's bfloat16 scoring would differ by rounding).
+
+Each round logs its time split: ``time/rollout_s`` (sampling), ``time/scoring_s`` (reference and old-policy
+log-probabilities), ``time/round_s`` and, per step, ``time/update_s`` (forward, backward and optimizer step).
+
+The engine samples from softmax(logits / temperature) with no top-k or top-p filter; a configuration that asks
+for a filter (``top_p < 1``, ``top_k > 0``, ``min_p``, a repetition penalty), for vLLM, or for a model the engine
+does not support falls back to TRL's path.
 """
 
 from __future__ import annotations
 
 BACKENDS = ("auto", "dsh", "trl")
+# the per-token fields of a generation batch (completion columns), trimmed with completion_ids
+PER_TOKEN = ("completion_ids", "completion_mask", "old_per_token_logps", "ref_per_token_logps",
+             "sampling_per_token_logps", "tool_mask", "importance_sampling_ratio")
+MULTIMODAL = ("pixel_values", "image_grid_thw", "pixel_attention_mask", "spatial_shapes", "image_sizes",
+              "token_type_ids", "mm_token_type_ids", "image_position_ids", "num_images", "num_tiles")
+
+
+def length_sorted_steps(batch: dict, steps: int, generator) -> list[dict]:
+    """A rollout round (TRL's generation batch: tensors and lists along the first dimension) as ``steps`` optimizer
+    steps of similar completion length: rows sorted by completion length, cut into ``steps`` consecutive slices of
+    equal size, the slices in an order drawn from ``generator``; each slice's per-token fields (:data:`PER_TOKEN`)
+    cut to its longest completion."""
+    n = batch["completion_ids"].shape[0]
+    if n % steps:
+        raise ValueError(f"a rollout round of {n} completions does not split into {steps} equal steps")
+    import torch
+
+    lengths = batch["completion_mask"].sum(1)
+    order = torch.sort(lengths, stable=True).indices
+    size = n // steps
+    out = []
+    for k in torch.randperm(steps, generator=generator).tolist():
+        idx = order[k * size:(k + 1) * size]
+        width = max(1, int(lengths[idx].max()))
+        part = {}
+        for key, val in batch.items():
+            if val is None or (isinstance(val, torch.Tensor) and val.ndim == 0):
+                part[key] = val
+            elif isinstance(val, torch.Tensor):
+                part[key] = val[idx]
+                if key in PER_TOKEN and val.ndim == 2 and val.shape[1] == batch["completion_ids"].shape[1]:
+                    part[key] = part[key][:, :width]
+            else:
+                part[key] = [val[i] for i in idx.tolist()]
+        out.append(part)
+    return out
 
 
 def engine_unsuitable(trainer) -> str | None:
@@ -47,7 +103,101 @@ def make_trainer_class():
 
         _engine = None
         rollout_backend = "dsh"      # dsh, auto (dsh where possible, else TRL's path) or trl
+        padding_free = False         # length-sorted steps and packed log-probability passes (module docstring)
         generation_seconds = 0.0     # wall time spent generating rollouts (for dsh bench)
+        scoring_seconds = 0.0        # wall time of the reference and old-policy log-probabilities
+        update_seconds = 0.0         # wall time of the training steps (forward, backward, optimizer)
+
+        def _prepare_inputs(self, generation_batch):
+            import time
+
+            import torch
+
+            if not (self.padding_free and self.model.training) or any(
+                    k in generation_batch[0] for k in ("image", "images")):
+                return super()._prepare_inputs(generation_batch)
+            every = self.args.steps_per_generation * self.num_iterations
+            if self._step % every == 0 or self._buffered_inputs is None:
+                g0, s0, t0 = self.generation_seconds, self.scoring_seconds, time.perf_counter()
+                batch = self._generate_and_score_completions(generation_batch)
+                gen = torch.Generator().manual_seed(int(self.args.seed) * 1_000_003 + self._step)
+                self._buffered_inputs = length_sorted_steps(batch, self.args.steps_per_generation, gen)
+                m = self._metrics["train"]
+                m["time/rollout_s"].append(self.generation_seconds - g0)
+                m["time/scoring_s"].append(self.scoring_seconds - s0)
+                m["time/round_s"].append(time.perf_counter() - t0)
+            return self._buffered_inputs[self._step % self.args.steps_per_generation]
+
+        def _get_per_token_logps_and_entropies(self, model, input_ids, attention_mask, logits_to_keep,
+                                               batch_size=None, compute_entropy=False, compute_aux_loss=False,
+                                               **multimodal):
+            import time
+
+            import torch
+
+            t0 = time.perf_counter()
+            try:
+                old = self._old_logps_from_sampler(model, input_ids.shape[0], logits_to_keep)
+                if old is not None:
+                    return old, None, None
+                if not self.padding_free or any(multimodal.get(k) is not None for k in MULTIMODAL):
+                    return super()._get_per_token_logps_and_entropies(
+                        model, input_ids, attention_mask, logits_to_keep, batch_size=batch_size,
+                        compute_entropy=compute_entropy, compute_aux_loss=compute_aux_loss, **multimodal)
+                return self._packed_logps(model, input_ids, attention_mask, logits_to_keep, batch_size,
+                                          compute_entropy, compute_aux_loss)
+            finally:
+                if not torch.is_grad_enabled():
+                    self.scoring_seconds += time.perf_counter() - t0
+
+        def _packed_logps(self, model, input_ids, attention_mask, keep, batch_size, compute_entropy, compute_aux):
+            """TRL's log-probabilities (and entropies) of the last ``keep`` tokens of each row (left-padded prompt,
+            right-padded completion), computed on packed rows: chunks of ``batch_size`` rows of similar completion
+            length, each chunk's tokens without padding in one row, positions restarting at each sequence (attention
+            within a sequence: :mod:`dsh.llm.packing`); padding positions hold 0."""
+            import torch
+            import torch.nn.functional as F
+
+            n, width = input_ids.shape
+            prompt = width - keep
+            lengths = attention_mask[:, prompt:].sum(1).tolist()
+            order = sorted(range(n), key=lambda i: lengths[i])
+            size = batch_size or n
+            rows_lp, rows_ent, aux = [None] * n, [None] * n, []
+            for start in range(0, n, size):
+                idx = order[start:start + size]
+                seqs = [input_ids[i][attention_mask[i].bool()] for i in idx]
+                ids = torch.cat(seqs)[None]
+                pos = torch.cat([torch.arange(len(x), device=ids.device) for x in seqs])[None]
+                labels = torch.cat([torch.cat([torch.full((len(x) - lengths[i],), -100, device=ids.device), x[-lengths[i]:]])
+                                    if lengths[i] else torch.full((len(x),), -100, device=ids.device)
+                                    for i, x in zip(idx, seqs)])[None]
+                with self.accelerator.autocast():
+                    out = model(input_ids=ids, position_ids=pos, labels=labels, fused_lm_head=True,
+                                **({"output_router_logits": True} if compute_aux else {}))
+                at = 0
+                for i, x in zip(idx, seqs):
+                    c = lengths[i]
+                    first = at + len(x) - c - 1         # log p of token j sits at j - 1 (shifted labels)
+                    rows_lp[i] = F.pad(out.log_probs[0, first:first + c], (0, keep - c))
+                    if compute_entropy:
+                        rows_ent[i] = F.pad(out.entropy[0, first:first + c], (0, keep - c))
+                    at += len(x)
+                if compute_aux:
+                    aux.append(out.aux_loss)
+            return (torch.stack(rows_lp), torch.stack(rows_ent) if compute_entropy else None,
+                    torch.stack(aux).mean() if compute_aux else None)
+
+        def training_step(self, *args, **kwargs):
+            import time
+
+            g0, s0, t0 = self.generation_seconds, self.scoring_seconds, time.perf_counter()
+            out = super().training_step(*args, **kwargs)
+            # the step's own time: a round's sampling and scoring happen inside its first step
+            dt = time.perf_counter() - t0 - (self.generation_seconds - g0) - (self.scoring_seconds - s0)
+            self.update_seconds += dt
+            self._metrics["train"]["time/update_s"].append(dt)
+            return out
 
         def _generate_single_turn(self, prompt_ids, images, multimodal_fields, num_generations,
                                   has_tool_images=False):
@@ -87,6 +237,25 @@ def make_trainer_class():
                 self._engine = eng = Engine(model, self.eos_token_ids, slots=slots, max_len=max_len, bucket=bucket)
             # seed=None: the trainer's RNG stream (seeded by TRL from args.seed) drives the samples
             gens = eng.generate(prompt_ids, self.max_completion_length, temperature=self.temperature, seed=None)
+            # the CPU path samples in float32 from the same weights TRL scores with; on CUDA (bfloat16 autocast) the
+            # two would differ by rounding, so TRL's own pass is kept there
+            self._sampled_logps = [g.logprobs for g in gens] if eng.attention == "kernels" else None
             return [g.tokens for g in gens], None
+
+        def _old_logps_from_sampler(self, model, n, keep):
+            """The old policy's log-probabilities of this round's completions as the engine drew them (the weights
+            did not change since), instead of TRL's extra forward pass over the round: used once per round, for the
+            pass TRL makes when a round feeds several steps (``steps_per_generation > 1``)."""
+            import torch
+
+            sampled, self._sampled_logps = getattr(self, "_sampled_logps", None), None
+            every = self.args.steps_per_generation * self.num_iterations
+            if (sampled is None or len(sampled) != n or model is not self.model or self.use_vllm
+                    or self.args.gradient_accumulation_steps % every == 0 or torch.is_grad_enabled()):
+                return None
+            out = torch.zeros(n, keep)
+            for i, lp in enumerate(sampled):
+                out[i, :min(keep, len(lp))] = torch.tensor(lp[:keep])
+            return out.to(next(model.parameters()).device)
 
     return EngineGRPOTrainer

@@ -68,7 +68,9 @@ class TrainConfig:
     dft_style: str = _field("reflection", "traces used by DFT: reflection or no_reflection")
     max_length: int | None = _field(2048, "SFT: examples are truncated to this many tokens (None: no limit)")
     padding_free: bool = _field(False, "SFT: pack each micro-batch into one row, attention per example "
-                                "(dsh.llm.packing); TRL then truncates nothing (max_length: memory only)")
+                                "(dsh.llm.packing); TRL then truncates nothing (max_length: memory only). GRPO: "
+                                "rollout rounds split into steps of similar completion length, every log-probability "
+                                "pass on packed rows (dsh.training.rollout)")
     # optimization
     learning_rate: float = _field(1e-5, "peak learning rate")
     lr_scheduler_type: str = _field("cosine", "transformers scheduler: cosine, constant, linear ...")
@@ -96,7 +98,9 @@ class TrainConfig:
     epsilon: float = _field(0.2, "GRPO: clip range of the importance ratio")
     loss_type: str = _field("dapo", "GRPO: loss aggregation (TRL loss_type; dapo is verl's token-mean)")
     use_bias_correction_kl: bool = _field(False, "GRPO: TRL's bias-corrected k3 estimator (off matches verl)")
-    generation_batch_size: int | None = _field(None, "GRPO: completions per rollout batch (None: one optimizer step's)")
+    generation_batch_size: int | None = _field(None, "GRPO: completions per rollout round (None: one optimizer step's); "
+                                               "a multiple of per_device_train_batch_size, the round feeding "
+                                               "generation_batch_size / per_device_train_batch_size steps")
     cache_implementation: str | None = _field("auto", "GRPO with model.generate: KV cache; auto: static on GPU, "
                                               "default on CPU")
     use_vllm: bool | None = _field(None, "GRPO: rollouts through vLLM (None: on when vLLM is installed and CUDA is "
@@ -381,6 +385,11 @@ def _grpo_trainer(cfg: TrainConfig, trl_cfg, model, tok, ds, peft_config, callba
     trainer = make_trainer_class()(model=model, reward_funcs=[correctness_reward], args=trl_cfg, train_dataset=ds,
                                    processing_class=tok, peft_config=peft_config, callbacks=callbacks)
     trainer.rollout_backend = cfg.generation_backend
+    trainer.padding_free = cfg.padding_free
+    if cfg.padding_free and getattr(trainer, "ref_model", None) is not None:
+        from ..llm.packing import register
+
+        trainer.ref_model.set_attn_implementation(register())
     if cfg.generation_backend == "dsh":
         why = engine_unsuitable(trainer)
         if why:
@@ -430,6 +439,10 @@ def _summary(cfg: TrainConfig, trl_cfg, trainer, out, wall: float, resume_from, 
                                 "vllm" if trl_cfg.use_vllm else "trl") if cfg.method == "grpo" else None),
         "real_tokens": _real_tokens(trainer),
         "generation_s": getattr(trainer, "generation_seconds", None),
+        "scoring_s": getattr(trainer, "scoring_seconds", None),
+        "update_s": getattr(trainer, "update_seconds", None),
+        "rollouts": (trainer.state.global_step * cfg.per_device_train_batch_size * cfg.gradient_accumulation_steps
+                     if cfg.method == "grpo" else None),
         "truncation": cut if cut is not None else {"what": "rollouts clipped at max_completion_length",
                                                    "limit": cfg.max_completion_length,
                                                    **grpo_diagnostics(trainer.state.log_history)},
@@ -458,7 +471,7 @@ def train(cfg: TrainConfig) -> dict:
     run.mkdir(parents=True, exist_ok=True)         # nothing is written before the model has loaded
     (run / "run_config.json").write_text(json.dumps(
         {"dsh": dataclasses.asdict(cfg), "resolved_model": loc, "trl": trl_cfg.to_dict()}, indent=1, default=str))
-    packed = cfg.padding_free and cfg.method != "grpo"
+    packed = cfg.padding_free
     if packed:
         from ..llm.packing import register
 

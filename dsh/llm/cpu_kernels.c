@@ -1,0 +1,167 @@
+/* dsh.llm.kernels: the two memory-bound parts of a decoding step on the CPU, for dsh.llm.engine.
+
+   A decoding step of a small model spends most of its time reading the KV cache (the linear layers are
+   matrix products that MKL already runs near the machine's peak). torch's batched matmul reads the cache of
+   every row up to the longest row, in many tiny products (one 1 x D by D x L per row and head); these loops
+   read each row's own keys and values once, as two sequential streams, and nothing beyond its length.
+
+   Layout (float32): see attend().
+   Built by dsh.llm.kernels (compiled once per machine; see its docstring). */
+#include <float.h>
+#include <math.h>
+#include <stdint.h>
+
+#define TILE 16
+
+/* Rotary embedding of one head vector x[D] at the position whose tables are cos[D], sin[D]
+   (transformers' rotate_half convention: pairs (i, i + D/2)). */
+static inline void rope(const float *x, const float *cos, const float *sin, float *out, int64_t D) {
+  const int64_t h = D / 2;
+  for (int64_t i = 0; i < h; ++i) {
+    out[i] = x[i] * cos[i] - x[i + h] * sin[i];
+    out[i + h] = x[i + h] * cos[i + h] + x[i] * sin[i + h];
+  }
+}
+
+/* One decoding position of every row b with len[b] > 0 (its cache in slot[b], its token at position pos[b],
+   len[b] = pos[b] + 1):
+   1. rotate the query heads and the key heads of qkv[b] ([(H + 2 KV) D], the fused projection), store the keys
+      and values into the caches at pos[b];
+   2. out[b, h] = softmax(q_h . k * scale) . v over positions 0 .. pos[b], query head h reading key/value head
+      h / (H / KV).
+   Caches (float32): keys [slots, M / TILE, KV, D, TILE] (tiles of TILE positions, transposed within the tile, so
+   that TILE scores are one vector product over D), values [slots, M, KV, D]: a row's used cache is two sequential
+   streams, and step 1 brings into cache the lines that step 2 reads next. Rows with len 0 are skipped (out 0). */
+void attend(const float *restrict qkv, const float *restrict cos, const float *restrict sin,
+            const int64_t *restrict pos, const int64_t *restrict len, const int64_t *restrict slot,
+            float *restrict kt, float *restrict v, float *restrict out, int64_t B, int64_t H, int64_t KV, int64_t D,
+            int64_t M, float scale) {
+  const int64_t group = H / KV, tiles_all = M / TILE;
+#pragma omp parallel for schedule(dynamic, 4)
+  for (int64_t b = 0; b < B; ++b) {
+    const int64_t n = len[b];
+    if (n <= 0) {
+      for (int64_t i = 0; i < H * D; ++i) out[b * H * D + i] = 0.f;
+      continue;
+    }
+    const int64_t p = pos[b];
+    const float *row = qkv + b * (H + 2 * KV) * D;
+    const float *c = cos + p * D, *s = sin + p * D;
+    float *K = kt + slot[b] * tiles_all * KV * D * TILE;
+    float *V = v + slot[b] * M * KV * D;
+    float kr[D];
+    for (int64_t h = 0; h < KV; ++h) {
+      rope(row + (H + h) * D, c, s, kr, D);
+      float *tile = K + ((p / TILE) * KV + h) * D * TILE;
+      for (int64_t d = 0; d < D; ++d) tile[d * TILE + p % TILE] = kr[d];
+      const float *vin = row + (H + KV + h) * D;
+      float *vout = V + (p * KV + h) * D;
+      for (int64_t d = 0; d < D; ++d) vout[d] = vin[d];
+    }
+    const int64_t tiles = (n + TILE - 1) / TILE;
+    float sc[tiles * TILE] __attribute__((aligned(64)));
+    float qs[D], acc[D];
+    for (int64_t h = 0; h < H; ++h) {
+      const int64_t kh = h / group;
+      rope(row + h * D, c, s, qs, D);
+      for (int64_t d = 0; d < D; ++d) qs[d] *= scale;
+      for (int64_t t = 0; t < tiles; ++t) {
+        const float *tile = K + (t * KV + kh) * D * TILE;
+        float sv[TILE] __attribute__((aligned(64)));
+#pragma omp simd
+        for (int i = 0; i < TILE; ++i) sv[i] = 0.f;
+        for (int64_t d = 0; d < D; ++d) {
+          const float qd = qs[d];
+#pragma omp simd
+          for (int i = 0; i < TILE; ++i) sv[i] += qd * tile[d * TILE + i];
+        }
+#pragma omp simd
+        for (int i = 0; i < TILE; ++i) sc[t * TILE + i] = sv[i];
+      }
+      float mx = -FLT_MAX, sum = 0.f;
+      for (int64_t j = 0; j < n; ++j) mx = sc[j] > mx ? sc[j] : mx;
+      /* exp(z) < e^-60 ~ 1e-26 is taken as 0: far below float32's resolution of the sum (which holds the 1 of
+         the maximum); it keeps expf and the products with v from making subnormal numbers (a microcode assist
+         each on x86). */
+#pragma omp simd reduction(+ : sum)
+      for (int64_t j = 0; j < n; ++j) {
+        const float z = sc[j] - mx;
+        sc[j] = z < -60.f ? 0.f : expf(z);
+        sum += sc[j];
+      }
+      for (int64_t d = 0; d < D; ++d) acc[d] = 0.f;
+      for (int64_t j = 0; j < n; ++j) {
+        const float *vj = V + (j * KV + kh) * D;
+        const float pj = sc[j];
+#pragma omp simd
+        for (int64_t d = 0; d < D; ++d) acc[d] += pj * vj[d];
+      }
+      const float inv = 1.f / sum;
+      for (int64_t d = 0; d < D; ++d) out[(b * H + h) * D + d] = acc[d] * inv;
+    }
+  }
+}
+
+/* RMSNorm of each row of x [B, N]: out = w * x / sqrt(mean(x^2) + eps) (transformers' LlamaRMSNorm). */
+void rms_norm(const float *restrict x, const float *restrict w, float eps, float *restrict out, int64_t B,
+              int64_t N) {
+#pragma omp parallel for schedule(static) if (B * N > 32768)
+  for (int64_t b = 0; b < B; ++b) {
+    const float *r = x + b * N;
+    float ss = 0.f;
+#pragma omp simd reduction(+ : ss)
+    for (int64_t i = 0; i < N; ++i) ss += r[i] * r[i];
+    const float inv = 1.f / sqrtf(ss / (float)N + eps);
+#pragma omp simd
+    for (int64_t i = 0; i < N; ++i) out[b * N + i] = w[i] * (r[i] * inv);
+  }
+}
+
+/* The gated MLP's activation: gu [B, 2F] holds the gate then the up projection; out [B, F] = silu(gate) * up. */
+void silu_mul(const float *restrict gu, float *restrict out, int64_t B, int64_t F) {
+#pragma omp parallel for schedule(static) if (B * F > 32768)
+  for (int64_t b = 0; b < B; ++b) {
+    const float *g = gu + b * 2 * F, *u = g + F;
+#pragma omp simd
+    for (int64_t i = 0; i < F; ++i) out[b * F + i] = g[i] / (1.f + expf(-g[i])) * u[i];
+  }
+}
+
+/* dsh.llm.engine's counted randomness (_mix31, counted_uniform): the same integers, the same float32 uniforms. */
+static inline int64_t mix31(int64_t x) {
+  static const int64_t mult[3] = {0x2C1B3C6D, 0x297A2D39, 0x3C6EF372};
+  for (int k = 0; k < 3; ++k) x = ((x ^ (x >> 16)) * mult[k]) & 0x7FFFFFFF;
+  return x ^ (x >> 15);
+}
+
+/* Next token of each row from logits [B, V]: argmax when greedy, else argmax_i logits_i / T - log(-log U_i) (the
+   Gumbel-max form of a draw from softmax(logits / T)), U_i the counted uniform of (key[b], step[b], i); logp[b] the
+   chosen token's log-probability under softmax(logits / T) (T = 1 when greedy). */
+void sample_tokens(const float *restrict logits, const int64_t *restrict key, const int64_t *restrict step,
+                   float inv_temp, int greedy, int64_t *restrict out, float *restrict logp, int64_t B, int64_t V) {
+#pragma omp parallel for schedule(static) if (B * V > 32768)
+  for (int64_t b = 0; b < B; ++b) {
+    const float *l = logits + b * V;
+    int64_t best = 0;
+    if (greedy) {
+      for (int64_t i = 1; i < V; ++i)
+        if (l[i] > l[best]) best = i;
+    } else {
+      const int64_t h = mix31((mix31(key[b] & 0x7FFFFFFF) ^ (step[b] & 0x7FFFFFFF)) & 0x7FFFFFFF);
+      float top = -INFINITY;
+      for (int64_t i = 0; i < V; ++i) {
+        const float u = ((float)(mix31((h ^ i) & 0x7FFFFFFF) >> 7) + 0.5f) / 16777216.f;
+        const float g = l[i] * inv_temp - logf(-logf(u));
+        if (g > top) {
+          top = g;
+          best = i;
+        }
+      }
+    }
+    out[b] = best;
+    float mx = -INFINITY, sum = 0.f;
+    for (int64_t i = 0; i < V; ++i) mx = l[i] * inv_temp > mx ? l[i] * inv_temp : mx;
+    for (int64_t i = 0; i < V; ++i) sum += expf(l[i] * inv_temp - mx);
+    logp[b] = l[best] * inv_temp - mx - logf(sum);
+  }
+}

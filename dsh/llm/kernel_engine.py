@@ -1,0 +1,190 @@
+"""The engine's CPU path: every row decoded one token a step through the C kernels of :mod:`dsh.llm.kernels`.
+
+On a GPU the engine prefills prompts in one pass and replays CUDA graphs; on 2 CPU cores the costs are different
+(measured, README "Performance"): a small model's linear layers run near the matmul peak at 256 rows, torch's
+batched attention reads the cache of every row up to the longest at a fraction of the memory bandwidth, and rows
+that have finished, or that wait for a refill, take matmul time for nothing. :class:`KernelDecoder` therefore
+
+- feeds the prompt through the decoding step itself, one token a step (the same FLOPs as a prefill, none of its
+  padding), so a freed slot is refilled at the next step, not when an eighth of the slots is free;
+- computes only the rows in flight: the batch is the active rows, compacted whenever a row finishes, each row
+  holding the index of its cache slot (the cache itself never moves);
+- runs attention, RoPE with the cache write, RMSNorm, the gated activation and the sampling in C, and the q/k/v
+  and gate/up projections as one matrix product each (weights concatenated from the live weights at the start of
+  every :meth:`generate`, so that a training step before it is seen).
+
+It samples exactly as :class:`dsh.llm.engine.Engine` does: the counted uniforms of (seed, the row's key, the token's
+index, the vocabulary index) (:func:`dsh.llm.engine.counted_uniform`, bit for bit), in the Gumbel-max form of the
+draw from softmax(logits / T); greedy is the argmax. A completion depends on its prompt, seed and key only.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from . import kernels
+
+
+class KernelDecoder:
+    """Decoder of a llama-family float32 model on the CPU (see the module docstring): ``slots`` rows at once, at most
+    ``max_len`` prompt + completion tokens a row, the host looking at the rows every ``sync_every`` steps."""
+
+    def __init__(self, model, eos_token_ids: list, slots: int, max_len: int, sync_every: int = 1):
+        lib = kernels.load()
+        if lib is None:
+            raise ValueError(f"the C kernels are unavailable: {kernels.why_not}")
+        self.lib, self.model = lib, model
+        self.layers = list(model.model.layers)
+        cfg = model.config
+        attn = self.layers[0].self_attn
+        self.H = cfg.num_attention_heads
+        self.KV = getattr(cfg, "num_key_value_heads", None) or self.H
+        self.D = getattr(attn, "head_dim", None) or cfg.hidden_size // self.H
+        self.scaling = getattr(attn, "scaling", self.D ** -0.5)
+        self.silu = getattr(cfg, "hidden_act", None) == "silu"
+        self.slots, self.max_len, self.sync_every = slots, max_len, sync_every
+        self.M = -(-max_len // kernels.TILE) * kernels.TILE              # whole key tiles
+        with torch.no_grad():
+            cos, sin = model.model.rotary_emb(torch.zeros(1), torch.arange(self.M)[None])
+        self.cos, self.sin = cos[0].float().contiguous(), sin[0].float().contiguous()
+        L, T = len(self.layers), kernels.TILE
+        self.k_cache = torch.zeros(L, slots, self.M // T, self.KV, self.D, T)   # keys transposed within tiles
+        self.v_cache = torch.zeros(L, slots, self.M, self.KV, self.D)
+        self.eos = torch.tensor(sorted(set(eos_token_ids)))
+        self.fused = None
+
+    def _fuse(self):
+        """Per layer: (q/k/v weight, bias), (gate/up weight, bias), from the live weights."""
+        def cat(mods):
+            w = torch.cat([m.weight.detach() for m in mods])
+            if all(m.bias is None for m in mods):
+                return w, None
+            return w, torch.cat([m.bias.detach() if m.bias is not None else torch.zeros(m.weight.shape[0])
+                                 for m in mods])
+
+        return [(cat([ly.self_attn.q_proj, ly.self_attn.k_proj, ly.self_attn.v_proj]),
+                 cat([ly.mlp.gate_proj, ly.mlp.up_proj])) for ly in self.layers]
+
+    @staticmethod
+    def _residual(x, linear, a):
+        """``x + linear(a)``: one addmm when the layer has no bias."""
+        if linear.bias is None:
+            return torch.addmm(x, a, linear.weight.t())
+        return x + linear(a)
+
+    def _norm(self, x, norm):
+        return kernels.rms_norm(self.lib, x, norm.weight, norm.variance_epsilon, torch.empty_like(x))
+
+    def _logits(self, s):
+        """The logits ``[A, V]`` after feeding token ``s.tok`` at position ``s.pos`` of every active row."""
+        lib, F, A = self.lib, torch.nn.functional, s.tok.shape[0]
+        x = self.model.model.embed_tokens(s.tok)
+        o = torch.empty(A, self.H, self.D)
+        for i, layer in enumerate(self.layers):
+            (w_qkv, b_qkv), (w_gu, b_gu) = self.fused[i]
+            qkv = F.linear(self._norm(x, layer.input_layernorm), w_qkv, b_qkv)
+            kernels.attend(lib, qkv, self.cos, self.sin, s.pos, s.lens, s.slot, self.k_cache[i], self.v_cache[i], o,
+                           self.KV, self.M, self.scaling)
+            x = self._residual(x, layer.self_attn.o_proj, o.view(A, -1))
+            gu = F.linear(self._norm(x, layer.post_attention_layernorm), w_gu, b_gu)
+            if self.silu:
+                act = kernels.silu_mul(lib, gu, torch.empty(A, gu.shape[1] // 2))
+            else:
+                gate, up = gu.chunk(2, dim=-1)
+                act = layer.mlp.act_fn(gate) * up
+            x = self._residual(x, layer.mlp.down_proj, act)
+        return self.model.lm_head(self._norm(x, self.model.model.norm)).float().contiguous()
+
+    def _step(self, s, inv_temp: float, greedy: bool):
+        """Feed one token to every active row; rows past their prompt record the token sampled after it."""
+        new, logp = kernels.sample_tokens(self.lib, self._logits(s), s.key, s.n_gen, inv_temp, greedy,
+                                          torch.empty_like(s.tok), torch.empty(s.tok.shape[0]))
+        live = ~s.done
+        gen = live & (s.pos + 1 >= s.plen)                       # this step's output is a completion token
+        at = s.n_gen.clamp(max=self.out.shape[1] - 1)
+        self.out[s.slot, at] = torch.where(gen, new, self.out[s.slot, at])
+        self.out_logp[s.slot, at] = torch.where(gen, logp, self.out_logp[s.slot, at])
+        s.n_gen += gen
+        ended = gen & (new[:, None] == self.eos[None]).any(-1)
+        s.stopped |= ended
+        s.done |= ended | (gen & (s.n_gen >= s.limit))
+        s.pos += live
+        nxt = self.prompt_buf[s.slot, s.pos.clamp(max=self.prompt_buf.shape[1] - 1)]
+        s.tok = torch.where(gen, new, nxt)
+        s.lens = torch.where(s.done, 0, s.pos + 1)
+
+    @torch.no_grad()
+    def generate(self, prompts, keys, max_new_tokens: int, temperature: float, on_finish):
+        """Complete ``prompts`` (validated token-id lists) with the rows' stream ``keys``; ``on_finish(i, tokens,
+        stopped, logprobs)`` is called as prompt ``i`` finishes (``logprobs``: each token's log-probability under the
+        distribution it was drawn from)."""
+        self.fused = self._fuse()
+        self.out = torch.zeros(self.slots, max_new_tokens, dtype=torch.long)
+        self.out_logp = torch.zeros(self.slots, max_new_tokens)
+        self.prompt_buf = torch.zeros(self.slots, max(map(len, prompts)), dtype=torch.long)
+        inv_temp, greedy = (1.0 / temperature if temperature > 0 else 1.0), temperature == 0
+        waiting = list(range(len(prompts)))[::-1]
+        free = list(range(self.slots))[::-1]
+        s = _Rows.empty()
+        owner: list = []                                         # prompt index of each active row
+        try:
+            while waiting or owner:
+                if owner:
+                    done = s.done.tolist()
+                    if any(done):
+                        keep = [r for r, d in enumerate(done) if not d]
+                        n_gen, stopped, slot = s.n_gen.tolist(), s.stopped.tolist(), s.slot.tolist()
+                        for r, d in enumerate(done):
+                            if d:
+                                on_finish(owner[r], self.out[slot[r], :n_gen[r]].tolist(), bool(stopped[r]),
+                                          self.out_logp[slot[r], :n_gen[r]].tolist())
+                                free.append(slot[r])
+                        s = s.select(keep)
+                        owner = [owner[r] for r in keep]
+                take = []
+                while waiting and free:
+                    take.append((waiting.pop(), free.pop()))
+                if take:
+                    for j, slot in take:
+                        self.prompt_buf[slot, :len(prompts[j])] = torch.tensor(prompts[j])
+                    s = s.join(_Rows.admit([prompts[j] for j, _ in take], [slot for _, slot in take],
+                                           [keys[j] for j, _ in take], max_new_tokens))
+                    owner += [j for j, _ in take]
+                if not owner:
+                    break
+                for _ in range(self.sync_every):
+                    self._step(s, inv_temp, greedy)
+        finally:
+            self.fused = None
+
+
+class _Rows:
+    """The active rows' state, one entry per row (tensors of equal length)."""
+
+    FIELDS = ("slot", "tok", "pos", "plen", "n_gen", "limit", "key", "done", "stopped", "lens")
+
+    def __init__(self, **t):
+        for k in self.FIELDS:
+            setattr(self, k, t[k])
+
+    @classmethod
+    def empty(cls):
+        z = torch.zeros(0, dtype=torch.long)
+        return cls(**{k: (z.bool() if k in ("done", "stopped") else z) for k in cls.FIELDS})
+
+    @classmethod
+    def admit(cls, prompts, slots, keys, limit):
+        n = len(prompts)
+        long = lambda xs: torch.tensor(xs, dtype=torch.long)  # noqa: E731
+        return cls(slot=long(slots), tok=long([p[0] for p in prompts]), pos=torch.zeros(n, dtype=torch.long),
+                   plen=long([len(p) for p in prompts]), n_gen=torch.zeros(n, dtype=torch.long),
+                   limit=torch.full((n,), limit, dtype=torch.long), key=long(keys),
+                   done=torch.zeros(n, dtype=torch.bool), stopped=torch.zeros(n, dtype=torch.bool),
+                   lens=torch.ones(n, dtype=torch.long))
+
+    def select(self, rows):
+        idx = torch.tensor(rows, dtype=torch.long)
+        return _Rows(**{k: getattr(self, k)[idx] for k in self.FIELDS})
+
+    def join(self, other):
+        return _Rows(**{k: torch.cat([getattr(self, k), getattr(other, k)]) for k in self.FIELDS})

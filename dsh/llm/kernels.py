@@ -1,0 +1,159 @@
+"""The CPU loops of :mod:`dsh.llm.kernel_engine`, in C (``cpu_kernels.c``), compiled on first use, called through ctypes.
+
+On the CPU a decoding step of a tiny model spends its time reading the KV cache: ``torch.matmul`` of one query
+against the cache runs as many 1 x D by D x L products, over every row up to the longest row's length (measured
+2-3x slower than these loops on the 2-core machine: README, "Performance"), while the linear layers already run
+near the matmul peak. ``attend`` rotates and stores a decoding position's keys and values, then reads each row's own
+keys and values once, up to its own length (keys transposed within tiles of 16 positions, so that 16 scores are one
+vector product); ``rms_norm``, ``silu_mul`` and ``sample_tokens`` (the counted uniforms of
+:func:`dsh.llm.engine.counted_uniform`, bit for bit, in the Gumbel-max form of the same draw, with the drawn token's
+log-probability) replace a dozen small torch operations each. All run over OpenMP threads (the libgomp that torch
+loaded: one thread pool).
+
+Built with the C compiler (``$CC`` or ``cc``) into ``$DSH_CACHE/kernels`` (default ``~/.cache/dsh/kernels``), keyed
+by a hash of the source, the flags and the CPU's feature flags, written atomically; compiled once per machine in
+well under a second. Where no compiler works, :func:`load` returns None with the reason in :data:`why_not`, and the
+engine uses its torch path (the results are the same up to float rounding).
+
+``-ffast-math`` is applied when compiling only (vectorised ``expf`` from glibc's libmvec), never when linking: a
+shared library linked with it would switch the whole process to flush-to-zero.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import platform
+import subprocess
+import tempfile
+from pathlib import Path
+
+SOURCE = Path(__file__).with_name("cpu_kernels.c")
+TILE = 16                      # positions per key tile (TILE in cpu_kernels.c)
+# tried in order: vectorised expf and OpenMP; OpenMP without libmvec; single-threaded portable C
+FLAG_SETS = (
+    (["-O3", "-march=native", "-ffast-math", "-fopenmp"], ["-fopenmp", "-lmvec", "-lm"]),
+    (["-O3", "-march=native", "-fopenmp"], ["-fopenmp", "-lm"]),
+    (["-O3"], ["-lm"]),
+)
+
+_lib = None
+why_not: str | None = None     # why the kernels are unavailable (None: not tried yet, or available)
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("DSH_CACHE") or Path.home() / ".cache" / "dsh") / "kernels"
+
+
+def _cpu_flags() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith(("flags", "Features")):
+                return line
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _build(cc: str, cflags: list, ldflags: list, out: Path) -> str | None:
+    """Compile and link into ``out`` (atomically); None on success, else the compiler's last line."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=out.parent, prefix=".build-") as tmp:
+        obj, so = Path(tmp) / "k.o", Path(tmp) / "k.so"
+        for cmd in ([cc, *cflags, "-fPIC", "-c", str(SOURCE), "-o", str(obj)],
+                    [cc, "-shared", str(obj), "-o", str(so), *ldflags]):
+            try:
+                r = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+            except (OSError, subprocess.TimeoutExpired) as e:
+                return f"{cmd[0]}: {e}"
+            if r.returncode:
+                return (r.stderr.strip().splitlines() or [f"exit {r.returncode}"])[-1][:200]
+        try:
+            ctypes.CDLL(str(so))
+        except OSError as e:
+            return str(e)[:200]
+        os.replace(so, out)
+    return None
+
+
+def load():
+    """The compiled kernels (a ctypes library with ``rope_store`` and ``decode_attention``), or None when no
+    compiler could build them (reason in :data:`why_not`). ``DSH_KERNELS=0`` turns them off."""
+    global _lib, why_not
+    if os.environ.get("DSH_KERNELS", "1") == "0":
+        return None
+    if _lib is not None:
+        return _lib
+    if why_not is not None:
+        return None
+    cc = os.environ.get("CC", "cc")
+    src = SOURCE.read_bytes()
+    errors = []
+    for cflags, ldflags in FLAG_SETS:
+        key = hashlib.sha256(b"\0".join([src, cc.encode(), " ".join(cflags + ldflags).encode(),
+                                         _cpu_flags().encode()])).hexdigest()[:16]
+        path = cache_dir() / f"dsh_kernels_{key}.so"
+        err = None if path.exists() else _build(cc, cflags, ldflags, path)
+        if err is None:
+            try:
+                lib = ctypes.CDLL(str(path))
+            except OSError as e:
+                errors.append(str(e)[:200])
+                continue
+            _declare(lib)
+            _lib = lib
+            return lib
+        errors.append(err)
+    why_not = f"the C kernels could not be built with {cc!r}: {errors[-1]}"
+    return None
+
+
+def unavailable() -> str | None:
+    """Why :func:`load` gives no kernels (None when it does)."""
+    if os.environ.get("DSH_KERNELS", "1") == "0":
+        return "turned off by DSH_KERNELS=0"
+    return None if load() is not None else why_not
+
+
+def _declare(lib):
+    P, N, F = ctypes.c_void_p, ctypes.c_int64, ctypes.c_float
+    lib.attend.restype = None
+    lib.attend.argtypes = [P, P, P, P, P, P, P, P, P, N, N, N, N, N, F]
+    lib.rms_norm.restype = None
+    lib.rms_norm.argtypes = [P, P, F, P, N, N]
+    lib.silu_mul.restype = None
+    lib.silu_mul.argtypes = [P, P, N, N]
+    lib.sample_tokens.restype = None
+    lib.sample_tokens.argtypes = [P, P, P, F, ctypes.c_int, P, P, N, N]
+
+
+def attend(lib, qkv, cos, sin, pos, lens, slot, k_tiles, v_cache, out, KV: int, M: int, scale: float):
+    """One decoding position of every live row (``lens > 0``; ``lens = pos + 1``): the rotated keys and the values of
+    ``qkv [B, (H + 2 KV) D]`` stored at ``pos`` in the caches of the row's ``slot`` (one layer's ``k_tiles
+    [slots, M / TILE, KV, D, TILE]`` and ``v_cache [slots, M, KV, D]``), then ``out [B, H, D]`` = the attention of the
+    rotated query heads over positions ``0 .. pos``. float32 and int64 tensors, contiguous, on the CPU."""
+    B, H, D = out.shape
+    lib.attend(qkv.data_ptr(), cos.data_ptr(), sin.data_ptr(), pos.data_ptr(), lens.data_ptr(), slot.data_ptr(),
+               k_tiles.data_ptr(), v_cache.data_ptr(), out.data_ptr(), B, H, KV, D, M, float(scale))
+
+
+def rms_norm(lib, x, weight, eps: float, out):
+    """``out [B, N]`` = RMSNorm of the rows of ``x [B, N]`` with ``weight [N]`` (transformers' LlamaRMSNorm)."""
+    lib.rms_norm(x.data_ptr(), weight.data_ptr(), float(eps), out.data_ptr(), x.shape[0], x.shape[1])
+    return out
+
+
+def silu_mul(lib, gate_up, out):
+    """``out [B, F]`` = silu(gate) * up for ``gate_up [B, 2F]`` (the fused gate and up projections)."""
+    lib.silu_mul(gate_up.data_ptr(), out.data_ptr(), out.shape[0], out.shape[1])
+    return out
+
+
+def sample_tokens(lib, logits, key, step, inv_temp: float, greedy: bool, out, logp):
+    """``out [B]`` (int64): the next token of each row of ``logits [B, V]``: the argmax when ``greedy``, else a draw
+    from softmax(logits * inv_temp) in its Gumbel-max form with the engine's counted uniforms of (``key``, ``step``);
+    ``logp [B]`` (float32): its log-probability under softmax(logits * inv_temp)."""
+    lib.sample_tokens(logits.data_ptr(), key.data_ptr(), step.data_ptr(), float(inv_temp), int(bool(greedy)),
+                      out.data_ptr(), logp.data_ptr(), logits.shape[0], logits.shape[1])
+    return out, logp

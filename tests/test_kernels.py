@@ -1,0 +1,139 @@
+"""The engine's CPU path (dsh.llm.kernel_engine over the C kernels of dsh.llm.kernels) against model.generate and
+against the engine's torch path: the same greedy tokens on the shipped laptop base, samples from softmax(logits / T),
+completions that do not depend on the batch, log-probabilities that equal a teacher-forced forward pass, and the
+torch path where the kernels cannot run."""
+
+import math
+
+import pytest
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM
+
+from dsh.llm import kernels, models
+from dsh.llm.engine import Engine, kernels_unsuitable
+from dsh.task import laptop_task as lt
+from dsh.task.records import chat_prompt
+from dsh.training.laptop_base import SHIPPED_BASE
+
+pytestmark = pytest.mark.slow   # loads the shipped base (make check leaves it out)
+
+
+@pytest.fixture(scope="module")
+def base():
+    m, tok = models.load(str(SHIPPED_BASE))
+    return m.eval(), tok
+
+
+@pytest.fixture(scope="module")
+def gqa():
+    """A 2-layer llama, 4 query heads over 2 key/value heads, head size 6 (not a multiple of the 16-wide tiles),
+    peaked logits."""
+    torch.manual_seed(0)
+    cfg = LlamaConfig(vocab_size=12, hidden_size=24, intermediate_size=40, num_hidden_layers=2, num_attention_heads=4,
+                      num_key_value_heads=2, max_position_embeddings=64, eos_token_id=11, pad_token_id=0, bos_token_id=1)
+    m = LlamaForCausalLM(cfg).eval()
+    with torch.no_grad():
+        m.lm_head.weight.mul_(40.0)
+    return m
+
+
+def _prompts(tok, n_per_level):
+    return [tok(chat_prompt(tok, p.question), add_special_tokens=False)["input_ids"]
+            for p in lt.test_questions(n_per_level=n_per_level)]
+
+
+def test_the_kernels_build_and_run_here():
+    assert kernels.load() is not None, kernels.why_not
+
+
+def test_greedy_equals_generate_on_the_shipped_base(base):
+    """Every token of every row equals model.generate's: fails for a wrong RoPE position, a key written to the wrong
+    tile or slot, a GQA grouping, a prompt fed wrongly, or a refilled slot that sees its predecessor's cache."""
+    m, tok = base
+    prompts = _prompts(tok, 3)                                         # 21 questions, 1x2 ... 1x8, 10-16 tokens
+    tok.padding_side = "left"
+    enc = tok([tok.decode(p) for p in prompts], return_tensors="pt", padding=True, add_special_tokens=False)
+    with torch.no_grad():
+        o = m.generate(**enc, max_new_tokens=80, do_sample=False, pad_token_id=tok.pad_token_id,
+                       eos_token_id=tok.eos_token_id)
+    ref = []
+    for row in o[:, enc["input_ids"].shape[1]:].tolist():
+        cut = row.index(tok.eos_token_id) + 1 if tok.eos_token_id in row else len(row)
+        ref.append(row[:cut])
+    eng = Engine(m, [tok.eos_token_id], slots=8, max_len=16 + 80)      # 21 prompts through 8 slots: refills
+    assert eng.attention == "kernels"
+    got = eng.generate(prompts, 80, temperature=0)
+    assert [g.tokens for g in got] == ref
+    assert all(g.stopped == (g.tokens[-1] == tok.eos_token_id) for g in got)
+
+
+@pytest.mark.parametrize("attention", ["kernels", "torch"])
+def test_sampling_follows_the_models_distribution(gqa, attention):
+    """First-token frequencies of 3000 rows against the exact softmax(logits / T) (chi-square); a temperature of 3
+    is detected by the same statistic."""
+    prompt, n, T = [1, 5, 7, 2], 3000, 0.8
+    eng = Engine(gqa, [11], slots=256, max_len=16, attention=attention)
+    rows = [g.tokens for g in eng.generate([prompt] * n, 2, temperature=T, seed=1)]
+    with torch.no_grad():
+        p = torch.softmax(gqa(torch.tensor([prompt])).logits[0, -1] / T, -1)
+    obs = torch.bincount(torch.tensor([r[0] for r in rows]), minlength=12).float()
+    keep = p * n >= 5
+    dof = int(keep.sum()) - 1
+    assert dof >= 2, p
+    bound = dof + 4 * math.sqrt(2 * dof) + 6
+    assert (((obs - n * p) ** 2) / (n * p))[keep].sum().item() < bound, (obs, n * p)
+    hot = [g.tokens for g in eng.generate([prompt] * n, 1, temperature=3.0, seed=1)]
+    obs = torch.bincount(torch.tensor([r[0] for r in hot]), minlength=12).float()
+    assert (((obs - n * p) ** 2) / (n * p))[keep].sum().item() > bound
+
+
+def test_a_completion_does_not_depend_on_its_batch(gqa):
+    """The same prompt and key give the same completion alone, among other prompts, and through fewer slots."""
+    others = [[1, 2, 3], [4, 5], [6, 7, 8, 9], [3, 3], [2]] * 6
+    target = [5, 6, 7]
+    alone = Engine(gqa, [11], slots=4, max_len=40).generate([target], 30, seed=3, keys=[99])[0]
+    crowd = Engine(gqa, [11], slots=16, max_len=40).generate(others + [target], 30, seed=3,
+                                                             keys=list(range(len(others))) + [99])[-1]
+    narrow = Engine(gqa, [11], slots=3, max_len=40).generate([target] + others, 30, seed=3,
+                                                             keys=[99] + list(range(len(others))))[0]
+    assert alone.tokens == crowd.tokens == narrow.tokens
+    assert len(alone.tokens) > 3
+
+
+def test_kernels_and_torch_paths_draw_the_same_tokens(gqa):
+    """The two paths use the same counted uniforms (the kernel's Gumbel-max form of the same draw): with float32
+    rounding apart, the completions agree; at least 95 % of 200 rows identical."""
+    prompts = [[1 + i % 9, 2 + i % 7, 3] for i in range(200)]
+    a = Engine(gqa, [11], slots=32, max_len=40, attention="kernels").generate(prompts, 20, seed=5)
+    b = Engine(gqa, [11], slots=32, max_len=40, attention="torch").generate(prompts, 20, seed=5)
+    same = sum(x.tokens == y.tokens for x, y in zip(a, b))
+    assert same >= 190, same
+
+
+@pytest.mark.parametrize("attention", ["kernels", "torch"])
+def test_logprobs_are_the_models(base, attention):
+    """Each token's log-probability as returned equals log_softmax(logits / T) of a teacher-forced forward pass."""
+    m, tok = base
+    prompts = _prompts(tok, 1)
+    T = 0.7
+    gens = Engine(m, [tok.eos_token_id], slots=4, max_len=16 + 60, attention=attention).generate(
+        prompts, 60, temperature=T, seed=2)
+    for p, g in zip(prompts, gens):
+        with torch.no_grad():
+            logits = m(torch.tensor([p + g.tokens])).logits[0, len(p) - 1:-1]
+        want = torch.log_softmax(logits / T, -1).gather(-1, torch.tensor(g.tokens)[:, None])[:, 0]
+        assert torch.allclose(torch.tensor(g.logprobs), want, atol=2e-4), (g.logprobs[:5], want[:5])
+
+
+def test_the_torch_path_where_the_kernels_cannot_run(gqa, monkeypatch):
+    assert kernels_unsuitable(gqa) is None
+    assert kernels_unsuitable(gqa, "torch") == "attention='torch' was asked for"
+    assert "float32" in kernels_unsuitable(gqa.to(torch.float64))
+    gqa.to(torch.float32)
+    monkeypatch.setenv("DSH_KERNELS", "0")
+    eng = Engine(gqa, [11], slots=2, max_len=16)
+    assert eng.attention == "torch" and eng.why_torch == "turned off by DSH_KERNELS=0"
+    with pytest.raises(ValueError, match="^attention 'kernels' cannot run this model: turned off by DSH_KERNELS=0"):
+        Engine(gqa, [11], attention="kernels")
+    with pytest.raises(ValueError, match="^attention must be one of auto, kernels, torch"):
+        Engine(gqa, [11], attention="fast")
