@@ -370,7 +370,8 @@ def _add_budgets(sub) -> None:
 def _add_bench(sub, model_help) -> None:
     b = sub.add_parser("bench", help="dsh's generation, SFT and GRPO paths against the libraries' defaults")
     b.add_argument("--model", default=EMBEDDED, help=model_help)
-    b.add_argument("--size", default="auto", help="auto (gpu on CUDA, else cpu), cpu or gpu")
+    b.add_argument("--size", default="auto", help="auto (gpu on CUDA, else cpu), cpu, gpu, or laptop (cpu with the tiny "
+                   "part at full size: the README's performance table)")
     b.add_argument("--parts", default="generation,sft,grpo,tiny",
                    help="comma-separated: generation, sft, grpo, tiny (the laptop base)")
     b.add_argument("--out", help="write the JSON result here (e.g. book/results/bench-h100/bench.json)")

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from dsh.experiment import bench
+from dsh.experiment import bench, bench_tiny
 
 pytestmark = pytest.mark.slow   # loads or trains the embedded model (make check leaves it out)
 
@@ -37,9 +37,27 @@ def test_bench_cli_on_cpu(tmp_path):
     assert [x["backend_used"] for x in grpo] == ["trl", "dsh"]
     assert all(0 < x["generation_s_per_step"] < x["seconds_per_step"] for x in grpo)
     tiny = res["tiny"]
-    assert [x["part"] for x in tiny] == ["tiny training"] * 3 + ["tiny sampling"] * 2
-    assert all(x["tokens_per_s"] > 0 and 0 < x["share_of_peak"] < 1 for x in tiny)
-    assert tiny[0]["ratio_to_default"] == 1.0 and tiny[3]["ratio_to_default"] == 1.0
+    peaks = tiny["device"]
+    assert all(peaks[k] == max(m[k] for m in tiny["device_measurements"]) for k in peaks)   # the stricter roofline
+    samp = tiny["sampling"]
+    assert [x["path"].rsplit(",", 1)[0] for x in samp[:3]] == list(bench_tiny.SAMPLING_PATHS)
+    for x in samp:
+        assert x["generated_tokens"] > 0 and x["tokens_per_s"] > 0
+        assert 0 < x["share_of_roofline"] <= x["share_of_serial_bound"] <= 1     # nothing beats the roofline
+        assert x["roofline"]["roofline_s"] == max(x["roofline"]["matmul_s"], x["roofline"]["kv_read_s"])
+    assert [x["ratio_to_generate"] for x in samp[::3]] == [1.0] * (len(samp) // 3)
+    grpo = tiny["grpo"]
+    assert [x["backend_used"] for x in grpo] == ["dsh", "trl", "dsh"] and grpo[0]["ratio_to_before"] == 1.0
+    assert [x["completions_per_round"] for x in grpo] == [32, 256, 256]
+    for x in grpo:
+        assert x["rollouts"] == 8 * 32 and x["rollouts_per_s"] > 0
+        assert x["generation_s"] > 0 and x["update_s"] > 0 and x["scoring_s"] >= 0 and x["other_s"] > -0.5
+    ev = tiny["evaluation"]
+    assert [x["questions"] for x in ev] == [7 * 4] * 2 and ev[0]["time_share_of_before"] == 1.0
+    assert 0 <= ev[0]["identical_responses"] <= 1
+    train = tiny["training"]
+    assert all(x["tokens_per_s"] > 0 and 0 < x["share_of_peak"] < 1 for x in train)
+    assert train[0]["ratio_to_default"] == 1.0
     table = r.stderr[r.stderr.index("dsh bench ("):]
     for x in bench.table(res):
         assert x["path"][:69] in table
@@ -51,6 +69,20 @@ def test_kv_ceiling_arithmetic():
                           "kv_bytes_per_token": 23_040})
     assert c == pytest.approx(3e12 / (0.27e9 / 512 + 1000 * 23_040))
     assert 100_000 < c < 200_000
+
+
+def test_sampling_roofline_arithmetic():
+    """One row of prompt 3 and completion 3: forward positions 0..4 attend 1..5 positions (15 in all), the two
+    positions after the prompt read 4 + 5 positions of KV."""
+    shape = {"matmul_params": 1000, "layers": 2, "attention_width": 8, "kv_bytes_per_token": 64}
+    r = bench_tiny.sampling_roofline(shape, [3], [3], peak_flops=1e6, read_bandwidth=1e3)
+    assert r["flops"] == 2 * 1000 * 5 + 4 * 8 * 2 * 15
+    assert r["kv_bytes"] == 64 * (4 + 5)
+    assert r["matmul_s"] == pytest.approx(r["flops"] / 1e6) and r["kv_read_s"] == pytest.approx(64 * 9 / 1e3)
+    assert r["roofline_s"] == r["kv_read_s"] and r["bound_by"] == "KV read"
+    assert r["serial_s"] == pytest.approx(r["matmul_s"] + r["kv_read_s"])
+    one = bench_tiny.sampling_roofline(shape, [5], [1], 1e6, 1e3)
+    assert one["kv_bytes"] == 0                                          # a lone first token reads no cache
 
 
 def test_bad_input_before_any_work(tmp_path):

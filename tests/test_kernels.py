@@ -62,6 +62,8 @@ def test_greedy_equals_generate_on_the_shipped_base(base):
         ref.append(row[:cut])
     eng = Engine(m, [tok.eos_token_id], slots=8, max_len=16 + 80)      # 21 prompts through 8 slots: refills
     assert eng.attention == "kernels"
+    eng._cpu.k_cache.fill_(float("nan"))                               # the cache is not zeroed: no position may
+    eng._cpu.v_cache.fill_(float("nan"))                               # be read before its row wrote it
     got = eng.generate(prompts, 80, temperature=0)
     assert [g.tokens for g in got] == ref
     assert all(g.stopped == (g.tokens[-1] == tok.eos_token_id) for g in got)

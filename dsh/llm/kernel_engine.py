@@ -6,7 +6,8 @@ batched attention reads the cache of every row up to the longest at a fraction o
 that have finished, or that wait for a refill, take matmul time for nothing. :class:`KernelDecoder` therefore
 
 - feeds the prompt through the decoding step itself, one token a step (the same FLOPs as a prefill, none of its
-  padding), so a freed slot is refilled at the next step, not when an eighth of the slots is free;
+  padding), so a freed slot is refilled at the next step, not when an eighth of the slots is free; the longest
+  prompts start first (longer questions have longer answers here, so the batch drains on short rows);
 - computes only the rows in flight: the batch is the active rows, compacted whenever a row finishes, each row
   holding the index of its cache slot (the cache itself never moves);
 - runs attention, RoPE with the cache write, RMSNorm, the gated activation and the sampling in C, and the q/k/v
@@ -48,8 +49,10 @@ class KernelDecoder:
             cos, sin = model.model.rotary_emb(torch.zeros(1), torch.arange(self.M)[None])
         self.cos, self.sin = cos[0].float().contiguous(), sin[0].float().contiguous()
         L, T = len(self.layers), kernels.TILE
-        self.k_cache = torch.zeros(L, slots, self.M // T, self.KV, self.D, T)   # keys transposed within tiles
-        self.v_cache = torch.zeros(L, slots, self.M, self.KV, self.D)
+        # not zeroed (0.9 s for the 0.8 GB of a 700-question evaluation): a row writes every position before it reads
+        # it, and the attention reads nothing beyond a row's length (a tile's tail is loaded but never used)
+        self.k_cache = torch.empty(L, slots, self.M // T, self.KV, self.D, T)   # keys transposed within tiles
+        self.v_cache = torch.empty(L, slots, self.M, self.KV, self.D)
         self.eos = torch.tensor(sorted(set(eos_token_ids)))
         self.fused = None
 
@@ -123,7 +126,10 @@ class KernelDecoder:
         self.out_logp = torch.zeros(self.slots, max_new_tokens)
         self.prompt_buf = torch.zeros(self.slots, max(map(len, prompts)), dtype=torch.long)
         inv_temp, greedy = (1.0 / temperature if temperature > 0 else 1.0), temperature == 0
-        waiting = list(range(len(prompts)))[::-1]
+        # longest prompts first (popped from the end): in this task a longer question has a longer answer, so the
+        # last rows to finish are short ones and the batch drains quickly; a completion does not depend on when its
+        # row starts (its stream is its key's)
+        waiting = sorted(range(len(prompts)), key=lambda j: (len(prompts[j]), -j))
         free = list(range(self.slots))[::-1]
         s = _Rows.empty()
         owner: list = []                                         # prompt index of each active row

@@ -1,0 +1,364 @@
+"""``python -m dsh bench --parts tiny``: the laptop experiment's paths on the machine at hand, each against its
+baseline in the same run, and against the machine's roofline measured in the same run.
+
+- **device**: the fp32 matmul peak (a 1024^3 product), the memory read bandwidth (a sum over 256 MB) and the copy
+  bandwidth (read + write), each the best of several tries, measured before and after the other parts; the larger
+  of the two measurements is used, so the roofline is the stricter one.
+- **sampling** (the shipped base, the laptop task's test ladder 1x2 ... 1x8 as prompts, temperature 1, up to
+  ``max_new`` new tokens a row, ``prompts_per_row`` prompts per row so that the rows stay busy until the last ones
+  drain): ``model.generate`` in batches of ``rows``, :class:`dsh.llm.engine.Engine`'s torch path and its CPU path
+  (:mod:`dsh.llm.kernel_engine`) with ``rows`` slots, interleaved, ``repeats`` times. Each run's roofline
+  (:func:`sampling_roofline`) is computed from its own prompts and completions: the larger of the matmul time (every
+  prompt and generated token through every linear layer, plus attention's products, at the matmul peak) and the
+  KV-read time (each generated token reads the keys and values of its context once, at the read bandwidth); the
+  serial bound (the two added) is reported beside it.
+- **GRPO**: a policy that writes reflection traces of the laptop task's length (the shipped base after
+  ``policy_sft_steps`` steps of the laptop preset's reflection SFT), then ``grpo_steps`` optimizer steps of the
+  laptop preset's GRPO three ways: the configuration before issue 28 (one rollout round of 32 completions per step
+  through the engine's torch path, padded batches), TRL's own generation path (``model.generate``) in the
+  preset's configuration, and the preset as it is; rollouts per second end to end (trainer wall time) with the
+  time split (sampling, reference/old-policy scoring, update).
+- **evaluation**: ``dsh evaluate`` of the shipped base on the laptop ladder (the preset's settings) through the
+  engine's torch path at 64 rows (before issue 28) and the preset's path, interleaved; the share of identical
+  responses (the same counted random streams).
+- **training**: tokens/s of the laptop preset's reflection SFT, TRL's ``SFTTrainer`` defaults on the same data and
+  ``dsh.training.pretrain``'s plain loop, each against the 6N bound at the matmul peak.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+import random
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..llm.models import load
+from ..task import laptop_task as lt
+from ..task.records import chat_prompt
+from ..training.laptop_base import SHIPPED_BASE
+from ..training.pretrain import PretrainConfig, encode, pretrain
+from ..training.train import build_dataset, train
+from .presets import LAPTOP, resolve
+
+
+@dataclass(frozen=True)
+class TinySize:
+    rows: tuple = (32, 256)          # rows decoded at once (generate's batch, the engine's slots)
+    prompts_per_row: int = 4         # prompts per row of a sampling run
+    max_new: int = 200               # new tokens a row may write
+    repeats: int = 3                 # interleaved repeats of every sampling run
+    policy_sft_steps: int = 150      # reflection SFT steps that make the GRPO policy
+    grpo_steps: int = 8              # optimizer steps of each GRPO run (one rollout round of the preset)
+    grpo_max_completion: int | None = None   # None: the preset's
+    eval_n_per_level: int | None = None      # None: the preset's (100 a level)
+    eval_repeats: int = 2
+    training_steps: int = 8
+
+
+TINY_SIZES = {
+    "cpu": TinySize(rows=(8, 32), prompts_per_row=2, max_new=40, repeats=1, policy_sft_steps=4, grpo_steps=8,
+                    grpo_max_completion=48, eval_n_per_level=4, eval_repeats=1, training_steps=2),
+    "laptop": TinySize(),
+}
+
+
+# ------------------------------------------------------------------------------------------------
+# The device
+# ------------------------------------------------------------------------------------------------
+def _best(f, repeats: int) -> float:
+    best = float("inf")
+    for _ in range(repeats + 1):
+        t = time.perf_counter()
+        f()
+        best = min(best, time.perf_counter() - t)
+    return best
+
+
+def device_peaks(repeats: int = 7) -> dict:
+    """The fp32 matmul peak (FLOP/s of a 1024^3 product), the read bandwidth (bytes/s of a sum over 256 MB) and the
+    copy bandwidth (read + write bytes/s of a 256 MB copy), each the best of ``repeats``."""
+    import torch
+
+    n = 1024
+    a, b = torch.randn(n, n), torch.randn(n, n)
+    x = torch.ones(64 * 2 ** 20)                  # 256 MB of float32: beyond any cache
+    y = torch.empty_like(x)
+    return {"matmul_peak_flops": 2 * n ** 3 / _best(lambda: a @ b, repeats),
+            "read_bandwidth_bytes_per_s": x.numel() * 4 / _best(lambda: x.sum(), repeats),
+            "copy_bandwidth_bytes_per_s": 2 * x.numel() * 4 / _best(lambda: y.copy_(x), repeats)}
+
+
+# ------------------------------------------------------------------------------------------------
+# Sampling
+# ------------------------------------------------------------------------------------------------
+def model_shape(model) -> dict:
+    """What the roofline needs of a model: parameters in matrix products (linear layers and the LM head), layers,
+    attention width (heads x head size) and KV bytes per token of context."""
+    import torch
+
+    from ..llm.engine import kv_bytes_per_token
+
+    cfg = model.config
+    linear = sum(m.weight.numel() for m in model.modules() if isinstance(m, torch.nn.Linear))
+    head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+    return {"matmul_params": linear, "layers": cfg.num_hidden_layers,
+            "attention_width": cfg.num_attention_heads * head_dim, "kv_bytes_per_token": kv_bytes_per_token(model)}
+
+
+def sampling_roofline(shape: dict, prompt_lens, gen_lens, peak_flops: float, read_bandwidth: float) -> dict:
+    """The least time a machine of ``peak_flops`` and ``read_bandwidth`` needs for a sampling workload: prompts of
+    ``prompt_lens`` tokens, completions of ``gen_lens`` tokens. A row of prompt p and completion g runs p + g - 1
+    forward positions (the last token is not fed back); position i attends i + 1 positions. Matmul FLOPs: 2 x
+    matmul_params per position plus 4 x (i + 1) x attention width per layer; KV bytes: each position after the
+    prompt reads the keys and values of its i + 1 positions once (a prompt's own attention needs no cache read).
+    ``roofline_s`` is the larger of the two times, ``serial_s`` their sum."""
+    flops = kv = 0.0
+    for p, g in zip(prompt_lens, gen_lens):
+        n = p + g - 1                                            # forward positions 0 .. n - 1
+        attended = n * (n + 1) / 2                               # sum of (i + 1)
+        decoded = attended - p * (p + 1) / 2                     # the positions after the prompt
+        flops += 2 * shape["matmul_params"] * n + 4 * shape["attention_width"] * shape["layers"] * attended
+        kv += shape["kv_bytes_per_token"] * decoded
+    mm, rd = flops / peak_flops, kv / read_bandwidth
+    return {"flops": flops, "kv_bytes": kv, "matmul_s": mm, "kv_read_s": rd, "roofline_s": max(mm, rd),
+            "serial_s": mm + rd, "bound_by": "matmul" if mm >= rd else "KV read"}
+
+
+def _ladder_prompts(tok, n: int, seed: int) -> list:
+    per = -(-n // len(lt.TEST_LEVELS))
+    qs = [p.question for p in lt.test_questions(n_per_level=per)]
+    random.Random(seed).shuffle(qs)
+    return [tok(chat_prompt(tok, q), add_special_tokens=False)["input_ids"] for q in qs[:n]]
+
+
+def _run_generate(model, tok, prompts, rows, max_new, seed):
+    import torch
+
+    tok.padding_side = "left"
+    eos, gen = tok.eos_token_id, []
+    torch.manual_seed(seed)
+    t = time.perf_counter()
+    for s in range(0, len(prompts), rows):
+        chunk = prompts[s:s + rows]
+        enc = tok.pad({"input_ids": chunk}, return_tensors="pt")
+        with torch.no_grad():
+            out = model.generate(**enc, max_new_tokens=max_new, do_sample=True, temperature=1.0, top_k=0, top_p=1.0,
+                                 pad_token_id=tok.pad_token_id, eos_token_id=eos)
+        for row in out[:, enc["input_ids"].shape[1]:].tolist():
+            gen.append(row.index(eos) + 1 if eos in row else len(row))
+    return time.perf_counter() - t, gen
+
+
+def _run_engine(model, tok, prompts, rows, max_new, seed, attention):
+    from ..llm.engine import Engine
+
+    eng = Engine(model, [tok.eos_token_id], slots=rows, max_len=max(map(len, prompts)) + max_new, attention=attention)
+    eng.generate(prompts[:rows], 8, seed=seed + 1)                 # warm-up (compiles the kernels once)
+    t = time.perf_counter()
+    gens = eng.generate(prompts, max_new, temperature=1.0, seed=seed)
+    return time.perf_counter() - t, [len(g.tokens) for g in gens]
+
+
+SAMPLING_PATHS = ("model.generate", "dsh engine, torch path", "dsh engine, CPU path (C kernels)")
+
+
+def sampling_rows(size: TinySize, peaks_of, seed: int = 0) -> list:
+    """Rows of the sampling comparison (module docstring); ``peaks_of()`` gives the device peaks to use."""
+    model, tok = load(str(SHIPPED_BASE))
+    model.eval()
+    shape = model_shape(model)
+    prompts = _ladder_prompts(tok, max(size.rows) * size.prompts_per_row, seed)
+    out = []
+    for rows in size.rows:
+        ps = prompts[:rows * size.prompts_per_row]
+        for rep in range(size.repeats):
+            for path in SAMPLING_PATHS:
+                if path == "model.generate":
+                    secs, gen = _run_generate(model, tok, ps, rows, size.max_new, seed + rep)
+                else:
+                    secs, gen = _run_engine(model, tok, ps, rows, size.max_new, seed + rep,
+                                            "torch" if "torch" in path else "kernels")
+                peaks = peaks_of()
+                roof = sampling_roofline(shape, [len(p) for p in ps], gen, peaks["matmul_peak_flops"],
+                                         peaks["read_bandwidth_bytes_per_s"])
+                tokens = sum(gen)
+                out.append({"part": "tiny sampling", "path": f"{path}, {rows} rows", "rows": rows, "repeat": rep,
+                            "prompts": len(ps), "prompt_tokens": sum(map(len, ps)), "generated_tokens": tokens,
+                            "seconds": round(secs, 3), "tokens_per_s": tokens / secs, "roofline": roof,
+                            "roofline_tokens_per_s": tokens / roof["roofline_s"],
+                            "share_of_roofline": roof["roofline_s"] / secs,
+                            "share_of_serial_bound": roof["serial_s"] / secs})
+    for r in out:
+        same = [x for x in out if x["rows"] == r["rows"] and x["repeat"] == r["repeat"]]
+        r["ratio_to_generate"] = r["tokens_per_s"] / same[0]["tokens_per_s"]
+    return out
+
+
+# ------------------------------------------------------------------------------------------------
+# GRPO
+# ------------------------------------------------------------------------------------------------
+@contextlib.contextmanager
+def kernels_off():
+    """The engine's torch path inside (``DSH_KERNELS=0``), the setting before restored after."""
+    old = os.environ.get("DSH_KERNELS")
+    os.environ["DSH_KERNELS"] = "0"
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop("DSH_KERNELS", None)
+        else:
+            os.environ["DSH_KERNELS"] = old
+
+
+GRPO_PATHS = ("before issue 28: a round of 32 per step, engine's torch path, padded",
+              "TRL's generation (model.generate), the preset's rounds, padding-free",
+              "dsh laptop preset: rounds of 256, CPU path, padding-free")
+
+
+def grpo_rows(size: TinySize, workdir: Path, seed: int = 0) -> list:
+    """Rows of the GRPO comparison (module docstring)."""
+    import json
+
+    policy = workdir / "grpo_policy"
+    train(resolve("sft_reflection", LAPTOP.name, model=str(SHIPPED_BASE), output_dir=str(policy),
+                  n_train=8 * size.policy_sft_steps, max_steps=size.policy_sft_steps, laptop_attempts="injected",
+                  report_to=(), save_steps=10 ** 6, logging_steps=10 ** 6, seed=seed))
+    common = dict(model=str(policy), max_steps=size.grpo_steps, save_steps=10 ** 6, report_to=(), seed=seed)
+    if size.grpo_max_completion:
+        common["max_completion_length"] = size.grpo_max_completion
+    runs = ((GRPO_PATHS[0], dict(generation_batch_size=32, padding_free=False), True),
+            (GRPO_PATHS[1], dict(generation_backend="trl"), False),
+            (GRPO_PATHS[2], {}, False))
+    out = []
+    for k, (label, over, old) in enumerate(runs):
+        cfg = resolve("grpo", LAPTOP.name, output_dir=str(workdir / f"grpo_{k}"), **common, **over)
+        with kernels_off() if old else contextlib.nullcontext():
+            s = train(cfg)
+        rows = s["rollouts"]
+        logs = [json.loads(x) for x in (workdir / f"grpo_{k}" / "metrics.jsonl").read_text().splitlines()]
+        lengths = [x["completions/mean_length"] for x in logs if "completions/mean_length" in x]
+        out.append({"part": "tiny GRPO", "path": label, "steps": s["global_step"], "rollouts": rows,
+                    "completions_per_round": cfg.generation_batch_size or cfg.per_device_train_batch_size,
+                    "mean_completion_tokens": sum(lengths) / len(lengths) if lengths else None,
+                    "seconds": s["wall_s"], "rollouts_per_s": rows / s["wall_s"],
+                    "generation_s": s["generation_s"], "scoring_s": s["scoring_s"], "update_s": s["update_s"],
+                    "other_s": s["wall_s"] - s["generation_s"] - s["scoring_s"] - s["update_s"],
+                    "backend_used": s["generation_backend"]})
+    for r in out:
+        r["ratio_to_before"] = r["rollouts_per_s"] / out[0]["rollouts_per_s"]
+    return out
+
+
+# ------------------------------------------------------------------------------------------------
+# Evaluation
+# ------------------------------------------------------------------------------------------------
+def evaluation_rows(size: TinySize, seed: int = 0) -> list:
+    """Rows of the evaluation comparison (module docstring)."""
+    import json
+
+    from .evaluate import evaluate
+
+    settings = LAPTOP.evaluation
+    if size.eval_n_per_level:
+        settings = dataclasses.replace(settings, n_per_level=size.eval_n_per_level)
+    runs = (("dsh evaluate before issue 28: engine's torch path, 64 rows", 64, True),
+            (f"dsh evaluate, laptop preset: CPU path, {settings.batch_size} rows", settings.batch_size, False))
+    out, responses = [], {}
+    with tempfile.TemporaryDirectory(prefix="dsh-bench-eval-") as d:
+        for rep in range(size.eval_repeats):
+            for label, batch, old in runs:
+                path = Path(d) / f"{rep}-{batch}-{old}.jsonl"
+                with kernels_off() if old else contextlib.nullcontext():
+                    t = time.perf_counter()
+                    evaluate(str(SHIPPED_BASE), out=str(path), settings=dataclasses.replace(settings, batch_size=batch),
+                             seed=seed, backend="dsh", progress=False)
+                    secs = time.perf_counter() - t
+                recs = {(r["level"], r["index"]): r["response"] for r in map(json.loads, path.read_text().splitlines())}
+                responses[label] = recs
+                out.append({"part": "tiny evaluation", "path": label, "repeat": rep, "questions": len(recs),
+                            "seconds": round(secs, 2)})
+    a, b = (responses[label] for label, _, _ in runs)
+    same = sum(a[k] == b.get(k) for k in a) / len(a)
+    for r in out:
+        before = [x for x in out if x["repeat"] == r["repeat"]][0]
+        r["time_share_of_before"] = r["seconds"] / before["seconds"]
+        r["identical_responses"] = same
+    return out
+
+
+# ------------------------------------------------------------------------------------------------
+# Training
+# ------------------------------------------------------------------------------------------------
+def training_rows(size: TinySize, peak_flops: float, workdir: Path, seed: int = 0) -> list:
+    """Training tokens/s of the laptop preset's reflection SFT, TRL's SFTTrainer defaults and the base's plain loop,
+    each with its share of the 6N bound at the matmul peak."""
+    base = str(SHIPPED_BASE)
+    m, tok = load(base)
+    n_params = sum(p.numel() for p in m.parameters())
+    steps = size.training_steps
+    common = dict(model=base, n_train=8 * steps, max_steps=steps, seed=seed, report_to=(), save_steps=10 ** 6,
+                  logging_steps=1, laptop_attempts="injected")
+    cfgs = (("TRL SFTTrainer defaults (batch 8, lr 2e-5 linear)", resolve(
+                "sft_reflection", LAPTOP.name, output_dir=str(workdir / "tiny_default"), **common,
+                learning_rate=2e-5, lr_scheduler_type="linear", warmup_ratio=0.0, per_device_train_batch_size=8)),
+            ("dsh laptop preset (TRL, batch 8, lr 3e-4 cosine)", resolve(
+                "sft_reflection", LAPTOP.name, output_dir=str(workdir / "tiny_dsh"), **common)))
+    rows = []
+    for label, cfg in cfgs:
+        s = train(cfg)
+        real = s["real_tokens"] or 0
+        rows.append({"part": "tiny training", "path": label, "seconds": s["wall_s"], "real_tokens": real,
+                     "tokens_per_s": real / s["wall_s"], "share_of_peak": 6 * n_params * real / s["wall_s"] / peak_flops})
+    recs = build_dataset(cfgs[1][1])
+    data = encode(tok, [(r["prompt"][0]["content"], r["completion"][0]["content"]) for r in recs])
+    per = sum(len(x) for x, _ in data) // len(data) * 8
+    t = time.perf_counter()
+    st = pretrain(m, tok, data, workdir / "tiny_loop", PretrainConfig(tokens=per * steps, tokens_per_batch=per,
+                                                                      seed=seed, save_every=10 ** 6), progress=False)
+    dt = time.perf_counter() - t
+    rows.append({"part": "tiny training", "path": "dsh.training.pretrain loop (the base's path, ~8 traces a step)",
+                 "seconds": round(dt, 2), "real_tokens": st["tokens"], "tokens_per_s": st["tokens"] / dt,
+                 "share_of_peak": 6 * n_params * st["tokens"] / dt / peak_flops})
+    for r in rows:
+        r["ratio_to_default"] = r["tokens_per_s"] / rows[0]["tokens_per_s"]
+    return rows
+
+
+# ------------------------------------------------------------------------------------------------
+# All of it
+# ------------------------------------------------------------------------------------------------
+def run(size: TinySize, workdir: Path, seed: int = 0) -> dict:
+    """Every part of the tiny bench (module docstring), with the device peaks measured before and after."""
+    import torch
+
+    torch.manual_seed(seed)
+    measured = [device_peaks()]
+    peaks = lambda: {k: max(m[k] for m in measured) for k in measured[0]}  # noqa: E731  (the stricter roofline)
+    t0 = time.time()
+    sampling = sampling_rows(size, peaks, seed)
+    evaluation = evaluation_rows(size, seed)
+    grpo = grpo_rows(size, workdir, seed)
+    training = training_rows(size, peaks()["matmul_peak_flops"], workdir, seed)
+    measured.append(device_peaks())
+    final = peaks()
+    for r in sampling:   # every share against the final (largest) peaks
+        r["roofline"] = sampling_roofline_of(r, final)
+        r["roofline_tokens_per_s"] = r["generated_tokens"] / r["roofline"]["roofline_s"]
+        r["share_of_roofline"] = r["roofline"]["roofline_s"] / r["seconds"]
+        r["share_of_serial_bound"] = r["roofline"]["serial_s"] / r["seconds"]
+    return {"size": dataclasses.asdict(size), "device_measurements": measured, "device": final,
+            "sampling": sampling, "evaluation": evaluation, "grpo": grpo, "training": training,
+            "seconds": round(time.time() - t0, 1), "load_average": os.getloadavg()}
+
+
+def sampling_roofline_of(row: dict, peaks: dict) -> dict:
+    """A sampling row's roofline again at other ``peaks`` (its FLOPs and KV bytes are the workload's)."""
+    mm = row["roofline"]["flops"] / peaks["matmul_peak_flops"]
+    rd = row["roofline"]["kv_bytes"] / peaks["read_bandwidth_bytes_per_s"]
+    return {**row["roofline"], "matmul_s": mm, "kv_read_s": rd, "roofline_s": max(mm, rd), "serial_s": mm + rd,
+            "bound_by": "matmul" if mm >= rd else "KV read"}
