@@ -42,6 +42,7 @@ from ..task.records import chat_prompt
 from ..training.laptop_base import SHIPPED_BASE
 from ..training.pretrain import PretrainConfig, encode, pretrain
 from ..training.train import build_dataset, train
+from .evaluate import evaluate
 from .presets import LAPTOP, resolve
 
 
@@ -260,8 +261,6 @@ def grpo_rows(size: TinySize, workdir: Path, seed: int = 0) -> list:
 def evaluation_rows(size: TinySize, seed: int = 0) -> list:
     """Rows of the evaluation comparison (module docstring)."""
     import json
-
-    from .evaluate import evaluate
 
     settings = LAPTOP.evaluation
     if size.eval_n_per_level:

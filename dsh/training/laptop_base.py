@@ -133,7 +133,7 @@ def complete(model, tok, prompts, max_new_tokens: int, temperature: float = 1.0,
 
     ids = [tok(chat_prompt(tok, q), add_special_tokens=False)["input_ids"] for q in prompts]
     eng = Engine(model, [tok.eos_token_id], slots=min(slots, len(ids)), max_len=max(map(len, ids)) + max_new_tokens,
-                 bucket=32, cuda_graphs=False, sync_every=8)
+                 bucket=32, cuda_graphs=False)
     gens = eng.generate(ids, max_new_tokens, temperature=temperature, seed=seed)
     return [(tok.decode(g.text_tokens, skip_special_tokens=True), g.stopped) for g in gens]
 
