@@ -69,6 +69,30 @@ def test_greedy_equals_generate_on_the_shipped_base(base):
     assert all(g.stopped == (g.tokens[-1] == tok.eos_token_id) for g in got)
 
 
+def test_greedy_equals_generate_with_projection_biases():
+    """A tiny Qwen2 (biases on q/k/v, grouped-query attention): the fused projection carries the biases."""
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    torch.manual_seed(1)
+    m = Qwen2ForCausalLM(Qwen2Config(vocab_size=16, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
+                                     num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
+                                     eos_token_id=15, pad_token_id=0, bos_token_id=1, use_sliding_window=False)).eval()
+    with torch.no_grad():
+        for layer in m.model.layers:
+            layer.self_attn.q_proj.bias.normal_()
+            layer.self_attn.v_proj.bias.normal_()
+        m.lm_head.weight.mul_(20.0)
+    prompts = [[1, 2, 3, 4], [5, 6, 7, 8]]
+    with torch.no_grad():
+        o = m.generate(torch.tensor(prompts), attention_mask=torch.ones(2, 4, dtype=torch.long), max_new_tokens=12,
+                       do_sample=False, pad_token_id=0, eos_token_id=15)
+    ref = [r[4:r.index(15, 4) + 1] if 15 in r[4:] else r[4:] for r in o.tolist()]
+    eng = Engine(m, [15], slots=2, max_len=16)
+    assert eng.attention == "kernels"
+    assert [g.tokens for g in eng.generate(prompts, 12, temperature=0)] == ref
+    assert eng.generate([], 4) == []
+
+
 @pytest.mark.parametrize("attention", ["kernels", "torch"])
 def test_sampling_follows_the_models_distribution(gqa, attention):
     """First-token frequencies of 3000 rows against the exact softmax(logits / T) (chi-square); a temperature of 3

@@ -121,6 +121,8 @@ class KernelDecoder:
         """Complete ``prompts`` (validated token-id lists) with the rows' stream ``keys``; ``on_finish(i, tokens,
         stopped, logprobs)`` is called as prompt ``i`` finishes (``logprobs``: each token's log-probability under the
         distribution it was drawn from)."""
+        if not prompts:
+            return
         self.fused = self._fuse()
         self.out = torch.zeros(self.slots, max_new_tokens, dtype=torch.long)
         self.out_logp = torch.zeros(self.slots, max_new_tokens)
