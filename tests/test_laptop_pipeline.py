@@ -65,3 +65,22 @@ def test_a_chosen_job_brings_what_it_starts_from_and_the_base():
     assert select_jobs(plan) == plan
     with pytest.raises(ValueError, match="jobs\\[i\\] must be one of"):
         select_jobs(plan, ("rl-s7",))
+
+
+def test_the_reward_curve_has_one_entry_per_rollout_round(tmp_path):
+    """Rounds of several steps: the reward of each round's first step, the KL of its last, its time split."""
+    import json
+
+    from dsh.experiment.laptop_pipeline import reward_curve
+
+    rows = [{"step": 1, "reward": 0.25, "frac_reward_zero_std": 0.5, "completions/mean_length": 40.0,
+             "time/rollout_s": 3.0, "time/scoring_s": 1.0, "kl": 0.0, "time/update_s": 0.5},
+            {"step": 2, "kl": 0.01, "time/update_s": 0.25},
+            {"step": 3, "reward": 0.5, "frac_reward_zero_std": 0.25, "completions/mean_length": 30.0,
+             "time/rollout_s": 2.0, "time/scoring_s": 1.5, "kl": 0.02, "time/update_s": 0.5},
+            {"step": 4, "kl": 0.03, "time/update_s": 1.0}, {"train_runtime": 9.0, "step": 4}]
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    c = reward_curve(tmp_path)
+    assert [(x["step"], x["reward"], x["kl"], x["rollout_s"], x["scoring_s"], x["update_s"]) for x in c] == [
+        (1, 0.25, 0.01, 3.0, 1.0, 0.75), (3, 0.5, 0.03, 2.0, 1.5, 1.5)]
+    assert reward_curve(tmp_path / "missing") == []

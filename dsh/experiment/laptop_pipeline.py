@@ -104,13 +104,23 @@ def job_config(job: Job, runs_dir, base, overrides: dict | None = None):
 
 
 def reward_curve(run: Path) -> list[dict]:
-    """GRPO's logged reward, zero-variance groups, KL and completion length per step (from metrics.jsonl)."""
+    """GRPO's log per rollout round (from metrics.jsonl): the round's first step, its reward, zero-variance groups and
+    completion length, the KL of the round's last logged step, and the round's time split (sampling, scoring and
+    the sum of its steps' updates, in seconds; None for runs made before issue 28)."""
     keys = ("reward", "frac_reward_zero_std", "kl", "completions/mean_length")
     out = []
     if (run / "metrics.jsonl").is_file():
         for r in read_jsonl(run / "metrics.jsonl"):
             if "reward" in r:
-                out.append({"step": r["step"], **{k: r.get(k) for k in keys}})
+                out.append({"step": r["step"], **{k: r.get(k) for k in keys},
+                            "rollout_s": r.get("time/rollout_s"), "scoring_s": r.get("time/scoring_s"),
+                            "update_s": None})
+            if not out:
+                continue
+            if r.get("kl") is not None:
+                out[-1]["kl"] = r["kl"]
+            if r.get("time/update_s") is not None:
+                out[-1]["update_s"] = (out[-1]["update_s"] or 0.0) + r["time/update_s"]
     return out
 
 
