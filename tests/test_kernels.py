@@ -163,3 +163,18 @@ def test_the_torch_path_where_the_kernels_cannot_run(gqa, monkeypatch):
         Engine(gqa, [11], attention="kernels")
     with pytest.raises(ValueError, match="^attention must be one of auto, kernels, torch"):
         Engine(gqa, [11], attention="fast")
+
+
+def test_no_kernels_without_a_compiler_or_a_writable_cache(tmp_path, monkeypatch):
+    """A machine without a working C compiler (or with an unwritable cache) gets the reason and the torch path."""
+    monkeypatch.setattr(kernels, "_lib", None)
+    monkeypatch.setattr(kernels, "why_not", None)
+    monkeypatch.setenv("DSH_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("CC", str(tmp_path / "no-such-cc"))
+    assert kernels.load() is None and "could not be built" in kernels.why_not and "no-such-cc" in kernels.why_not
+    assert kernels.unavailable() == kernels.why_not
+    monkeypatch.setattr(kernels, "why_not", None)
+    monkeypatch.setenv("CC", "cc")
+    (tmp_path / "file").write_text("x")
+    monkeypatch.setenv("DSH_CACHE", str(tmp_path / "file"))               # a file where the folder should be
+    assert kernels.load() is None and "could not be built" in kernels.why_not

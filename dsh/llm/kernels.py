@@ -94,7 +94,10 @@ def load():
         key = hashlib.sha256(b"\0".join([src, cc.encode(), " ".join(cflags + ldflags).encode(),
                                          _cpu_flags().encode()])).hexdigest()[:16]
         path = cache_dir() / f"dsh_kernels_{key}.so"
-        err = None if path.exists() else _build(cc, cflags, ldflags, path)
+        try:
+            err = None if path.exists() else _build(cc, cflags, ldflags, path)
+        except OSError as e:                      # an unwritable cache folder: no kernels, the torch path runs
+            err = f"{cache_dir()}: {e.strerror or e}"
         if err is None:
             try:
                 lib = ctypes.CDLL(str(path))
