@@ -39,6 +39,8 @@ from ..task.problems import TEST_LEVELS, test_problems
 from ..task.records import chat_prompt
 from ..training.train import train
 from . import bench_tiny
+from .peaks import matmul_peak, memory_bandwidth
+from .peaks import sync as _sync
 from .presets import CI, GPU_SMALL, resolve
 
 PARTS = ("generation", "sft", "grpo", "tiny")
@@ -77,48 +79,6 @@ SIZES["laptop"] = dataclasses.replace(SIZES["cpu"], tiny="laptop")
 # ------------------------------------------------------------------------------------------------
 # The device
 # ------------------------------------------------------------------------------------------------
-def _sync(device):
-    import torch
-
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
-def memory_bandwidth(device, mbytes: int | None = None, repeats: int = 5) -> float:
-    """Bytes per second of a large tensor copy (a read and a write of every byte), best of ``repeats``."""
-    import torch
-
-    n = (mbytes or (1024 if device.type == "cuda" else 256)) * 2 ** 20
-    x = torch.empty(n, dtype=torch.uint8, device=device).fill_(1)
-    y = torch.empty_like(x)
-    best = float("inf")
-    for _ in range(repeats + 1):
-        _sync(device)
-        t = time.perf_counter()
-        y.copy_(x)
-        _sync(device)
-        best = min(best, time.perf_counter() - t)
-    return 2 * n / best
-
-
-def matmul_peak(device, repeats: int = 5) -> float:
-    """FLOP/s of a large matmul in the training dtype (bf16 on CUDA, fp32 on CPU), best of ``repeats``."""
-    import torch
-
-    cuda = device.type == "cuda"
-    n, dtype = (8192, torch.bfloat16) if cuda else (1024, torch.float32)
-    a = torch.randn(n, n, device=device, dtype=dtype)
-    b = torch.randn(n, n, device=device, dtype=dtype)
-    best = float("inf")
-    for _ in range(repeats + 1):
-        _sync(device)
-        t = time.perf_counter()
-        a @ b
-        _sync(device)
-        best = min(best, time.perf_counter() - t)
-    return 2 * n ** 3 / best
-
-
 def kv_ceiling(tokens_per_s_args: dict) -> float:
     """The KV-bandwidth ceiling (tokens/s) for ``batch`` rows of mean context ``context`` tokens:
     bandwidth / (weight_bytes / batch + context x kv_bytes_per_token)."""

@@ -37,12 +37,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..llm.models import load
+from ..llm.scale import ModelShape
 from ..task import laptop_task as lt
 from ..task.records import chat_prompt
 from ..training.laptop_base import SHIPPED_BASE
 from ..training.pretrain import PretrainConfig, encode, pretrain
 from ..training.train import build_dataset, train
 from .evaluate import evaluate
+from .peaks import matmul_peak, memory_bandwidth, read_bandwidth
 from .presets import LAPTOP, resolve
 
 
@@ -70,27 +72,14 @@ TINY_SIZES = {
 # ------------------------------------------------------------------------------------------------
 # The device
 # ------------------------------------------------------------------------------------------------
-def _best(f, repeats: int) -> float:
-    best = float("inf")
-    for _ in range(repeats + 1):
-        t = time.perf_counter()
-        f()
-        best = min(best, time.perf_counter() - t)
-    return best
-
-
 def device_peaks(repeats: int = 7) -> dict:
     """The fp32 matmul peak (FLOP/s of a 1024^3 product), the read bandwidth (bytes/s of a sum over 256 MB) and the
-    copy bandwidth (read + write bytes/s of a 256 MB copy), each the best of ``repeats``."""
+    copy bandwidth (read + write bytes/s of a 256 MB copy), each the best of ``repeats`` (:mod:`dsh.experiment.peaks`)."""
     import torch
 
-    n = 1024
-    a, b = torch.randn(n, n), torch.randn(n, n)
-    x = torch.ones(64 * 2 ** 20)                  # 256 MB of float32: beyond any cache
-    y = torch.empty_like(x)
-    return {"matmul_peak_flops": 2 * n ** 3 / _best(lambda: a @ b, repeats),
-            "read_bandwidth_bytes_per_s": x.numel() * 4 / _best(lambda: x.sum(), repeats),
-            "copy_bandwidth_bytes_per_s": 2 * x.numel() * 4 / _best(lambda: y.copy_(x), repeats)}
+    cpu = torch.device("cpu")
+    return {"matmul_peak_flops": matmul_peak(cpu, repeats), "read_bandwidth_bytes_per_s": read_bandwidth(cpu, 256, repeats),
+            "copy_bandwidth_bytes_per_s": memory_bandwidth(cpu, 256, repeats)}
 
 
 # ------------------------------------------------------------------------------------------------
@@ -103,20 +92,18 @@ def model_shape(model) -> dict:
 
     from ..llm.engine import kv_bytes_per_token
 
-    cfg = model.config
+    shape = ModelShape.from_config(model.config, n_params=0)
     linear = sum(m.weight.numel() for m in model.modules() if isinstance(m, torch.nn.Linear))
-    head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
-    return {"matmul_params": linear, "layers": cfg.num_hidden_layers,
-            "attention_width": cfg.num_attention_heads * head_dim, "kv_bytes_per_token": kv_bytes_per_token(model)}
+    return {"matmul_params": linear, "layers": shape.layers, "attention_width": shape.heads * shape.head_dim,
+            "kv_bytes_per_token": kv_bytes_per_token(model)}
 
 
-def sampling_roofline(shape: dict, prompt_lens, gen_lens, peak_flops: float, read_bandwidth: float) -> dict:
-    """The least time a machine of ``peak_flops`` and ``read_bandwidth`` needs for a sampling workload: prompts of
-    ``prompt_lens`` tokens, completions of ``gen_lens`` tokens. A row of prompt p and completion g runs p + g - 1
-    forward positions (the last token is not fed back); position i attends i + 1 positions. Matmul FLOPs: 2 x
-    matmul_params per position plus 4 x (i + 1) x attention width per layer; KV bytes: each position after the
-    prompt reads the keys and values of its i + 1 positions once (a prompt's own attention needs no cache read).
-    ``roofline_s`` is the larger of the two times, ``serial_s`` their sum."""
+def sampling_work(shape: dict, prompt_lens, gen_lens) -> dict:
+    """The work of a sampling workload: prompts of ``prompt_lens`` tokens, completions of ``gen_lens`` tokens. A row of
+    prompt p and completion g runs p + g - 1 forward positions (the last token is not fed back); position i attends
+    i + 1 positions. Matmul FLOPs: 2 x matmul_params per position plus 4 x (i + 1) x attention width per layer; KV
+    bytes: each position after the prompt reads the keys and values of its i + 1 positions once (a prompt's own
+    attention needs no cache read)."""
     flops = kv = 0.0
     for p, g in zip(prompt_lens, gen_lens):
         n = p + g - 1                                            # forward positions 0 .. n - 1
@@ -124,9 +111,20 @@ def sampling_roofline(shape: dict, prompt_lens, gen_lens, peak_flops: float, rea
         decoded = attended - p * (p + 1) / 2                     # the positions after the prompt
         flops += 2 * shape["matmul_params"] * n + 4 * shape["attention_width"] * shape["layers"] * attended
         kv += shape["kv_bytes_per_token"] * decoded
-    mm, rd = flops / peak_flops, kv / read_bandwidth
-    return {"flops": flops, "kv_bytes": kv, "matmul_s": mm, "kv_read_s": rd, "roofline_s": max(mm, rd),
-            "serial_s": mm + rd, "bound_by": "matmul" if mm >= rd else "KV read"}
+    return {"flops": flops, "kv_bytes": kv}
+
+
+def roofline(work: dict, peak_flops: float, read_bandwidth: float) -> dict:
+    """The least time a machine of ``peak_flops`` and ``read_bandwidth`` needs for ``work`` (:func:`sampling_work`):
+    ``roofline_s`` the larger of the matmul and KV-read times, ``serial_s`` their sum."""
+    mm, rd = work["flops"] / peak_flops, work["kv_bytes"] / read_bandwidth
+    return {**work, "matmul_s": mm, "kv_read_s": rd, "roofline_s": max(mm, rd), "serial_s": mm + rd,
+            "bound_by": "matmul" if mm >= rd else "KV read"}
+
+
+def sampling_roofline(shape: dict, prompt_lens, gen_lens, peak_flops: float, read_bandwidth: float) -> dict:
+    """:func:`roofline` of :func:`sampling_work`."""
+    return roofline(sampling_work(shape, prompt_lens, gen_lens), peak_flops, read_bandwidth)
 
 
 def _ladder_prompts(tok, n: int, seed: int) -> list:
@@ -167,8 +165,9 @@ def _run_engine(model, tok, prompts, rows, max_new, seed, attention):
 SAMPLING_PATHS = ("model.generate", "dsh engine, torch path", "dsh engine, CPU path (C kernels)")
 
 
-def sampling_rows(size: TinySize, peaks_of, seed: int = 0) -> list:
-    """Rows of the sampling comparison (module docstring); ``peaks_of()`` gives the device peaks to use."""
+def sampling_rows(size: TinySize, seed: int = 0) -> list:
+    """Rows of the sampling comparison (module docstring), each with its workload's ``work``
+    (:func:`sampling_work`); :func:`add_rooflines` puts them against the device's peaks."""
     model, tok = load(str(SHIPPED_BASE))
     model.eval()
     shape = model_shape(model)
@@ -183,20 +182,23 @@ def sampling_rows(size: TinySize, peaks_of, seed: int = 0) -> list:
                 else:
                     secs, gen = _run_engine(model, tok, ps, rows, size.max_new, seed + rep,
                                             "torch" if "torch" in path else "kernels")
-                peaks = peaks_of()
-                roof = sampling_roofline(shape, [len(p) for p in ps], gen, peaks["matmul_peak_flops"],
-                                         peaks["read_bandwidth_bytes_per_s"])
                 tokens = sum(gen)
                 out.append({"part": "tiny sampling", "path": f"{path}, {rows} rows", "rows": rows, "repeat": rep,
                             "prompts": len(ps), "prompt_tokens": sum(map(len, ps)), "generated_tokens": tokens,
-                            "seconds": round(secs, 3), "tokens_per_s": tokens / secs, "roofline": roof,
-                            "roofline_tokens_per_s": tokens / roof["roofline_s"],
-                            "share_of_roofline": roof["roofline_s"] / secs,
-                            "share_of_serial_bound": roof["serial_s"] / secs})
+                            "seconds": round(secs, 3), "tokens_per_s": tokens / secs,
+                            "work": sampling_work(shape, [len(p) for p in ps], gen)})
     for r in out:
         same = [x for x in out if x["rows"] == r["rows"] and x["repeat"] == r["repeat"]]
         r["ratio_to_generate"] = r["tokens_per_s"] / same[0]["tokens_per_s"]
     return out
+
+
+def add_rooflines(rows: list, peaks: dict) -> None:
+    """Each sampling row's roofline at ``peaks`` and its shares of it (and of the serial bound)."""
+    for r in rows:
+        roof = roofline(r.pop("work"), peaks["matmul_peak_flops"], peaks["read_bandwidth_bytes_per_s"])
+        r.update(roofline=roof, roofline_tokens_per_s=r["generated_tokens"] / roof["roofline_s"],
+                 share_of_roofline=roof["roofline_s"] / r["seconds"], share_of_serial_bound=roof["serial_s"] / r["seconds"])
 
 
 # ------------------------------------------------------------------------------------------------
@@ -337,27 +339,14 @@ def run(size: TinySize, workdir: Path, seed: int = 0) -> dict:
 
     torch.manual_seed(seed)
     measured = [device_peaks()]
-    peaks = lambda: {k: max(m[k] for m in measured) for k in measured[0]}  # noqa: E731  (the stricter roofline)
     t0 = time.time()
-    sampling = sampling_rows(size, peaks, seed)
+    sampling = sampling_rows(size, seed)
     evaluation = evaluation_rows(size, seed)
     grpo = grpo_rows(size, workdir, seed)
-    training = training_rows(size, peaks()["matmul_peak_flops"], workdir, seed)
+    training = training_rows(size, measured[0]["matmul_peak_flops"], workdir, seed)
     measured.append(device_peaks())
-    final = peaks()
-    for r in sampling:   # every share against the final (largest) peaks
-        r["roofline"] = sampling_roofline_of(r, final)
-        r["roofline_tokens_per_s"] = r["generated_tokens"] / r["roofline"]["roofline_s"]
-        r["share_of_roofline"] = r["roofline"]["roofline_s"] / r["seconds"]
-        r["share_of_serial_bound"] = r["roofline"]["serial_s"] / r["seconds"]
-    return {"size": dataclasses.asdict(size), "device_measurements": measured, "device": final,
+    peaks = {k: max(m[k] for m in measured) for k in measured[0]}      # the stricter roofline
+    add_rooflines(sampling, peaks)
+    return {"size": dataclasses.asdict(size), "device_measurements": measured, "device": peaks,
             "sampling": sampling, "evaluation": evaluation, "grpo": grpo, "training": training,
             "seconds": round(time.time() - t0, 1), "load_average": os.getloadavg()}
-
-
-def sampling_roofline_of(row: dict, peaks: dict) -> dict:
-    """A sampling row's roofline again at other ``peaks`` (its FLOPs and KV bytes are the workload's)."""
-    mm = row["roofline"]["flops"] / peaks["matmul_peak_flops"]
-    rd = row["roofline"]["kv_bytes"] / peaks["read_bandwidth_bytes_per_s"]
-    return {**row["roofline"], "matmul_s": mm, "kv_read_s": rd, "roofline_s": max(mm, rd), "serial_s": mm + rd,
-            "bound_by": "matmul" if mm >= rd else "KV read"}

@@ -42,6 +42,7 @@ import torch
 
 from ..core import validate as v
 from . import kernels
+from .kernel_engine import KernelDecoder, attention_shape
 from .scale import ModelShape
 
 SUPPORTED_MODEL_TYPES = ("llama", "qwen2", "mistral", "qwen3")
@@ -173,12 +174,7 @@ class Engine:
         self.layers = list(inner.layers)
         p = next(model.parameters())
         self.device, self.dtype = p.device, p.dtype
-        cfg = model.config
-        attn = self.layers[0].self_attn
-        self.n_heads = cfg.num_attention_heads
-        self.n_kv = getattr(cfg, "num_key_value_heads", None) or self.n_heads
-        self.head_dim = getattr(attn, "head_dim", None) or cfg.hidden_size // self.n_heads
-        self.scaling = getattr(attn, "scaling", self.head_dim ** -0.5)
+        self.n_heads, self.n_kv, self.head_dim, self.scaling = attention_shape(model)
         self.group = self.n_heads // self.n_kv
         if cuda_graphs is None:
             cuda_graphs = self.device.type == "cuda"
@@ -191,8 +187,6 @@ class Engine:
         self.attention = "torch" if self.why_torch else "kernels"
         self.sync_every = sync_every or (1 if self.attention == "kernels" else 16)
         if self.attention == "kernels":
-            from .kernel_engine import KernelDecoder
-
             self._cpu = KernelDecoder(model, eos, self.slots, self.max_len, self.sync_every)
             return
         self._cpu = None

@@ -26,6 +26,16 @@ import torch
 from . import kernels
 
 
+def attention_shape(model) -> tuple:
+    """``(heads, kv_heads, head_dim, scaling)`` of a llama-family model's attention (its modules' values first, then its
+    config's)."""
+    cfg, attn = model.config, model.model.layers[0].self_attn
+    heads = cfg.num_attention_heads
+    head_dim = getattr(attn, "head_dim", None) or cfg.hidden_size // heads
+    return (heads, getattr(cfg, "num_key_value_heads", None) or heads, head_dim,
+            getattr(attn, "scaling", head_dim ** -0.5))
+
+
 class KernelDecoder:
     """Decoder of a llama-family float32 model on the CPU (see the module docstring): ``slots`` rows at once, at most
     ``max_len`` prompt + completion tokens a row, the host looking at the rows every ``sync_every`` steps."""
@@ -36,13 +46,8 @@ class KernelDecoder:
             raise ValueError(f"the C kernels are unavailable: {kernels.why_not}")
         self.lib, self.model = lib, model
         self.layers = list(model.model.layers)
-        cfg = model.config
-        attn = self.layers[0].self_attn
-        self.H = cfg.num_attention_heads
-        self.KV = getattr(cfg, "num_key_value_heads", None) or self.H
-        self.D = getattr(attn, "head_dim", None) or cfg.hidden_size // self.H
-        self.scaling = getattr(attn, "scaling", self.D ** -0.5)
-        self.silu = getattr(cfg, "hidden_act", None) == "silu"
+        self.H, self.KV, self.D, self.scaling = attention_shape(model)
+        self.silu = getattr(model.config, "hidden_act", None) == "silu"
         self.slots, self.max_len, self.sync_every = slots, max_len, sync_every
         self.M = -(-max_len // kernels.TILE) * kernels.TILE              # whole key tiles
         with torch.no_grad():
@@ -82,11 +87,12 @@ class KernelDecoder:
         """The logits ``[A, V]`` after feeding token ``s.tok`` at position ``s.pos`` of every active row."""
         lib, F, A = self.lib, torch.nn.functional, s.tok.shape[0]
         x = self.model.model.embed_tokens(s.tok)
+        lens = torch.where(s.done, 0, s.pos + 1)                 # positions each row attends (0: a finished row)
         o = torch.empty(A, self.H, self.D)
         for i, layer in enumerate(self.layers):
             (w_qkv, b_qkv), (w_gu, b_gu) = self.fused[i]
             qkv = F.linear(self._norm(x, layer.input_layernorm), w_qkv, b_qkv)
-            kernels.attend(lib, qkv, self.cos, self.sin, s.pos, s.lens, s.slot, self.k_cache[i], self.v_cache[i], o,
+            kernels.attend(lib, qkv, self.cos, self.sin, s.pos, lens, s.slot, self.k_cache[i], self.v_cache[i], o,
                            self.KV, self.M, self.scaling)
             x = self._residual(x, layer.self_attn.o_proj, o.view(A, -1))
             gu = F.linear(self._norm(x, layer.post_attention_layernorm), w_gu, b_gu)
@@ -114,7 +120,6 @@ class KernelDecoder:
         s.pos += live
         nxt = self.prompt_buf[s.slot, s.pos.clamp(max=self.prompt_buf.shape[1] - 1)]
         s.tok = torch.where(gen, new, nxt)
-        s.lens = torch.where(s.done, 0, s.pos + 1)
 
     @torch.no_grad()
     def generate(self, prompts, keys, max_new_tokens: int, temperature: float, on_finish):
@@ -169,7 +174,7 @@ class KernelDecoder:
 class _Rows:
     """The active rows' state, one entry per row (tensors of equal length)."""
 
-    FIELDS = ("slot", "tok", "pos", "plen", "n_gen", "limit", "key", "done", "stopped", "lens")
+    FIELDS = ("slot", "tok", "pos", "plen", "n_gen", "limit", "key", "done", "stopped")
 
     def __init__(self, **t):
         for k in self.FIELDS:
@@ -187,8 +192,7 @@ class _Rows:
         return cls(slot=long(slots), tok=long([p[0] for p in prompts]), pos=torch.zeros(n, dtype=torch.long),
                    plen=long([len(p) for p in prompts]), n_gen=torch.zeros(n, dtype=torch.long),
                    limit=torch.full((n,), limit, dtype=torch.long), key=long(keys),
-                   done=torch.zeros(n, dtype=torch.bool), stopped=torch.zeros(n, dtype=torch.bool),
-                   lens=torch.ones(n, dtype=torch.long))
+                   done=torch.zeros(n, dtype=torch.bool), stopped=torch.zeros(n, dtype=torch.bool))
 
     def select(self, rows):
         idx = torch.tensor(rows, dtype=torch.long)

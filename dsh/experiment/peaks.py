@@ -1,0 +1,55 @@
+"""The machine's peaks, measured where the benchmarks run: the matmul peak, the copy bandwidth and the read bandwidth,
+each the best of several tries (``dsh bench`` and :mod:`dsh.experiment.bench_tiny` put every speed beside them)."""
+
+from __future__ import annotations
+
+import time
+
+
+def sync(device):
+    """Wait for the device's queued work (a no-op on the CPU)."""
+    import torch
+
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _best(device, f, repeats: int) -> float:
+    """Seconds of the fastest of ``repeats + 1`` calls of ``f`` (the first warms up)."""
+    best = float("inf")
+    for _ in range(repeats + 1):
+        sync(device)
+        t = time.perf_counter()
+        f()
+        sync(device)
+        best = min(best, time.perf_counter() - t)
+    return best
+
+
+def memory_bandwidth(device, mbytes: int | None = None, repeats: int = 5) -> float:
+    """Bytes per second of a large tensor copy (a read and a write of every byte), best of ``repeats``."""
+    import torch
+
+    n = (mbytes or (1024 if device.type == "cuda" else 256)) * 2 ** 20
+    x = torch.empty(n, dtype=torch.uint8, device=device).fill_(1)
+    y = torch.empty_like(x)
+    return 2 * n / _best(device, lambda: y.copy_(x), repeats)
+
+
+def read_bandwidth(device, mbytes: int = 256, repeats: int = 5) -> float:
+    """Bytes per second of reading a large float32 tensor once (a sum over it), best of ``repeats``."""
+    import torch
+
+    x = torch.ones(mbytes * 2 ** 18, device=device)
+    return x.numel() * 4 / _best(device, lambda: x.sum(), repeats)
+
+
+def matmul_peak(device, repeats: int = 5) -> float:
+    """FLOP/s of a large matmul in the training dtype (bf16 on CUDA, fp32 on CPU), best of ``repeats``."""
+    import torch
+
+    cuda = device.type == "cuda"
+    n, dtype = (8192, torch.bfloat16) if cuda else (1024, torch.float32)
+    a = torch.randn(n, n, device=device, dtype=dtype)
+    b = torch.randn(n, n, device=device, dtype=dtype)
+    return 2 * n ** 3 / _best(device, lambda: a @ b, repeats)
