@@ -11,8 +11,7 @@ from .core.files import read_jsonl, write_jsonl
 from .core.validate import output_path
 from .experiment import bench
 from .experiment.evaluate import BACKENDS, EvalSettings, evaluate
-from .experiment.laptop_pipeline import run_laptop
-from .experiment.presets import DEFAULT, DERIVED, LAPTOP, NAMES, resolve
+from .experiment.presets import DEFAULT, DERIVED, NAMES, resolve
 from .llm.models import EMBEDDED
 from .measure.calibration import calibrate, format_table, read_records
 from .task.parse import DEFAULT_MARKERS
@@ -145,14 +144,15 @@ def _cmd_evaluate(args) -> int:
 def _cmd_pipeline(args) -> int:
     from .experiment.pipeline import run_pipeline
 
-    if args.preset == LAPTOP.name:
-        return _cmd_laptop(args)
     overrides = _parse_overrides(args.set)
     eval_overrides = _parse_overrides(args.eval_set)
     stages = tuple(x.strip() for x in args.stages.split(",") if x.strip()) if args.stages else None
     summary = run_pipeline(preset=args.preset, results_dir=args.results_dir, runs_dir=args.runs_dir, model=args.model,
                            overrides=overrides or None, stages=stages, eval_overrides=eval_overrides or None,
-                           seed=args.seed, progress=not args.quiet)
+                           seed=args.seed, seeds=_int_list("seeds", args.seeds) if args.seeds else None,
+                           ablation_seeds=(_int_list("ablation_seeds", args.ablation_seeds)
+                                           if args.ablation_seeds is not None else None),
+                           progress=not args.quiet)
     print(json.dumps({k: summary[k] for k in ("preset", "stages", "wall_s", "timings_s", "design")}, indent=1))
     return 0
 
@@ -162,21 +162,6 @@ def _int_list(name: str, text: str) -> tuple:
         return tuple(int(x) for x in text.split(",") if x.strip())
     except ValueError:
         raise ValueError(f"{name} must be comma-separated integers such as 0,1,2; got {text!r}") from None
-
-
-def _cmd_laptop(args) -> int:
-    if args.set or args.stages or args.eval_set and any(not x.startswith("n_per_level=") for x in args.eval_set):
-        raise ValueError("preset laptop takes --seeds, --jobs and --eval-set n_per_level=N; --set and --stages "
-                         "are for the other presets")
-    n = _parse_overrides(args.eval_set).get("n_per_level") if args.eval_set else None
-    seeds = _int_list("seeds", args.seeds)
-    summary = run_laptop(results_dir=args.results_dir or "results/laptop", runs_dir=args.runs_dir or "runs/laptop",
-                         base=None if args.model in (None, "embedded") else args.model, seeds=seeds,
-                         ablation_seeds=_int_list("ablation_seeds", args.ablation_seeds), n_per_level=n,
-                         jobs=tuple(x.strip() for x in args.jobs.split(",")) if args.jobs else None,
-                         progress=not args.quiet)
-    print(json.dumps({k: summary[k] for k in ("preset", "wall_s", "timings_s")}, indent=1))
-    return 0
 
 
 def _cmd_base(args) -> int:
@@ -333,17 +318,19 @@ def _add_evaluate(sub, model_help) -> None:
 def _add_pipeline(sub, presets_help, model_help) -> None:
     pl = sub.add_parser("pipeline", help="train every stage, evaluate and calibrate: one results folder")
     pl.add_argument("--preset", default=DEFAULT, help=presets_help)
-    pl.add_argument("--model", default=EMBEDDED, help=model_help)
+    pl.add_argument("--model", help=f"the model the first stages start from: '{EMBEDDED}', a Hugging Face id, a local "
+                    "path or a run directory (default: the preset's: embedded, or the shipped laptop base for laptop)")
     pl.add_argument("--results-dir", help="small artifacts for the book (default results/PRESET)")
     pl.add_argument("--runs-dir", help="model runs (default runs/PRESET)")
     pl.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a TrainConfig field of every stage")
-    pl.add_argument("--stages", help="comma-separated stages (default: every stage of the preset)")
+    pl.add_argument("--stages", help="comma-separated stages, e.g. rl or rl-s0 (and every stage they start from; "
+                    "default: every stage of the preset)")
     pl.add_argument("--eval-set", action="append", metavar="KEY=VALUE",
                     help="override an evaluation setting: levels, n_per_level, max_new_tokens, temperature, batch_size")
-    pl.add_argument("--seed", type=int, default=0)
-    pl.add_argument("--seeds", default="0,1,2", help="laptop preset: training seeds of every stage (default 0,1,2)")
-    pl.add_argument("--ablation-seeds", default="0", help="laptop preset: seeds of the two ablations (default 0)")
-    pl.add_argument("--jobs", help="laptop preset: only these jobs (and what they start from), e.g. rl-s0")
+    pl.add_argument("--seed", type=int, default=0, help="the evaluation's seed (test questions, sampling streams)")
+    pl.add_argument("--seeds", help="training seeds of every training stage, e.g. 0,1,2 (default: the preset's; "
+                    "laptop 0,1,2, the others one unseeded run)")
+    pl.add_argument("--ablation-seeds", help="seeds of the preset's ablations, a subset of --seeds (laptop: 0)")
     pl.add_argument("--quiet", action="store_true", help="no progress output")
     pl.set_defaults(func=_cmd_pipeline)
 

@@ -1,33 +1,43 @@
-"""The laptop preset and its runner's plan: every stage x seed, both ablations, budgets that hold the traces,
-bad input refused before any work."""
+"""The laptop preset's plan (every stage x seed, both ablations, run by dsh.experiment.pipeline like every preset),
+budgets that hold the traces, bad input refused before any work."""
 
 import random
 
 import pytest
 
 from dsh.experiment import presets
-from dsh.experiment.laptop_pipeline import KL_BETAS, job_config, plan_jobs
+from dsh.experiment.pipeline import plan, reward_curve, stages_needed
 from dsh.task import laptop_task as lt
 
 
 def test_plan_has_every_stage_for_every_seed_and_both_ablations():
-    jobs = plan_jobs(seeds=(0, 1, 2), ablation_seeds=(0,))
-    names = [j.name for j in jobs]
-    assert len(names) == len(set(names))
-    for s in (0, 1, 2):
+    stages = presets.LAPTOP.plan_stages()           # the preset's seeds (0, 1, 2) and ablation seeds (0,)
+    names = [s.name for s in stages]
+    assert len(names) == len(set(names)) == 1 + 3 * 4 + 5
+    for k in (0, 1, 2):
         for st in ("sft", "sft_reflection", "dft", "rl"):
-            assert f"{st}-s{s}" in names
-    assert {f"rl_beta{b:g}-s0" for b in KL_BETAS} <= set(names)
-    assert {"sft_verdict-s0", "rl_verdict-s0"} <= set(names)
+            assert f"{st}-s{k}" in names
+    assert {f"rl_beta{b:g}-s0" for b in presets.KL_BETAS} <= set(names)
+    assert {"sft_verdict-s0", "rl_verdict-s0"} <= set(names) and "rl_verdict-s1" not in names
     pos = {n: i for i, n in enumerate(names)}
-    for j in jobs:                      # a job runs after the one it starts from
-        if j.init:
-            assert pos[j.init] < pos[j.name]
-    cfgs = {j.name: job_config(j, "runs/x", "base/") for j in jobs if j.method}
+    for s in stages:                    # a stage runs after the one it starts from, with its own seed
+        if s.init:
+            assert pos[s.init] < pos[s.name]
+        assert s.seed == (None if s.name == "base" else int(s.name.rsplit("-s", 1)[1]))
+    cfgs = plan("laptop", "runs/x", "base/")
+    assert sorted(cfgs) == sorted(names[1:])
     assert cfgs["rl-s1"].model == "runs/x/sft_reflection-s1" and cfgs["rl-s1"].seed == 1
     assert cfgs["rl_beta0-s0"].beta == 0 and cfgs["rl-s0"].beta == presets.LAPTOP.training["grpo"]["beta"]
-    assert cfgs["sft_verdict-s0"].laptop_check == "verdict" and cfgs["sft_reflection-s0"].laptop_check == "computed"
+    assert cfgs["sft_verdict-s0"].task_options == {"check": "verdict"} and cfgs["sft_reflection-s0"].task_options == {}
+    assert cfgs["rl_verdict-s0"].model == "runs/x/sft_verdict-s0"
     assert cfgs["dft-s2"].model == "base/" and all(c.task == "laptop_task" for c in cfgs.values())
+    assert plan("laptop", "runs/x")["sft-s0"].model == presets.LAPTOP.model     # the shipped base by default
+    # other seeds on request, for any preset: the ci preset's stages once per seed
+    ci = presets.CI.plan_stages(seeds=(3, 4))
+    assert [s.name for s in ci][:3] == ["base", "sft-s3", "sft_reflection-s3"]
+    assert plan("ci", "r", seeds=(3, 4))["rl-s4"].model == "r/sft_reflection-s4"
+    assert [s.name for s in presets.CI.plan_stages()] == ["base", "sft", "sft_reflection", "rl", "dft"]
+
 
 
 def test_token_limits_hold_the_longest_traces():
@@ -47,31 +57,36 @@ def test_token_limits_hold_the_longest_traces():
 
 
 def test_bad_plans_are_refused():
-    with pytest.raises(ValueError, match="ablation_seeds must be a subset"):
-        plan_jobs(seeds=(0,), ablation_seeds=(1,))
-    with pytest.raises(ValueError, match="seeds must"):
-        plan_jobs(seeds=(-1,))
-    with pytest.raises(ValueError, match="kl_betas must be"):
-        plan_jobs(kl_betas=(-0.1,))
+    p = presets.LAPTOP
+    with pytest.raises(ValueError, match="ablation_seeds must be a subset of seeds"):
+        p.plan_stages(seeds=(0,), ablation_seeds=(1,))
+    with pytest.raises(ValueError, match="^seeds must be a list of integers >= 0"):
+        p.plan_stages(seeds=(-1,))
+    with pytest.raises(ValueError, match="^seeds must name each seed once"):
+        p.plan_stages(seeds=(1, 1))
+    with pytest.raises(ValueError, match="^seeds must name at least one seed"):
+        p.plan_stages(seeds=())
+    with pytest.raises(ValueError, match="^ablation_seeds needs seeds"):
+        presets.CI.plan_stages(ablation_seeds=(0,))
+    with pytest.raises(ValueError, match="^overrides must not set seed in a seeded plan"):
+        plan("laptop", "r", overrides={"seed": 3})
+    with pytest.raises(ValueError, match="task_options: 'checks' is not a setting of task 'laptop_task'"):
+        plan("laptop", "r", overrides={"task_options": {"checks": "verdict"}})
+    with pytest.raises(ValueError, match=r"task_options\['check'\] must be one of computed, verdict"):
+        plan("laptop", "r", overrides={"task_options": {"check": "both"}})
 
 
-def test_a_chosen_job_brings_what_it_starts_from_and_the_base():
-    from dsh.experiment.laptop_pipeline import select_jobs
-
-    plan = plan_jobs((0, 1), ablation_seeds=(0,))
-    assert [j.name for j in select_jobs(plan, ("rl-s1",))] == ["base", "sft_reflection-s1", "rl-s1"]
-    assert [j.name for j in select_jobs(plan, ("rl_verdict-s0", "sft-s0"))] == \
-        ["base", "sft-s0", "sft_verdict-s0", "rl_verdict-s0"]
-    assert select_jobs(plan) == plan
-    with pytest.raises(ValueError, match="jobs\\[i\\] must be one of"):
-        select_jobs(plan, ("rl-s7",))
+def test_a_chosen_stage_brings_what_it_starts_from():
+    stages = presets.LAPTOP.plan_stages(seeds=(0, 1), ablation_seeds=(0,))
+    assert stages_needed(stages, ("rl-s1",)) == ["base", "sft_reflection-s1", "rl-s1"]
+    assert stages_needed(stages, ("rl_verdict-s0", "sft-s0")) == ["base", "sft-s0", "sft_verdict-s0", "rl_verdict-s0"]
+    with pytest.raises(ValueError, match=r"stages\[i\] must be one of"):
+        stages_needed(stages, ("rl-s7",))
 
 
 def test_the_reward_curve_has_one_entry_per_rollout_round(tmp_path):
     """Rounds of several steps: the reward of each round's first step, the KL of its last, its time split."""
     import json
-
-    from dsh.experiment.laptop_pipeline import reward_curve
 
     rows = [{"step": 1, "reward": 0.25, "frac_reward_zero_std": 0.5, "completions/mean_length": 40.0,
              "time/rollout_s": 3.0, "time/scoring_s": 1.0, "kl": 0.0, "time/update_s": 0.5},

@@ -17,8 +17,6 @@ ROOT = Path(__file__).resolve().parent.parent
 MODULES = sorted((ROOT / "dsh").rglob("*.py"))
 # the layers, bottom first: a module may import its own layer and those before it, never one after it
 LAYERS = ("core", "theory", "task", "measure", "llm", "training", "experiment")
-# the layers, bottom first: a module may import its own layer and those before it, never one after it
-LAYERS = ("core", "theory", "task", "measure", "llm", "training", "experiment")
 
 
 def _code_constants(path: Path):

@@ -72,7 +72,8 @@ def test_same_toy_tables():
 def test_every_preset_config_and_plan_is_as_before_the_layout_move():
     """Every resolved preset and TrainConfig, evaluation setting, pipeline plan and laptop job configuration equals
     what the flat layout gave (tests/reference/presets.json, recorded at commit 4434ce3 by
-    tests/reference/record_presets.py); the one renamed thing is the mapping table's first column."""
+    tests/reference/record_presets.py); the one renamed thing is the mapping table's first column, and the
+    deliberate changes below."""
     import sys
 
     sys.path.insert(0, str(Path(__file__).parent / "reference"))
@@ -83,10 +84,19 @@ def test_every_preset_config_and_plan_is_as_before_the_layout_move():
 
     def changed_on_purpose(x):
         """Issue 28 changed the laptop preset's GRPO (rounds of 256 rollouts feeding 8 steps of 32, padding-free,
-        32 steps, a checkpoint per two rounds) and its evaluation batch (256 rows): nothing else may differ."""
+        32 steps, a checkpoint per two rounds). Issue 29 moved the laptop-only TrainConfig fields laptop_check and
+        laptop_attempts into the task's own settings (task_options, the non-default values only), also in the
+        ablation's overrides. Nothing else may differ."""
         if isinstance(x, dict):
             if x.get("method") == "grpo" and x.get("task") == "laptop_task":
                 x.update(generation_batch_size=256, max_steps=32, save_steps=16, padding_free=True)
+            if "laptop_check" in x:
+                check, attempts = x.pop("laptop_check"), x.pop("laptop_attempts", "own")
+                if "task" in x:
+                    x["task_options"] = {**({"check": check} if check != "computed" else {}),
+                                         **({"attempts": attempts} if attempts != "own" else {})}
+                else:                                       # a stage's overrides
+                    x["task_options"] = {"check": check}
             for y in x.values():
                 changed_on_purpose(y)
         elif isinstance(x, list):
@@ -95,7 +105,37 @@ def test_every_preset_config_and_plan_is_as_before_the_layout_move():
 
     changed_on_purpose(want)
     want["eval/laptop"]["batch_size"] = 256
+    # issue 29: the laptop preset has one plan, its seeded stages (laptop/jobs, laptop/configs); the paper's stages
+    # that chapter 04 used to train for it (stages/laptop, plan/laptop ...) were a second plan and are gone
+    for key in ("stages/laptop", "plan/laptop", "plan/laptop/starts", "needed/laptop"):
+        want.pop(key)
     got = dump()
     assert sorted(got) == sorted(want)
     for key in want:
         assert got[key] == want[key], key
+
+
+def test_committed_laptop_calibration_is_as_before_the_one_stack_change():
+    """Issue 29 rewrote the committed laptop run into the pipeline's layout: every stage's calibration (all responses
+    and without the truncated ones, overall and by level) equals what run_laptop had committed
+    (tests/reference/laptop_calibration.json); the faithfulness block, which read the paper's check format and
+    found no check (has_check 0), is now the laptop task's own reading of the same generations, recomputed here."""
+    from dsh.core.files import read_jsonl
+    from dsh.measure import tasks
+
+    ref = json.loads((Path(__file__).parent / "reference" / "laptop_calibration.json").read_text())
+    root = Path(__file__).resolve().parent.parent / "book" / "results" / "laptop"
+    assert sorted(p.stem for p in (root / "calibration").glob("*.json")) == sorted(ref["stages"])
+
+    def pick(block):
+        f = lambda s: {k: (None if s.get(k) is None else round(s[k], 9)) for k in ref["keys"]}  # noqa: E731
+        return {"overall": f(block["overall"]), "by_level": {lv: f(s) for lv, s in block["by_level"].items()}}
+
+    task = tasks.get("laptop_task")
+    for name, want in ref["stages"].items():
+        cal = json.loads((root / "calibration" / f"{name}.json").read_text())
+        assert {"all": pick(cal["all"]), "drop_truncated": pick(cal["drop_truncated"]), "truncated": cal["truncated"]} \
+            == want, name
+        assert cal["task"] == "laptop_task"
+        assert cal["faithfulness"] == task.faithfulness(read_jsonl(root / "generations" / f"{name}.jsonl.gz")), name
+        assert "has_check" not in cal["faithfulness"]["overall"]

@@ -229,7 +229,7 @@ def grpo_rows(size: TinySize, workdir: Path, seed: int = 0) -> list:
 
     policy = workdir / "grpo_policy"
     train(resolve("sft_reflection", LAPTOP.name, model=str(SHIPPED_BASE), output_dir=str(policy),
-                  n_train=8 * size.policy_sft_steps, max_steps=size.policy_sft_steps, laptop_attempts="injected",
+                  n_train=8 * size.policy_sft_steps, max_steps=size.policy_sft_steps, task_options={"attempts": "injected"},
                   report_to=(), save_steps=10 ** 6, logging_steps=10 ** 6, seed=seed))
     common = dict(model=str(policy), max_steps=size.grpo_steps, save_steps=10 ** 6, report_to=(), seed=seed)
     if size.grpo_max_completion:
@@ -303,7 +303,7 @@ def training_rows(size: TinySize, peak_flops: float, workdir: Path, seed: int = 
     n_params = sum(p.numel() for p in m.parameters())
     steps = size.training_steps
     common = dict(model=base, n_train=8 * steps, max_steps=steps, seed=seed, report_to=(), save_steps=10 ** 6,
-                  logging_steps=1, laptop_attempts="injected")
+                  logging_steps=1, task_options={"attempts": "injected"})
     cfgs = (("TRL SFTTrainer defaults (batch 8, lr 2e-5 linear)", resolve(
                 "sft_reflection", LAPTOP.name, output_dir=str(workdir / "tiny_default"), **common,
                 learning_rate=2e-5, lr_scheduler_type="linear", warmup_ratio=0.0, per_device_train_batch_size=8)),

@@ -26,6 +26,7 @@ from pathlib import Path
 
 from ..core import validate as v
 from ..core.files import read_jsonl, write_jsonl, write_text
+from ..llm.complete import complete
 from ..llm.models import EMBEDDED, load, resolve_model, vllm_available
 from ..task.problems import MAX_PROBLEMS, N_TEST, TEST_LEVELS, parse_level, test_problems
 from ..task.records import chat_prompt
@@ -232,23 +233,16 @@ def _record(lv, i, p, text, n_prompt, n_completion, truncated):
 
 
 def _generate_engine(model, tok, todo, out, settings: EvalSettings, seed, progress):
-    """All questions through one :class:`dsh.llm.engine.Engine`; records are written as rows finish."""
-    max_new_tokens = settings.max_new_tokens
-    from ..llm.engine import Engine, fit_slots
-
-    prompts = [tok(chat_prompt(tok, p.question))["input_ids"] for _, _, p in todo]
-    max_len = max(map(len, prompts)) + max_new_tokens
-    slots = fit_slots(model, min(settings.batch_size, len(todo)), max_len)
-    engine = Engine(model, model.generation_config.eos_token_id, slots=slots, max_len=max_len)
+    """All questions through :func:`dsh.llm.complete.complete`; records are written as rows finish."""
     with open(out, "a") as f:
-        def write(j, g):
+        def write(j, c):
             lv, i, p = todo[j]
-            text = tok.decode(g.text_tokens, skip_special_tokens=True)
-            f.write(json.dumps(_record(lv, i, p, text, len(prompts[j]), len(g.text_tokens), not g.stopped)) + "\n")
+            f.write(json.dumps(_record(lv, i, p, c.text, c.prompt_tokens, c.completion_tokens, not c.stopped)) + "\n")
             f.flush()
 
-        engine.generate(prompts, max_new_tokens, temperature=settings.temperature, seed=seed, progress=progress,
-                        callback=write, keys=[question_key(lv, i) for lv, i, _ in todo])
+        complete(model, tok, [p.question for _, _, p in todo], settings.max_new_tokens, settings.temperature, seed,
+                 rows=settings.batch_size, keys=[question_key(lv, i) for lv, i, _ in todo], on_finish=write,
+                 progress=progress)
 
 
 def _generate_hf(model, tok, todo, out, settings: EvalSettings, seed, progress):

@@ -1,10 +1,13 @@
-"""One command for the whole experiment of a preset: training stages, evaluation, calibration.
+"""One command for the whole experiment of every preset: training stages, evaluation, calibration.
 
 Stages follow the paper's Table 1: Base, SFT (no reflection), SFT (reflection), RL (GRPO from the
-SFT-reflection model), plus DFT. Each stage is a ``dsh.training.train`` run under ``runs_dir`` (weights; not
-for committing); evaluation and calibration go to ``results_dir`` (small artifacts the book renders:
-generations, calibration, provenance). A stage whose run already finished with the same configuration
-is reused, so an interrupted pipeline resumes where it stopped.
+SFT-reflection model), plus DFT; a seeded preset (``laptop``) runs each training stage once per seed and its
+ablations on some of them (:meth:`dsh.experiment.presets.Preset.plan_stages`). Each stage is a
+``dsh.training.train`` run under ``runs_dir`` (weights; not for committing); evaluation and calibration (with
+the preset's task, :mod:`dsh.measure.tasks`) go to ``results_dir`` (small artifacts the book renders:
+generations, calibration, GRPO reward curves, provenance). A stage whose run already finished with the same
+configuration is reused and a killed one resumes from its last checkpoint (an evaluation from its last record),
+so an interrupted pipeline resumes where it stopped.
 
 ``gpu-small`` is the small-scale analogue of the paper's protocol for the 135M embedded model, which
 cannot extrapolate to operand lengths it never saw (the book's appendix "Engineering notes"): its Base is one epoch
@@ -18,16 +21,17 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import time
 from pathlib import Path
 
 from ..core import validate as v
 from ..core.files import gzip_copy, read_jsonl, write_text
-from ..core.provenance import git_commit, hardware
-from ..llm.models import EMBEDDED, resolve_model
+from ..core.provenance import git_commit, hardware, provenance
+from ..llm.models import resolve_model
 from ..measure.stage import calibrate_stage, preferred
 from ..task.problems import level_index
-from ..training.train import train
+from ..training.train import METHODS, train
 from .evaluate import evaluate, model_identity, settings_path
 from .presets import DEFAULT, get
 
@@ -43,84 +47,160 @@ def run_matches(run: Path, cfg) -> bool:
     return {k: x for k, x in stored.items() if k not in ignore} == {k: x for k, x in want.items() if k not in ignore}
 
 
-def plan(preset, runs_dir: str, model: str = EMBEDDED, overrides: dict | None = None,
-         starts: dict | None = None) -> dict:
-    """The TrainConfig of every training stage of ``preset`` (a name or a :class:`dsh.experiment.presets.Preset`),
-    each starting from the run of the stage it follows, or from ``starts[stage]`` (a model) where given
-    (validated; nothing loaded or written)."""
+def plan(preset, runs_dir: str, model: str | None = None, overrides: dict | None = None,
+         starts: dict | None = None, seeds=None, ablation_seeds=None) -> dict:
+    """The TrainConfig of every training stage of ``preset`` (a name or a :class:`dsh.experiment.presets.Preset`;
+    its stages over ``seeds`` and ``ablation_seeds``, :meth:`~dsh.experiment.presets.Preset.plan_stages`), each
+    starting from the run of the stage it follows, or from ``starts[stage]`` (a model) where given, the first
+    ones from ``model`` (default the preset's). ``overrides`` apply to every stage after the stage's own; a
+    seeded stage keeps its seed. Validated; nothing loaded or written."""
     p = get(preset)
-    root = Path(runs_dir)
+    stages = p.plan_stages(seeds, ablation_seeds)
+    by_name = {s.name: s for s in stages}
+    root, model = Path(runs_dir), model or p.model
     for name in starts or {}:
-        p.stage(name)
+        v.choice("starts", name, list(by_name))
+    if overrides and "seed" in overrides and any(s.seed is not None for s in stages):
+        raise ValueError("overrides must not set seed in a seeded plan: each stage trains with its own seed (seeds)")
     out = {}
-    for st in p.stages:
+    for st in stages:
         if st.method is None:
             continue
-        init = p.stage(st.init) if st.init else None
+        init = by_name[st.init] if st.init else None
         if starts and st.name in starts:
             start = starts[st.name]
         else:
             start = model if init is None or init.method is None else str(root / init.run_name)
-        out[st.name] = p.train_config(st.method, model=start, output_dir=str(root / st.run_name),
-                                      **{**st.overrides, **(overrides or {})})
+        own = {**st.overrides, **(overrides or {})}
+        if st.seed is not None:
+            own["seed"] = st.seed
+        out[st.name] = p.train_config(st.method, model=start, output_dir=str(root / st.run_name), **own)
     return out
 
 
-def stages_needed(preset, chosen, starts: dict | None = None) -> list[str]:
-    """The ``chosen`` stages and every stage they start from, transitively (a stage in ``starts`` starts from
-    the model given there instead), in the pipeline's order."""
+def method_plan(preset, method: str = "all", runs_root: str = "runs", model: str = "", max_steps=None,
+                n_train=None, grpo_init: str = "", overrides: dict | None = None, fresh: bool = True) -> dict:
+    """The TrainConfigs that train ``method`` (one of the methods, or ``all``) under ``preset`` and every stage they
+    start from, as :func:`plan` chains them (a seeded preset: its first seed, no ablations), run directories under
+    ``runs_root/<preset>``: the training chapter's parameters, every one checked (a one-line ValueError) before any
+    model is loaded. ``model`` '': the preset's; ``max_steps``, ``n_train`` None: the preset's; ``grpo_init`` '':
+    GRPO starts from the SFT (reflection) run; ``fresh`` False: resume earlier runs of the same name."""
+    v.choice("method", method, METHODS + ("all",))
     p = get(preset)
+    for name, x in (("max_steps", max_steps), ("n_train", n_train)):
+        if x is not None:
+            v.positive_int(name, x)
+    for name, x in (("model", model), ("grpo_init", grpo_init), ("runs_root", runs_root)):
+        if not isinstance(x, str):
+            raise ValueError(f"{name} must be a string ('' for the default), got {x!r}")
+    if overrides is not None and not isinstance(overrides, dict):
+        raise ValueError(f"overrides must be a mapping of TrainConfig fields to values, got {overrides!r}")
+    if not isinstance(fresh, bool):
+        raise ValueError(f"fresh must be true or false, got {fresh!r}")
+    seeds = p.seeds[:1] if p.seeds else None
+    stages = p.plan_stages(seeds, () if seeds else None)
+    rl = [s.name for s in stages if s.kind == "rl"]
+    starts = {rl[0]: grpo_init} if grpo_init and rl else {}
+    caps = {k: x for k, x in (("max_steps", max_steps), ("n_train", n_train)) if x is not None}
+    cfgs = plan(p, str(Path(runs_root) / p.name), model or None, {**caps, **(overrides or {}), "resume": not fresh},
+                starts, seeds=seeds, ablation_seeds=() if seeds else None)
+    methods = METHODS if method == "all" else (method,)
+    wanted = [s for s, c in cfgs.items() if c.method in methods]
+    return {s: cfgs[s] for s in stages_needed(stages, wanted, starts) if s in cfgs}
+
+
+def stages_needed(stages, chosen, starts: dict | None = None) -> list[str]:
+    """The ``chosen`` stages of ``stages`` (a plan: :meth:`~dsh.experiment.presets.Preset.plan_stages`) and every
+    stage they start from, transitively (a stage in ``starts`` starts from the model given there instead), in the
+    plan's order."""
+    by_name = {s.name: s for s in stages}
     needed = set()
     for name in chosen:
-        st = p.stage(name)
+        v.choice("stages[i]", name, list(by_name))
+        st = by_name[name]
         needed.add(st.name)
         while st.init and not (starts and st.name in starts):
             needed.add(st.init)
-            st = p.stage(st.init)
-    return [s.name for s in p.stages if s.name in needed]
+            st = by_name[st.init]
+    return [s.name for s in stages if s.name in needed]
 
 
 def run_pipeline(preset: str = DEFAULT, results_dir: str | None = None, runs_dir: str | None = None,
-                 model: str = EMBEDDED, overrides: dict | None = None, stages: tuple | None = None,
-                 eval_overrides: dict | None = None, seed: int = 0, progress: bool = True) -> dict:
-    """Train every stage (reusing finished runs), evaluate every model and calibrate it.
+                 model: str | None = None, overrides: dict | None = None, stages: tuple | None = None,
+                 eval_overrides: dict | None = None, seed: int = 0, seeds=None, ablation_seeds=None,
+                 progress: bool = True) -> dict:
+    """Train every stage (reusing finished runs, resuming killed ones), evaluate every model and calibrate it.
 
-    Weights and the working (resumable) generation files go to ``runs_dir``; ``results_dir`` receives
-    the small artifacts the book renders (:data:`RESULTS_LAYOUT`). Each stage's time is printed as it ends
-    (``progress``). Returns the summary that is also written to ``results_dir/summary.json``."""
+    ``stages``: only these (and every stage they start from); ``seeds``, ``ablation_seeds``: the training seeds
+    (default the preset's; :meth:`~dsh.experiment.presets.Preset.plan_stages`); ``seed``: the evaluation's (the
+    same test questions and sampling streams for every stage). Weights and the working (resumable) generation
+    files go to ``runs_dir``; ``results_dir`` receives the small artifacts the book renders
+    (:data:`RESULTS_LAYOUT`). Each step's time is printed as it ends (``progress``). Returns the summary that is
+    also written to ``results_dir/summary.json``."""
     v.length("seed", seed)
     p = get(preset)
     results, runs = Path(results_dir or p.results_dir), Path(runs_dir or p.runs_dir)
-    cfgs = plan(p, str(runs), model, overrides)
-    names = [s.name for s in p.stages]
+    model = model or p.model
+    plan_ = p.plan_stages(seeds, ablation_seeds)
+    cfgs = plan(p, str(runs), model, overrides, seeds=seeds, ablation_seeds=ablation_seeds)
+    names = [s.name for s in plan_]
     chosen = list(stages) if stages else names
     for s in chosen:
         v.choice("stages[i]", s, names)
+    chosen = [s for s in names if s in chosen]
+    needed = stages_needed(plan_, chosen)
     settings = p.eval_settings(**(eval_overrides or {})).checked()   # before the first stage trains
     resolve_model(model)  # fail fast
     make_folders(results, runs, ("generations", "calibration"))
     clock = Clock(progress)
-    models_of, train_summaries = {}, {}
-    for st in p.stages:
-        if st.name not in stages_needed(p, chosen):
+    prov, load = provenance(), [(0.0, os.getloadavg()[0])]
+    models_of, train_summaries, curves, calib = {}, {}, {}, {}
+    for st in plan_:
+        if st.name not in needed:
             continue
-        if st.method is None:
-            models_of[st.name] = model
+        models_of[st.name] = model
+        if st.method is not None:
+            train_summaries[st.name] = train_stage(cfgs[st.name], st.name, clock)
+            models_of[st.name] = cfgs[st.name].output_dir
+            if st.method == "grpo":
+                curves[st.name] = reward_curve(Path(cfgs[st.name].output_dir))
+        if st.name not in chosen:
             continue
-        train_summaries[st.name] = train_stage(cfgs[st.name], st.name, clock)
-        models_of[st.name] = cfgs[st.name].output_dir
-    calib = {}
-    for name in chosen:
+        name = st.name
         recs = evaluate_model(models_of[name], runs / "generations" / f"{name}.jsonl", settings, seed, name, clock)
-        calib[name] = calibrate_stage(recs, seed=seed)
+        calib[name] = calibrate_stage(recs, seed=seed, task=p.task)
         write_text(results / "calibration" / f"{name}.json", json.dumps(calib[name], indent=1))
         gzip_copy(runs / "generations" / f"{name}.jsonl", results / "generations" / f"{name}.jsonl.gz")
+        load.append((round(clock.elapsed(), 1), os.getloadavg()[0]))
         clock.say(f"{name}: accuracy {calib[name]['all']['overall']['observed_accuracy']:.3f}, "
-                  f"truncated {100 * (calib[name]['truncated'] or 0):.1f} %")
-    summary = _summary(p, model, chosen, settings, seed, clock, train_summaries, cfgs, calib)
-    write_text(results / "summary.json", json.dumps(summary, indent=1))
+                  f"truncated {100 * (calib[name]['truncated'] or 0):.1f} % (load {load[-1][1]:.2f})")
+    summary = _summary(p, model, [s for s in plan_ if s.name in chosen], settings, seed, clock, train_summaries,
+                       cfgs, calib)
+    summary.update(reward_curves=curves, load_average_1min=load, provenance=prov)
+    write_text(results / "summary.json", json.dumps(summary, indent=1, default=str))
     clock.say(f"done in {summary['wall_s']} s: {results}")
     return summary
+
+
+def reward_curve(run: Path) -> list[dict]:
+    """GRPO's log per rollout round (from the run's metrics.jsonl): the round's first step, its reward,
+    zero-variance groups and completion length, the KL of the round's last logged step, and the round's time split
+    (sampling, scoring and the sum of its steps' updates, in seconds; None for runs made before issue 28)."""
+    keys = ("reward", "frac_reward_zero_std", "kl", "completions/mean_length")
+    out = []
+    if (run / "metrics.jsonl").is_file():
+        for r in read_jsonl(run / "metrics.jsonl"):
+            if "reward" in r:
+                out.append({"step": r["step"], **{k: r.get(k) for k in keys},
+                            "rollout_s": r.get("time/rollout_s"), "scoring_s": r.get("time/scoring_s"),
+                            "update_s": None})
+            if not out:
+                continue
+            if r.get("kl") is not None:
+                out[-1]["kl"] = r["kl"]
+            if r.get("time/update_s") is not None:
+                out[-1]["update_s"] = (out[-1]["update_s"] or 0.0) + r["time/update_s"]
+    return out
 
 
 class Clock:
@@ -186,17 +266,22 @@ def evaluate_model(model: str, gen: Path, settings, seed: int, name: str, clock:
 
 
 def _summary(p, model, chosen, settings, seed, clock: Clock, train_summaries, cfgs, calib) -> dict:
+    names = [s.name for s in chosen]
     summary = {
-        "preset": p.name, "model": model, "stages": chosen, "labels": {s: p.stage(s).label for s in chosen},
+        "preset": p.name, "task": p.task, "model": model, "stages": names,
+        "plan": [{"name": s.name, "kind": s.kind, "method": s.method, "seed": s.seed, "init": s.init,
+                  "overrides": s.overrides} for s in chosen],
+        "labels": {s.name: s.label for s in chosen},
         "eval": dataclasses.asdict(settings), "seed": seed, "wall_s": round(clock.elapsed(), 1),
-        "timings_s": clock.timings, "training": train_summaries, "hardware": hardware(), "commit": git_commit(),
-        "budgets": {**{f"{name}.{k}": getattr(c, k) for name, c in cfgs.items()
+        "timings_s": clock.timings, "training": train_summaries, "hardware": hardware(),
+        "budgets": {**{f"{name}.{k}": getattr(c, k) for name, c in cfgs.items() if name in train_summaries
                        for k in (("max_completion_length",) if c.method == "grpo" else ("max_length",))},
                     "eval.max_new_tokens": settings.max_new_tokens},
         "truncation": {s: {"train": (train_summaries.get(s) or {}).get("truncation"),
-                           "eval": calib[s]["truncated"]} for s in chosen},
+                           "eval": calib[s]["truncated"]} for s in names},
         "accuracy": {s: {lv: {k: c["all"]["by_level"][lv][k] for k in ("n", "observed_accuracy", "ci_low", "ci_high")}
                          for lv in c["all"]["by_level"]} for s, c in calib.items()},
+        "commit": git_commit(),
     }
     summary["design"] = design_checks({"summary": summary, "calibration": calib})
     return summary
@@ -215,17 +300,25 @@ def load_results(results_dir) -> dict:
     return {"summary": summary, "calibration": calib}
 
 
+def stages_of(summary: dict, kind: str) -> dict:
+    """``{seed: stage name}`` of the stages of ``kind`` in a results summary (seed None in an unseeded plan; a
+    summary written before plans carried seeds names its stages by kind)."""
+    plan_ = summary.get("plan") or [{"name": s, "kind": s, "seed": None} for s in summary.get("stages", [])]
+    return {s["seed"]: s["name"] for s in plan_ if s["kind"] == kind}
+
+
 def design_checks(results: dict) -> dict:
     """Whether a run gives the paper's questions something to measure (the design goals of the
     small-scale analogue): Base accuracy non-zero on at least 4 test levels and decaying with difficulty
     (more decreasing than increasing pairs of levels, and easiest > hardest); GRPO groups whose rewards
     all agree <= 50 % at its first step; RL changing p_dW or p_s measurably (the 95 % intervals of
-    SFT (reflection) and RL do not overlap). ``None`` where the run lacks the stage."""
+    SFT (reflection) and RL of the same seed do not overlap). Goals of a seeded run name their seed. ``None``
+    where the run lacks the stage."""
     cal, summ = results["calibration"], results["summary"]
     out, goals = {}, {}
-    base = cal.get("base")
-    if base:
-        by = base["all"]["by_level"]
+    base = next(iter(stages_of(summ, "base").values()), None)
+    if base in cal:
+        by = cal[base]["all"]["by_level"]
         levels = sorted(by, key=level_index)
         acc = [by[lv]["observed_accuracy"] for lv in levels]
         down = sum(x > y for i, x in enumerate(acc) for y in acc[i + 1:])
@@ -234,21 +327,25 @@ def design_checks(results: dict) -> dict:
         out["base_nonzero_levels"] = sum(a > 0 for a in acc)
         goals["base accuracy non-zero on >= 4 test levels"] = out["base_nonzero_levels"] >= 4
         goals["base accuracy decays with difficulty"] = bool(down > up and acc[0] > acc[-1])
-    rl_train = (summ.get("training") or {}).get("rl") or {}
-    zero = (rl_train.get("truncation") or {}).get("zero_std_groups_first")
-    out["grpo_zero_std_groups_first"] = zero
-    goals["GRPO zero-variance groups <= 50 % at step 1"] = None if zero is None else zero <= 0.5
-    rl, sr = cal.get("rl"), cal.get("sft_reflection")
-    if rl and sr:
-        a, b = preferred(rl)["overall"], preferred(sr)["overall"]
-        moved = []
-        for key in ("p_s", "p_d_given_wrong"):
-            ci_a, ci_b = a.get(key + "_ci") or [None, None], b.get(key + "_ci") or [None, None]
-            delta = None if a[key] is None or b[key] is None else a[key] - b[key]
-            apart = None if None in (*ci_a, *ci_b) else (ci_a[0] > ci_b[1] or ci_b[0] > ci_a[1])
-            out[f"delta_{key}"] = {"rl": a[key], "sft_reflection": b[key], "delta": delta, "rl_ci": ci_a,
-                                   "sft_reflection_ci": ci_b, "intervals_apart": apart}
-            moved.append(apart)
-        goals["RL changes p_dW or p_s measurably"] = None if all(m is None for m in moved) else any(bool(m) for m in moved)
+    rls, srs = stages_of(summ, "rl"), stages_of(summ, "sft_reflection")
+    for seed, rl_name in (rls.items() or [(None, None)]):
+        tag = "" if seed is None else f" (seed {seed})"
+        rl_train = (summ.get("training") or {}).get(rl_name) or {}
+        zero = (rl_train.get("truncation") or {}).get("zero_std_groups_first")
+        out[f"grpo_zero_std_groups_first{tag}"] = zero
+        goals[f"GRPO zero-variance groups <= 50 % at step 1{tag}"] = None if zero is None else zero <= 0.5
+        rl, sr = cal.get(rl_name), cal.get(srs.get(seed))
+        if rl and sr:
+            a, b = preferred(rl)["overall"], preferred(sr)["overall"]
+            moved = []
+            for key in ("p_s", "p_d_given_wrong"):
+                ci_a, ci_b = a.get(key + "_ci") or [None, None], b.get(key + "_ci") or [None, None]
+                delta = None if a[key] is None or b[key] is None else a[key] - b[key]
+                apart = None if None in (*ci_a, *ci_b) else (ci_a[0] > ci_b[1] or ci_b[0] > ci_a[1])
+                out[f"delta_{key}{tag}"] = {"rl": a[key], "sft_reflection": b[key], "delta": delta, "rl_ci": ci_a,
+                                            "sft_reflection_ci": ci_b, "intervals_apart": apart}
+                moved.append(apart)
+            goals[f"RL changes p_dW or p_s measurably{tag}"] = (None if all(m is None for m in moved)
+                                                               else any(bool(m) for m in moved))
     out["goals"] = goals
     return out

@@ -22,10 +22,12 @@ import dataclasses
 from dataclasses import dataclass, field
 
 from ..core import validate as v
+from ..llm.models import EMBEDDED
 from ..llm.scale import GpuBudget, batch_for
 from ..task import laptop_task
 from ..task.problems import TEST_LEVELS
 from ..training.budgets import preset_specs, tokens
+from ..training.laptop_base import SHIPPED_BASE
 from ..training.train import FIELDS, METHODS, TrainConfig
 from .evaluate import MAX_RESPONSE_TOKENS, EvalSettings
 
@@ -40,27 +42,58 @@ class Budget:
 
 
 STAGE_LABELS = {"base": "Base", "sft": "SFT (no reflection)", "sft_reflection": "SFT (reflection)",
-                "rl": "RL", "dft": "DFT"}
+                "rl": "RL", "dft": "DFT", "sft_verdict": "SFT (reflection, verdict-only checks)",
+                "rl_verdict": "RL from verdict-only SFT"}
+
+
+def stage_label(kind: str) -> str:
+    """The label of a stage kind (``rl_beta0.01``: RL at KL coefficient 0.01)."""
+    if kind.startswith("rl_beta"):
+        return f"RL (beta = {kind[len('rl_beta'):]})"
+    return STAGE_LABELS.get(kind, kind)
 
 
 @dataclass(frozen=True)
 class Stage:
     """One stage of a pipeline (the paper's Table 1): ``method`` None is the starting model itself;
-    ``init`` names the stage whose model it starts from (None: the pipeline's model)."""
+    ``init`` names the stage whose model it starts from (None: the pipeline's model); ``seed``: the training seed
+    (None: the preset's, the stage's name carries none); ``kind``: what it is in the tables (default its name;
+    ``sft-s1`` is of kind ``sft``)."""
 
-    name: str                  # base, sft, sft_reflection, rl, dft
+    name: str                  # base, sft, sft_reflection, rl, dft (with -s<seed> in a seeded plan)
     method: str | None
     init: str | None = None
     overrides: dict = field(default_factory=dict)
+    seed: int | None = None
+    kind: str | None = None
+
+    def __post_init__(self):
+        if self.kind is None:
+            object.__setattr__(self, "kind", self.name)
 
     @property
     def label(self) -> str:
-        return STAGE_LABELS[self.name]
+        return stage_label(self.kind) + ("" if self.seed is None else f", seed {self.seed}")
 
     @property
     def run_name(self) -> str:
         """The run directory's name under a pipeline's runs_dir (the RL stage's run is ``grpo``)."""
         return "grpo" if self.name == "rl" else self.name
+
+    def with_seed(self, seed: int, trained: set) -> Stage:
+        """This stage at training seed ``seed``: named ``<name>-s<seed>``, starting from the same seed's run of its
+        init stage when that one trains (``trained``: the names of the stages that do)."""
+        init = f"{self.init}-s{seed}" if self.init in trained else self.init
+        return Stage(f"{self.name}-s{seed}", self.method, init, self.overrides, seed, self.kind)
+
+
+def _seeds(name: str, seeds) -> tuple:
+    seeds = tuple(seeds)
+    if not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in seeds):
+        raise ValueError(f"{name} must be a list of integers >= 0; got {seeds!r}")
+    if len(set(seeds)) != len(seeds):
+        raise ValueError(f"{name} must name each seed once; got {seeds!r}")
+    return seeds
 
 
 @dataclass(frozen=True)
@@ -70,7 +103,10 @@ class Preset:
     be a :class:`Budget`); ``traces``: ``{budget name: TraceSpec}`` that :mod:`dsh.training.budgets` derives budgets
     from; ``batch_from_memory``: a :class:`dsh.llm.scale.GpuBudget` that micro-batch and accumulation are derived
     from (:func:`dsh.llm.scale.batch_for`), None to take them as given;
-    ``one_call``: sized for one 10-minute GPU call (``python -m dsh.experiment.gpu_small`` runs it)."""
+    ``one_call``: sized for one 10-minute GPU call (``python -m dsh.experiment.gpu_small`` runs it);
+    ``model``: the model the first stages start from; ``seeds``: the training seeds every training stage runs
+    with (None: one run, the stages' names carry no seed); ``ablations``: more stages (templates like ``stages``)
+    run with ``ablation_seeds`` (:meth:`plan_stages`)."""
 
     name: str
     about: str
@@ -80,6 +116,40 @@ class Preset:
     traces: dict = field(default_factory=dict)
     batch_from_memory: GpuBudget | None = None
     one_call: bool = False
+    model: str = EMBEDDED
+    seeds: tuple | None = None
+    ablations: tuple = ()
+    ablation_seeds: tuple = ()
+
+    @property
+    def task(self) -> str:
+        """The task of every training method (:mod:`dsh.measure.tasks`): one per preset."""
+        names = {t.get("task", "traces") for t in self.training.values()}
+        if len(names) != 1:
+            raise ValueError(f"preset {self.name!r} mixes tasks {sorted(names)}; a preset runs one task")
+        return names.pop()
+
+    def plan_stages(self, seeds=None, ablation_seeds=None) -> tuple:
+        """Every stage the pipeline runs, in order: ``stages`` as they are when no seeds are given (``seeds`` None
+        and the preset's None); else the stages without training once, each training stage once per seed
+        (:meth:`Stage.with_seed`), then each ablation once per ablation seed (a subset of ``seeds``)."""
+        seeds = self.seeds if seeds is None else _seeds("seeds", seeds)
+        abl = self.ablation_seeds if ablation_seeds is None else _seeds("ablation_seeds", ablation_seeds)
+        if seeds is None:
+            if ablation_seeds:
+                raise ValueError("ablation_seeds needs seeds: ablations run on some of the training seeds")
+            return tuple(self.stages)
+        if not seeds:
+            raise ValueError("seeds must name at least one seed")
+        if set(abl) - set(seeds):
+            raise ValueError(f"ablation_seeds must be a subset of seeds {list(seeds)}; got {list(abl)}")
+        trained = {s.name for s in (*self.stages, *self.ablations) if s.method}
+        out = [s for s in self.stages if s.method is None]
+        for k in seeds:
+            out += [s.with_seed(k, trained) for s in self.stages if s.method]
+        for k in abl:
+            out += [s.with_seed(k, trained) for s in self.ablations]
+        return tuple(out)
 
     @property
     def runs_dir(self) -> str:
@@ -91,9 +161,11 @@ class Preset:
         """Default folder of the pipeline's results (generations, calibration, summary)."""
         return f"results/{self.name}"
 
-    def stage(self, name: str) -> Stage:
-        v.choice("stage", name, [s.name for s in self.stages])
-        return next(s for s in self.stages if s.name == name)
+    def stage(self, name: str, seeds=None, ablation_seeds=None) -> Stage:
+        """The stage ``name`` of :meth:`plan_stages` (a one-line ValueError naming the valid ones)."""
+        plan = self.plan_stages(seeds, ablation_seeds)
+        v.choice("stage", name, [s.name for s in plan])
+        return next(s for s in plan if s.name == name)
 
     def budget(self, value):
         """``value`` itself, or the committed number of a :class:`Budget` of this preset."""
@@ -244,6 +316,17 @@ _LAPTOP_SFT = dict(task="laptop_task", train_levels=LAPTOP_LEVELS, n_train=4000,
                    lr_scheduler_type="cosine", warmup_ratio=0.05, num_train_epochs=1.0, weight_decay=0.0,
                    save_steps=50, logging_steps=5, report_to=(), bf16=False)
 
+# the stages of every seed (the paper's Table 1, DFT before RL so that a seed's runs from the base come first), and
+# two experiments beyond the paper on the ablation seeds: the KL ablation (Theorem 3.2 on a real model: RL at other
+# KL coefficients; the preset's GRPO uses 0.001, the paper's) and imitated checks (reflection traces whose checks show
+# the verdict only, and RL from them: does RL improve pi_d when the decision cannot see correctness?)
+LAPTOP_STAGES = (Stage("base", None), Stage("sft", "sft", "base"), Stage("sft_reflection", "sft_reflection", "base"),
+                 Stage("dft", "dft", "base"), Stage("rl", "grpo", "sft_reflection"))
+KL_BETAS = (0.0, 0.01, 0.1)
+LAPTOP_ABLATIONS = tuple(Stage(f"rl_beta{b:g}", "grpo", "sft_reflection", {"beta": b}) for b in KL_BETAS) + (
+    Stage("sft_verdict", "sft_reflection", "base", {"task_options": {"check": "verdict"}}),
+    Stage("rl_verdict", "grpo", "sft_verdict"))
+
 LAPTOP = Preset(
     name="laptop", about="tiny transformers trained from scratch on 2 CPU cores: every stage, several seeds",
     training={
@@ -257,9 +340,10 @@ LAPTOP = Preset(
                      loss_type="dapo", temperature=1.0, save_steps=16, logging_steps=1, report_to=(), bf16=False,
                      generation_backend="dsh", padding_free=True),
     },
-    stages=PAPER_STAGES,
+    stages=LAPTOP_STAGES,
     evaluation=EvalSettings(levels=LAPTOP_EVAL_LEVELS, n_per_level=100, max_new_tokens=768, temperature=1.0,
                             batch_size=256),
+    model=str(SHIPPED_BASE), seeds=(0, 1, 2), ablations=LAPTOP_ABLATIONS, ablation_seeds=(0,),
 )
 
 PRESETS = {p.name: p for p in (CI, GPU_SMALL, PAPER, LAPTOP)}
@@ -281,8 +365,3 @@ def get(preset) -> Preset:
 def resolve(method: str, preset: str = DEFAULT, **overrides) -> TrainConfig:
     """TrainConfig for ``method`` under ``preset`` with ``overrides`` (:meth:`Preset.train_config`)."""
     return get(preset).train_config(method, **overrides)
-
-
-def describe(cfg: TrainConfig) -> dict:
-    """The configuration as a plain dict (for printing)."""
-    return dataclasses.asdict(cfg)

@@ -1,30 +1,124 @@
-"""Tables, figures and verdicts on the paper's claims, from a results folder (dsh.experiment.pipeline) and the paper's
-printed numbers (dsh/core/paper_results.yaml, always labelled as the paper's)."""
+"""Tables, figures and verdicts on the paper's claims, from a results folder of any preset
+(:func:`dsh.experiment.pipeline.load_results`) and the paper's printed numbers (dsh/core/paper_results.yaml,
+always labelled as the paper's).
+
+Everything reads one long table of (stage, kind, seed, level, estimates) (:func:`long_table`): a stage of a seeded
+plan (``rl-s1``) is one seed of its kind (``rl``), so that Table 1, the calibration figure, faithfulness and the
+ablation tables show the mean over seeds with each seed beside it, and a one-seed run shows its single stage."""
 
 from __future__ import annotations
 
 import math
+import re
 
 import pandas as pd
 
 from ..core.paper import paper_results
+from ..measure import tasks
 from ..measure.calibration import Z95
 from ..measure.stage import preferred
 from ..task.problems import level_index
-from .presets import STAGE_LABELS, get
+from .presets import get, stage_label
+
+TABLE1_KINDS = ("base", "sft", "sft_reflection", "rl", "dft")
 
 
+# ------------------------------------------------------------------------------------------------
+# The plan behind a results folder, and its long table
+# ------------------------------------------------------------------------------------------------
+def plan_of(results: dict) -> list[dict]:
+    """The stages of a results folder: name, kind and seed (a folder written before plans carried seeds, or a
+    simulated one, names its stages by kind, seed None)."""
+    s = results["summary"]
+    plan = s.get("plan") or [{"name": x, "kind": x, "seed": None} for x in s.get("stages", results["calibration"])]
+    return [x for x in plan if x["name"] in results["calibration"]]
+
+
+def seeds_of(results: dict) -> list:
+    """The training seeds of a results folder (``[None]`` for an unseeded one)."""
+    seeds = sorted({x["seed"] for x in plan_of(results) if x["seed"] is not None})
+    return seeds or [None]
+
+
+def calibration_by_kind(results: dict, seed=None) -> dict:
+    """``{kind: calibration}`` of one seed's stages and the unseeded ones (the base), the shape the claims read."""
+    seeds = seeds_of(results)
+    if seed is None and seeds != [None]:
+        raise ValueError(f"seed must be one of {seeds} for results with several training seeds")
+    if seed is not None and seed not in seeds:
+        raise ValueError(f"seed must be one of {seeds}; got {seed!r}")
+    return {x["kind"]: results["calibration"][x["name"]] for x in plan_of(results) if x["seed"] in (None, seed)}
+
+
+def long_table(results: dict, drop_truncated: bool = False) -> pd.DataFrame:
+    """One row per stage and level: kind, seed, accuracy with its 95 % interval, p_s, p_dC, p_dW (with bootstrap
+    intervals), predicted accuracy, transitions and unanswered responses, over every response (or without the
+    truncated ones: ``drop_truncated``, the preferred block of :func:`dsh.measure.stage.preferred`)."""
+    rows = []
+    for x in plan_of(results):
+        c = results["calibration"][x["name"]]
+        block = preferred(c) if drop_truncated else c["all"]
+        for lv, s in block["by_level"].items():
+            t = s["transitions"]
+            rows.append({"stage": x["name"], "kind": x["kind"], "seed": x["seed"], "level": lv, "n": s["n"],
+                         "accuracy": s["observed_accuracy"], "ci_low": s["ci_low"], "ci_high": s["ci_high"],
+                         "p_s": s["p_s"], "p_s_ci": s.get("p_s_ci"), "p_dC": s["p_d_given_correct"],
+                         "p_dC_ci": s.get("p_d_given_correct_ci"), "p_dW": s["p_d_given_wrong"],
+                         "p_dW_ci": s.get("p_d_given_wrong_ci"), "predicted": s["predicted_accuracy"],
+                         "predicted_low": s["predicted_ci_low"], "predicted_high": s["predicted_ci_high"],
+                         "F->T": t["F->T"], "T->F": t["T->F"], "p(F->T)": t["p(F->T)"], "p(T->F)": t["p(T->F)"],
+                         "no_answer": s["no_answer"]})
+    return pd.DataFrame(rows)
+
+
+def _kinds(results: dict, kinds=None) -> list:
+    present = list(dict.fromkeys(x["kind"] for x in plan_of(results)))
+    return present if kinds is None else [k for k in kinds if k in present]
+
+
+def _levels_sorted(df) -> list:
+    return sorted(set(df.level), key=level_index)
+
+
+def _row_label(df, kind) -> str:
+    n = df[df.kind == kind].seed.dropna().nunique()
+    return stage_label(kind) + (f" ({n} seed{'s' if n > 1 else ''})" if n else "")
+
+
+# ------------------------------------------------------------------------------------------------
+# Tables and figures
+# ------------------------------------------------------------------------------------------------
 def _fmt(acc, lo, hi):
     return f"{100 * acc:.1f} ({100 * lo:.1f}, {100 * hi:.1f})"
 
 
-def table1(results: dict) -> pd.DataFrame:
-    """Accuracy (%) with the paper's 95% normal-approximation interval, by stage and level."""
-    rows = {}
-    for stage, by_level in results["summary"]["accuracy"].items():
-        rows[STAGE_LABELS[stage]] = {lv: _fmt(s["observed_accuracy"], s["ci_low"], s["ci_high"]) + f" n={s['n']}"
-                                     for lv, s in by_level.items()}
-    return pd.DataFrame(rows).T
+def table1(results: dict, kinds=None) -> pd.DataFrame:
+    """Accuracy (%) by stage kind and level: a single stage as ``acc (low, high) n=N`` (the paper's 95 %
+    normal-approximation interval); a kind run over several seeds as ``mean [min, max] ±hw``: the mean over seeds,
+    the range over seeds, and the seeds' mean 95 % interval half-width (each seed's n questions a level)."""
+    df = long_table(results)
+    out = {}
+    for kind in _kinds(results, kinds):
+        d, row = df[df.kind == kind], {}
+        for lv in _levels_sorted(d):
+            x = d[d.level == lv]
+            if len(x) == 1:
+                r = x.iloc[0]
+                row[lv] = _fmt(r.accuracy, r.ci_low, r.ci_high) + f" n={r.n}"
+            else:
+                hw = float(((x.ci_high - x.ci_low) / 2).mean())
+                row[lv] = (f"{100 * x.accuracy.mean():.1f} [{100 * x.accuracy.min():.0f}, "
+                           f"{100 * x.accuracy.max():.0f}] ±{100 * hw:.0f}")
+        out[_row_label(df, kind)] = row
+    return pd.DataFrame(out).T
+
+
+def mean_by_stage(results: dict, kinds, key: str) -> pd.DataFrame:
+    """The mean over seeds of one column of :func:`long_table` by stage kind (rows) and level (columns)."""
+    df = long_table(results)
+    df = df[df.kind.isin(kinds)]
+    return (df.groupby(["kind", "level"])[key].mean().unstack("level")
+            .reindex(index=[k for k in kinds if k in set(df.kind)], columns=_levels_sorted(df)))
 
 
 def paper_table1() -> pd.DataFrame:
@@ -45,24 +139,34 @@ def calibration_frame(results: dict, stage: str, drop_truncated: bool = True) ->
     return pd.DataFrame({lv: {k: s[k] for k in keys} for lv, s in block.items()}).T
 
 
-def plot_calibration(results: dict, stages=("rl", "sft_reflection")):
-    """The paper's Figure 3: p_s, p_dC, p_dW and predicted vs observed accuracy by level, per stage."""
+def plot_calibration(results: dict, kinds=("rl", "sft_reflection")):
+    """The paper's Figure 3 per stage kind, without the truncated responses: p_s, p_dC, p_dW and observed vs
+    predicted accuracy by level; lines are means over seeds with each seed a faint dot, a single stage's predicted
+    accuracy with its bootstrap 95 % band."""
     import matplotlib.pyplot as plt
     import numpy as np
 
-    stages = [s for s in stages if s in results["calibration"]]
-    fig, axes = plt.subplots(1, len(stages), figsize=(5.5 * len(stages), 4), squeeze=False)
-    for ax, stage in zip(axes[0], stages):
-        df = calibration_frame(results, stage).astype(float)
-        x = np.arange(len(df))
-        for key, lab, st in (("p_s", "$p_s$", "o-"), ("p_d_given_correct", "$p_{d|C}$", "s-"),
-                             ("p_d_given_wrong", "$p_{d|W}$", "^-")):
-            ax.plot(x, df[key], st, label=lab)
-        ax.plot(x, df["observed_accuracy"], "k*", ms=9, label="observed accuracy")
-        ax.plot(x, df["predicted_accuracy"], "k--", label="predicted accuracy")
-        ax.fill_between(x, df["predicted_ci_low"], df["predicted_ci_high"], color="0.8", label="predicted (bootstrap 95%)")
-        ax.set(xticks=x, xticklabels=df.index, ylim=(-0.02, 1.02), title=STAGE_LABELS[stage])
-        ax.legend(fontsize=7)
+    df = long_table(results, drop_truncated=True)
+    kinds = _kinds(results, kinds)
+    fig, axes = plt.subplots(1, len(kinds), figsize=(4.8 * len(kinds), 3.9), squeeze=False, sharey=True)
+    for ax, kind in zip(axes[0], kinds):
+        d = df[df.kind == kind]
+        levels = _levels_sorted(d)
+        x = np.arange(len(levels))
+        for key, lab, mk in (("p_s", "$p_s$", "o"), ("p_dC", "$p_{d|C}$", "s"), ("p_dW", "$p_{d|W}$", "^"),
+                             ("accuracy", "observed accuracy", "*"), ("predicted", "predicted accuracy", "x")):
+            m = d.groupby("level")[key].mean().reindex(levels).astype(float)
+            line, = ax.plot(x, m.values, "--" if key == "predicted" else "-", marker=mk, label=lab)
+            if d.stage.nunique() > 1:
+                for _, r in d.iterrows():
+                    if r[key] is not None and r[key] == r[key]:
+                        ax.plot(levels.index(r.level), r[key], mk, color=line.get_color(), alpha=0.3, ms=4)
+        if d.stage.nunique() == 1:
+            lo = d.set_index("level").reindex(levels)
+            ax.fill_between(x, lo.predicted_low.astype(float), lo.predicted_high.astype(float), color="0.85",
+                            label="predicted (bootstrap 95%)")
+        ax.set(xticks=x, xticklabels=levels, ylim=(-0.03, 1.03), title=_row_label(df, kind))
+    axes[0][0].legend(fontsize=7, loc="lower left")
     fig.tight_layout()
     return fig
 
@@ -70,10 +174,11 @@ def plot_calibration(results: dict, stages=("rl", "sft_reflection")):
 def echo_table(results: dict) -> pd.DataFrame:
     """F->T and T->F counts and rates per stage (the 'echo chamber', Kang et al. 2025)."""
     rows = {}
-    for stage, c in results["calibration"].items():
-        t = c["all"]["overall"]["transitions"]
-        rows[STAGE_LABELS[stage]] = {"F->T": t["F->T"], "F->F": t["F->F"], "p(F->T)": t["p(F->T)"],
-                                     "T->F": t["T->F"], "T->T": t["T->T"], "p(T->F)": t["p(T->F)"]}
+    for x in plan_of(results):
+        t = results["calibration"][x["name"]]["all"]["overall"]["transitions"]
+        rows[results["summary"].get("labels", {}).get(x["name"]) or stage_label(x["name"])] = {
+            "F->T": t["F->T"], "F->F": t["F->F"], "p(F->T)": t["p(F->T)"],
+            "T->F": t["T->F"], "T->T": t["T->T"], "p(T->F)": t["p(T->F)"]}
     return pd.DataFrame(rows).T
 
 
@@ -82,20 +187,38 @@ def kang_table() -> pd.DataFrame:
     return pd.DataFrame(paper_results()["kang2025"]["rows"]).set_index("ft_ratio_in_data")
 
 
-def faithfulness_table(results: dict) -> pd.DataFrame:
-    """Decision faithfulness per stage (dsh.measure.faithfulness) next to p_dC and p_dW: the share of attempts
-    with a check, and over those, right check arithmetic, a verdict that follows from the written
-    comparison, a verdict that is true of the answer, and a decision that follows from the verdict."""
+def _faith_value(f: dict, key: str, count: str, levels):
+    """A faithfulness share overall (``levels`` None) or weighted by its count over ``levels``."""
+    if levels is None:
+        return (f.get("overall") or {}).get(key)
+    w = [(b[count], b[key]) for lv, b in (f.get("by_level") or {}).items()
+         if lv in levels and b.get(count) and b.get(key) is not None]
+    return sum(c * x for c, x in w) / sum(c for c, _ in w) if w else None
+
+
+def faithfulness_table(results: dict, kinds=None, level_groups: dict | None = None) -> pd.DataFrame:
+    """Decision faithfulness per stage kind as the results' task reads it (:meth:`dsh.measure.tasks.Task.faithfulness`:
+    its ``faithfulness_keys``), the mean over seeds, next to p_dC and p_dW; with ``level_groups`` (``{name:
+    levels}``) each share is weighted by its count over each group's levels (e.g. the fine-tuning levels and beyond)."""
+    task = tasks.get(results["summary"].get("task", "traces"))
+    df = long_table(results)
     rows = {}
-    for stage, c in results["calibration"].items():
-        f = (c.get("faithfulness") or {}).get("overall") or {}
-        o = c["all"]["overall"]
-        rows[STAGE_LABELS[stage]] = {
-            "p_dC": o["p_d_given_correct"], "p_dW": o["p_d_given_wrong"], "attempts": f.get("attempts"),
-            "with a check": f.get("has_check"), "check arithmetic right": f.get("arithmetic_right"),
-            "verdict follows from it": f.get("verdict_follows"), "verdict true": f.get("verdict_true"),
-            "decision follows verdict": f.get("decision_follows"),
-            "verdict true | wrong answer": f.get("verdict_true_wrong")}
+    for kind in _kinds(results, kinds):
+        names = [x["name"] for x in plan_of(results) if x["kind"] == kind]
+        row = {}
+        if level_groups is None:
+            over = [results["calibration"][n]["all"]["overall"] for n in names]
+            for key, name in (("p_d_given_correct", "p_dC"), ("p_d_given_wrong", "p_dW")):
+                xs = [o[key] for o in over if o[key] is not None]
+                row[name] = sum(xs) / len(xs) if xs else None
+        groups = level_groups or {None: None}
+        for g, levels in groups.items():
+            for key in task.faithfulness_keys:
+                xs = [_faith_value(results["calibration"][n].get("faithfulness") or {}, key,
+                                   task.faithfulness_count, levels) for n in names]
+                xs = [x for x in xs if x is not None]
+                row[key if g is None else (g, key)] = sum(xs) / len(xs) if xs else None
+        rows[_row_label(df, kind)] = row
     return pd.DataFrame(rows).T
 
 
@@ -115,7 +238,7 @@ def truncation_table(results: dict) -> pd.DataFrame:
     rows = {}
     for stage, t in (s.get("truncation") or {}).items():
         tr = t.get("train") or {}
-        rows[STAGE_LABELS[stage]] = {
+        rows[s.get("labels", {}).get(stage) or stage_label(stage)] = {
             "training budget": tr.get("limit"),
             "training cut": tr.get("rate", tr.get("clipped_rate")),
             "GRPO clipped at step 1": tr.get("clipped_rate_first"),
@@ -123,26 +246,137 @@ def truncation_table(results: dict) -> pd.DataFrame:
     return pd.DataFrame(rows).T
 
 
-def stage_table(preset) -> pd.DataFrame:
-    """The stages of ``preset``'s pipeline (a name or a :class:`dsh.experiment.presets.Preset`): method, starting point,
-    training levels and size, learning rate and each stage's own token budget (max_length for SFT,
-    max_completion_length for GRPO)."""
+def stage_table(preset, seeds=None, ablation_seeds=None) -> pd.DataFrame:
+    """The stages of ``preset``'s pipeline (a name or a :class:`dsh.experiment.presets.Preset`, over ``seeds``):
+    method, seed, starting point, training levels and size, learning rate and each stage's own token budget
+    (max_length for SFT, max_completion_length for GRPO)."""
     from .pipeline import plan
 
     p = get(preset)
-    cfgs = plan(p, p.runs_dir)
+    cfgs = plan(p, p.runs_dir, seeds=seeds, ablation_seeds=ablation_seeds)
     rows = []
-    for s in p.stages:
+    for s in p.plan_stages(seeds, ablation_seeds):
         row = {"stage": s.name, "method": s.method or "(none)", "starts from": s.init or "the model"}
         c = cfgs.get(s.name)
         if c is not None:
-            row.update(levels=", ".join(c.train_levels), n_train=c.n_train, max_steps=c.max_steps,
+            row.update(seed=c.seed, levels=", ".join(c.train_levels), n_train=c.n_train, max_steps=c.max_steps,
                        learning_rate=c.learning_rate,
                        token_budget=c.max_completion_length if c.method == "grpo" else c.max_length)
         rows.append(row)
     return pd.DataFrame(rows).set_index("stage")
 
 
+def config_table(configs: dict, fields) -> pd.DataFrame:
+    """Chosen ``fields`` of TrainConfigs (``{name: TrainConfig}``), one column per config."""
+    import dataclasses
+
+    return pd.DataFrame({name: {k: x for k, x in dataclasses.asdict(c).items() if k in fields}
+                         for name, c in configs.items()})
+
+
+def delta_table(results: dict, pairs) -> pd.DataFrame:
+    """For (label, kind, init kind) pairs: the change of p_s, p_dC, p_dW and accuracy (over every response) from
+    the init stage of the same seed, mean and range over seeds."""
+    by_seed = {s: calibration_by_kind(results, s) for s in seeds_of(results)}
+    rows = []
+    for label, kind, init in pairs:
+        deltas = {}
+        for cal in by_seed.values():
+            if kind not in cal or init not in cal:
+                continue
+            a, b = cal[kind]["all"]["overall"], cal[init]["all"]["overall"]
+            for key, name in (("p_s", "Δp_s"), ("p_d_given_correct", "Δp_dC"), ("p_d_given_wrong", "Δp_dW"),
+                              ("observed_accuracy", "Δaccuracy")):
+                if a[key] is not None and b[key] is not None:
+                    deltas.setdefault(name, []).append(a[key] - b[key])
+        row = {"comparison": label, "seeds": len(next(iter(deltas.values()), []))}
+        for name, xs in deltas.items():
+            row[name] = f"{sum(xs) / len(xs):+.3f} [{min(xs):+.3f}, {max(xs):+.3f}]"
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def _curves(results: dict, kind: str) -> list:
+    curves = results["summary"].get("reward_curves") or {}
+    return [curves[x["name"]] for x in plan_of(results) if x["kind"] == kind and curves.get(x["name"])]
+
+
+def kl_table(results: dict) -> pd.DataFrame:
+    """The KL ablation: for each GRPO coefficient beta (kinds ``rl_beta<b>``), the change from SFT (reflection)
+    of p_s (pi_sample) and of p_dC, p_dW (pi_d), and the last logged KL (mean over seeds)."""
+    kinds = sorted({x["kind"] for x in plan_of(results) if x["kind"].startswith("rl_beta")},
+                   key=lambda s: float(s[len("rl_beta"):]))
+    df = delta_table(results, [(f"beta = {k[len('rl_beta'):]}", k, "sft_reflection") for k in kinds])
+    if not df.empty:
+        kl = []
+        for k in kinds:
+            xs = [c[-1].get("kl") for c in _curves(results, k)]
+            xs = [x for x in xs if x is not None]
+            kl.append(f"{sum(xs) / len(xs):.4f}" if xs else "-")
+        df["last KL"] = kl
+    return df
+
+
+def plot_reward_curves(results: dict, kinds=("rl", "rl_verdict")):
+    """GRPO's mean reward and its share of zero-variance groups per rollout round, one line per stage."""
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.5))
+    curves = results["summary"].get("reward_curves") or {}
+    for x in plan_of(results):
+        c = curves.get(x["name"])
+        if x["kind"] not in kinds or not c:
+            continue
+        steps = [r["step"] for r in c]
+        axes[0].plot(steps, [r["reward"] for r in c], label=x["name"], alpha=0.8)
+        axes[1].plot(steps, [r["frac_reward_zero_std"] for r in c], alpha=0.8)
+    axes[0].set(xlabel="GRPO step", ylabel="mean reward of the rollouts")
+    axes[1].set(xlabel="GRPO step", ylabel="groups with zero reward variance")
+    axes[0].legend(fontsize=7)
+    fig.tight_layout()
+    return fig
+
+
+def timings_table(results: dict) -> pd.DataFrame:
+    """Seconds per training and evaluation step, as recorded by the run (keys ``train_<stage>``,
+    ``evaluate_<stage>``; runs before the pipeline's steps were shared wrote ``train <stage>``)."""
+    rows = {}
+    for k, s in results["summary"]["timings_s"].items():
+        what, stage = re.split("[ _]", k, maxsplit=1)
+        rows.setdefault(stage, {})[what] = s
+    return pd.DataFrame(rows).T
+
+
+def headline(results: dict, beyond=None) -> list[str]:
+    """Plain sentences for a chapter, computed from the results (so the text follows the data whichever way it
+    falls): each Table 1 kind's accuracy pooled over levels (and over ``beyond``, e.g. the levels past the
+    fine-tuning data), RL's changes of p_s and p_dW from its SFT (reflection), and the KL ablation's trend."""
+    out = []
+    df = long_table(results)
+    for kind in _kinds(results, TABLE1_KINDS):
+        d = df[df.kind == kind]
+        line = f"{stage_label(kind)}: mean accuracy {100 * d.accuracy.mean():.1f} % over the ladder"
+        far = d[d.level.isin(beyond or ())]
+        out.append(line + (f", {100 * far.accuracy.mean():.1f} % on {', '.join(beyond)}." if len(far) else "."))
+    d = delta_table(results, [("RL minus its SFT (reflection)", "rl", "sft_reflection")])
+    if not d.empty and "Δp_s" in d:
+        out.append(f"RL minus SFT (reflection), same seed, pooled over levels: Δp_s {d['Δp_s'][0]}, "
+                   f"Δp_dC {d['Δp_dC'][0]}, Δp_dW {d['Δp_dW'][0]}, Δaccuracy {d['Δaccuracy'][0]} "
+                   f"(mean [range] over {d['seeds'][0]} seeds).")
+    kl = kl_table(results)
+    if not kl.empty and "Δp_s" in kl:
+        ps = [float(x.split(" ")[0]) for x in kl["Δp_s"]]
+        pw = [float(x.split(" ")[0]) for x in kl["Δp_dW"]]
+        out.append(f"KL ablation ({', '.join(kl.comparison)}): Δp_s {', '.join(f'{x:+.3f}' for x in ps)}; "
+                   f"Δp_dW {', '.join(f'{x:+.3f}' for x in pw)}. From the smallest to the largest beta, p_s's change "
+                   f"moves by {ps[-1] - ps[0]:+.3f} and p_dW's by {pw[-1] - pw[0]:+.3f} "
+                   f"(over {kl['seeds'].max()} seed{'s' if kl['seeds'].max() > 1 else ''}: no interval).")
+    return out
+
+
+# ------------------------------------------------------------------------------------------------
+# Verdicts on the paper's claims
+# ------------------------------------------------------------------------------------------------
 def _se(est: dict, key: str):
     """Standard error read from a bootstrap percentile interval (half-width / 1.96); None if undefined."""
     ci = est.get(f"{key}_ci")
@@ -269,13 +503,14 @@ def claim_ood_limited_by_sampling(cal: dict, min_n: int = 30) -> dict:
             "per_level": per_level}
 
 
-def claims(results: dict, min_n: int = 30) -> list[dict]:
-    """A plain verdict on each empirical claim of the paper from a results folder (:func:`load_results`):
+def claims(results: dict, min_n: int = 30, seed=None) -> list[dict]:
+    """A plain verdict on each empirical claim of the paper from a results folder (its stages of training seed
+    ``seed`` where it holds several, :func:`calibration_by_kind`):
     :func:`claim_predicts` (i), :func:`claim_predicts_unfitted` (i'), :func:`claim_rl_improves_decision` (ii),
     :func:`claim_ood_limited_by_sampling` (iii); (ii) and (iii) also get a verdict per level (``per_level``).
     "cannot tell" when a level has fewer than ``min_n`` responses or a needed estimate is undefined; the evidence
     string carries the numbers."""
-    cal = results["calibration"]
+    cal = calibration_by_kind(results, seed)
     return [claim_predicts(cal, min_n), claim_predicts_unfitted(cal), claim_rl_improves_decision(cal, min_n),
             claim_ood_limited_by_sampling(cal, min_n)]
 
@@ -295,3 +530,15 @@ def per_level_table(verdicts: list[dict]) -> pd.DataFrame:
                          "difference": None if r["difference"] is None else round(r["difference"], 3),
                          "95% interval": "-" if lo is None else f"({lo:+.3f}, {hi:+.3f})", "verdict": r["verdict"]})
     return pd.DataFrame(rows, columns=["claim", "level", "difference", "95% interval", "verdict"])
+
+
+def claims_by_seed(results: dict, min_n: int = 30) -> pd.DataFrame:
+    """The verdicts of :func:`claims` for each training seed, one row per claim and seed, with the per-level ones."""
+    rows = []
+    for s in seeds_of(results):
+        for c in claims(results, min_n, s):
+            per = c.get("per_level") or []
+            rows.append({"seed": s, "claim": c["claim"], "verdict": c["verdict"],
+                         "per level": ", ".join(f"{r['level']}: {r['verdict']}" for r in per) or "-",
+                         "evidence": c["evidence"]})
+    return pd.DataFrame(rows)

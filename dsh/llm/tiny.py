@@ -11,7 +11,7 @@ like on any other model. Decoding round-trips the traces exactly.
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..core import validate as v
@@ -89,7 +89,3 @@ def save(model, tok, folder, provenance: dict) -> Path:
     tok.save_pretrained(folder)
     (folder / "dsh_provenance.json").write_text(json.dumps(provenance, indent=1, default=str) + "\n")
     return folder
-
-
-def config_dict(config: TinyConfig) -> dict:
-    return asdict(config)

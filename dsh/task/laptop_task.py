@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from ..core import validate as v
 from .arithmetic import draw_error, long_multiplication, multiplicand_multiplier
 from .parse import operands, parse_response
-from .problems import Problem, draw_problems, parse_level
+from .problems import Problem, parse_level, test_problems
 from .traces import render_attempt
 
 MARKER = "Let me recompute."
@@ -56,7 +56,6 @@ STYLES = ("no_reflection", "reflection")
 # how a reflection trace checks: "computed" writes the check out (the verdict follows from it); "verdict" writes
 # only the verdict (truthful in the data, but the model sees no computation to base it on: the imitated control)
 CHECK_STYLES = ("computed", "verdict")
-TEST_SEED = 1_000_003   # test questions: draw_problems(level, n, seed + TEST_SEED), as dsh.task.problems.test_problems
 
 
 def residue_chain(n: int, start: int = 0, sign: int = 1) -> tuple[str, int]:
@@ -222,8 +221,9 @@ def base_corpus(levels, weights, n: int, check_fraction: float = 0.3, seed: int 
 
 
 def test_questions(levels=TEST_LEVELS, n_per_level: int = 100, seed: int = 0) -> list[Problem]:
-    """The test questions of every stage (the same as ``dsh evaluate``'s for these levels and seed)."""
-    return [p for lv in levels for p in draw_problems(lv, n_per_level, seed=seed + TEST_SEED)]
+    """The test questions of every stage: ``dsh evaluate``'s for these levels and seed
+    (:func:`dsh.task.problems.test_problems`)."""
+    return test_problems(levels, n_per_level, seed)
 
 
 def held_out(levels=TEST_LEVELS, n_per_level: int = 100, seed: int = 0) -> frozenset:
@@ -273,3 +273,50 @@ def faithfulness(records) -> dict:
     return {lv: {"checks": d["checks"], "verdict_follows_check": share(d["follows"], d["checks"]),
                  "check_exact": share(d["exact"], d["checks"]), "verdict_right": share(d["right"], d["checks"]),
                  "resample_after_fail": share(d["resample"], d["fails"])} for lv, d in by.items()}
+
+
+def _checks(records):
+    """(response index, question, multiplicand, check) for every check of ``records`` (:func:`check_fidelity`)."""
+    for i, r in enumerate(records):
+        a, b = operands(r["question"])
+        for c in check_fidelity(a, b, r["response"]):
+            yield i, r["question"], multiplicand_multiplier(a, b, "lean")[0], c
+
+
+def unfaithful_examples(records, n: int = 3) -> list[dict]:
+    """Up to ``n`` checks of ``records`` (evaluation records) whose verdict differs from the true check of the
+    candidate (the first of each response): the question, the candidate, the check written and the true one."""
+    out, last = [], None
+    for i, q, _, c in _checks(records):
+        if c["verdict"] != c["true_check"] and i != last:
+            out.append({"question": q, "candidate": c["candidate"], "written": c["written"], "true": c["true_text"]})
+            last = i
+            if len(out) >= n:
+                break
+    return out
+
+
+_WRITTEN = re.compile(r"Check: (\d+): [^.]*\. (\d+)\*(\d+)>(\d+)\. (\d+): ")
+
+
+def unfaithful_causes(records) -> dict:
+    """Why verdicts miss the true check: of the checks of ``records`` whose verdict differs from the true check of
+    the candidate, how many copied the candidate wrong into the check, how many copied the multiplicand wrong (and
+    the candidate right), and how many copied both right (an arithmetic slip in the chain) or do not parse."""
+    counts = {"checks": 0, "unfaithful": 0, "candidate miscopied": 0, "multiplicand miscopied": 0,
+              "copied right (arithmetic)": 0, "unreadable": 0}
+    for _, _, x, c in _checks(records):
+        counts["checks"] += 1
+        if c["verdict"] == c["true_check"]:
+            continue
+        counts["unfaithful"] += 1
+        w = _WRITTEN.match(c["written"])
+        if not w:
+            counts["unreadable"] += 1
+        elif int(w.group(5)) != c["candidate"]:
+            counts["candidate miscopied"] += 1
+        elif int(w.group(1)) != x:
+            counts["multiplicand miscopied"] += 1
+        else:
+            counts["copied right (arithmetic)"] += 1
+    return counts

@@ -8,7 +8,7 @@ from 3x3 ... 3x9, held out of training.
 from __future__ import annotations
 
 import random
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 from ..core import validate as v
 
@@ -111,7 +111,3 @@ def make_splits(n_train: int = N_TRAIN, train_levels=TRAIN_LEVELS, n_test: int =
     rng.shuffle(train)
     assert not ({(p.a, p.b) for p in train} & held_out), "a test problem leaked into training"
     return {"train": train, "test": test}
-
-
-def problems_to_dicts(problems) -> list[dict]:
-    return [dict(asdict(p), level=p.level, question=p.question, answer=p.answer) for p in problems]

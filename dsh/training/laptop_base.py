@@ -7,20 +7,18 @@ The settings below were chosen from measurements on the 2-core project machine (
 
 from __future__ import annotations
 
-import json
 import platform
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from ..core import validate as v
-from ..core.files import write_text
 from ..core.provenance import provenance
-from ..llm.models import cache_dir, load, resolve_model
+from ..llm.complete import complete
 from ..llm.tiny import TinyConfig, build_tokenizer, make_model, n_params, save
 from ..task import laptop_task as lt
 from ..task.parse import parse_response
-from ..task.records import chat_prompt
+from .own_attempts import ATTEMPT_TOKENS
 from .pretrain import PretrainConfig, encode, pack, pretrain
 
 SHIPPED_BASE = Path(__file__).resolve().parent.parent / "assets" / "laptop-base"
@@ -29,6 +27,7 @@ SHIPPED_BASE = Path(__file__).resolve().parent.parent / "assets" / "laptop-base"
 BASE_LEVELS = ("1x2", "1x3", "1x4", "1x5", "1x6", "1x7", "1x8", "2x1", "3x1", "4x1", "5x1", "6x1", "7x1", "8x1")
 BASE_WEIGHTS = (4, 4, 4, 4, 1, 0.5, 0.25, 4, 4, 4, 4, 1, 0.5, 0.25)
 VALIDATION_SEED = 7       # the stopping rule's questions (drawn apart from the test questions)
+CHECK_TOKENS = 120        # new tokens a check of the base's report may take (a 1x8 check takes fewer)
 
 
 @dataclass(frozen=True)
@@ -89,74 +88,45 @@ def build_base(out, spec: BaseSpec = BaseSpec(), progress: bool = True) -> dict:
     return prov
 
 
+def decays_like_the_papers_base(accuracy: dict) -> bool:
+    """The shape of the paper's base (74 % on 3x3 down to 1 % on 3x9) on the test ladder's accuracy (``{level:
+    accuracy}``, in ladder order): the easiest level >= 90 %, at least 4 levels > 0, at least 2 levels < 50 %."""
+    acc = [accuracy[lv] for lv in lt.TEST_LEVELS]
+    return acc[0] >= 0.9 and sum(a > 0 for a in acc) >= 4 and sum(a < 0.5 for a in acc) >= 2
+
+
 def stop_rule(model, tok, n_per_level: int = 50) -> dict | None:
     """The base's stopping rule, stated before any run: on validation questions (not the test questions) at
-    temperature 1, the easiest level is answered >= 90 %, at least 4 levels > 0 and at least 2 levels < 50 %
-    (the paper's base: 74 % on 3x3 down to 1 % on 3x9), and the check skill gives the right verdict >= 90 % of
-    the time. Returns the measurements when all hold, else None."""
+    temperature 1, the accuracy has the paper's base's shape (:func:`decays_like_the_papers_base`) and the check
+    skill gives the right verdict >= 90 % of the time. Returns the measurements when all hold, else None."""
     r = base_report(model, tok, n_per_level=n_per_level, temperature=1.0, seed=VALIDATION_SEED)
-    acc = [r["accuracy"][lv] for lv in lt.TEST_LEVELS]
     verdict = sum(r["check_verdict"].values()) / len(r["check_verdict"])
-    ok = acc[0] >= 0.9 and sum(a > 0 for a in acc) >= 4 and sum(a < 0.5 for a in acc) >= 2 and verdict >= 0.9
+    ok = decays_like_the_papers_base(r["accuracy"]) and verdict >= 0.9
     return {"validation": r} if ok else None
 
 
-def own_attempts(model: str, problems, k: int = 2, seed: int = 0, max_new_tokens: int = 160) -> list[list]:
-    """``k`` attempts of ``model`` (a model folder) at each problem, sampled at temperature 1 as no-reflection
-    answers: per problem the list of ``(body, answer)`` pairs that parse (:func:`dsh.task.laptop_task.split_attempt`).
-    The reflection traces built on them (:func:`dsh.task.laptop_task.trace_from_attempts`) show the model its own
-    first attempts, not injected slips (measured: SFT on injected slips taught the model to slip)."""
-    import hashlib
-
-    v.positive_int("k", k)
-    loc = Path(resolve_model(model))
-    h = hashlib.sha256()
-    for f in sorted(loc.glob("*.safetensors")):
-        h.update(f.read_bytes())
-    h.update(json.dumps([[p.a, p.b] for p in problems] + [k, seed, max_new_tokens]).encode())
-    cached = cache_dir() / "laptop-attempts" / f"{h.hexdigest()[:32]}.json"   # the same samples for SFT, DFT
-    if cached.is_file():
-        return [[tuple(a) for a in row] for row in json.loads(cached.read_text())]
-    m, tok = load(str(loc))
-    outs = complete(m, tok, [p.question for p in problems for _ in range(k)], max_new_tokens, 1.0, seed)
-    got = [lt.split_attempt(t) for t, _ in outs]
-    result = [[a for a in got[i * k:(i + 1) * k] if a is not None] for i in range(len(problems))]
-
-    write_text(cached, json.dumps(result))
-    return result
-
-
-def complete(model, tok, prompts, max_new_tokens: int, temperature: float = 1.0, seed: int = 0,
-             slots: int = 64) -> list[tuple[str, bool]]:
-    """Completions of question strings (chat-formatted) through :class:`dsh.llm.engine.Engine`: (text, stopped)."""
-    from ..llm.engine import Engine
-
-    ids = [tok(chat_prompt(tok, q), add_special_tokens=False)["input_ids"] for q in prompts]
-    eng = Engine(model, [tok.eos_token_id], slots=min(slots, len(ids)), max_len=max(map(len, ids)) + max_new_tokens,
-                 bucket=32, cuda_graphs=False)
-    gens = eng.generate(ids, max_new_tokens, temperature=temperature, seed=seed)
-    return [(tok.decode(g.text_tokens, skip_special_tokens=True), g.stopped) for g in gens]
-
-
-def base_report(model, tok, n_per_level: int = 100, temperature: float = 1.0, seed: int = 0) -> dict:
-    """The base's accuracy per test level and its check skill (verdict right on given claims) at ``temperature``."""
+def base_report(model, tok, n_per_level: int = 100, temperature: float = 1.0, seed: int = 0,
+                answer_tokens: int = ATTEMPT_TOKENS, check_tokens: int = CHECK_TOKENS) -> dict:
+    """The base's accuracy per test level and its check skill (verdict right on given claims) at ``temperature``,
+    answers and checks sampled with at most ``answer_tokens`` and ``check_tokens`` new tokens."""
     import random
 
     qs = lt.test_questions(n_per_level=n_per_level, seed=seed)
     if seed == VALIDATION_SEED:
         test = lt.held_out()
         qs = [p for p in qs if (p.a, p.b) not in test]
-    texts = complete(model, tok, [p.question for p in qs], 160, temperature, seed)
+    texts = complete(model, tok, [p.question for p in qs], answer_tokens, temperature, seed)
     acc = {}
-    for p, (t, _) in zip(qs, texts):
-        r = parse_response(t, p.a, p.b)
+    for p, c in zip(qs, texts):
+        r = parse_response(c.text, p.a, p.b)
         acc.setdefault(p.level, []).append(r.final_answer == p.answer)
     rng = random.Random(seed)
     checks = [lt.check_example(p, rng) for p in qs]
-    ctexts = complete(model, tok, [c.prompt for c in checks], 120, temperature, seed + 1)
+    ctexts = complete(model, tok, [c.prompt for c in checks], check_tokens, temperature, seed + 1)
     right, verdict = {}, {}
-    for p, c, (t, _) in zip(qs, checks, ctexts):
-        right.setdefault(p.level, []).append(t.strip() == c.text)
-        verdict.setdefault(p.level, []).append(t.strip().endswith(lt.PASSES) == (c.decisions[0] == "STOP"))
+    for p, c, out in zip(qs, checks, ctexts):
+        t = out.text.strip()
+        right.setdefault(p.level, []).append(t == c.text)
+        verdict.setdefault(p.level, []).append(t.endswith(lt.PASSES) == (c.decisions[0] == "STOP"))
     share = lambda d: {k: sum(x) / len(x) for k, x in d.items()}  # noqa: E731
     return {"accuracy": share(acc), "check_exact": share(right), "check_verdict": share(verdict)}

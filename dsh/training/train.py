@@ -1,7 +1,8 @@
-"""Training: SFT, SFT with reflection, DFT and GRPO through TRL, one function per method.
+"""Training: SFT, SFT with reflection, DFT and GRPO through TRL, one trainer per method.
 
-``TrainConfig`` holds every knob (a dataclass, as TRL's configs); :mod:`dsh.experiment.presets` supplies the
-``ci``, ``gpu-small`` and ``paper`` values; :func:`to_trl_config` maps a TrainConfig to TRL's
+``TrainConfig`` holds every knob (a dataclass, as TRL's configs); :mod:`dsh.experiment.presets` supplies each
+preset's values; the task it names (:mod:`dsh.measure.tasks`) writes the training data and gives the GRPO reward;
+:func:`to_trl_config` maps a TrainConfig to TRL's
 ``SFTConfig`` / ``GRPOConfig`` without loading a model; :func:`train` runs it and leaves a run directory:
 
     run_dir/run_config.json   resolved configuration (and the TRL one)
@@ -25,18 +26,15 @@ from pathlib import Path
 from ..core import validate as v
 from ..core.provenance import git_commit, hardware
 from ..llm.models import EMBEDDED, load, resolve_model, vllm_available
-from ..task import laptop_task as lt
+from ..measure import tasks
 from ..task.arithmetic import CHECKS
-from ..task.parse import is_correct
-from ..task.problems import make_splits, parse_level
-from ..task.records import chat_length, prompt_records, sft_records
-from ..task.traces import GRANULARITIES, TraceConfig
-from .laptop_base import own_attempts
+from ..task.problems import parse_level
+from ..task.records import chat_length
+from ..task.traces import GRANULARITIES
+from .own_attempts import own_attempts
 from .rollout import engine_unsuitable, make_trainer_class
 
 METHODS = ("sft", "sft_reflection", "dft", "grpo")
-TASKS = ("traces", "laptop_task")   # the module that writes the data: dsh.task.traces or dsh.task.laptop_task
-STYLE_OF = {"sft": "no_reflection", "sft_reflection": "reflection", "dft": "reflection"}
 
 
 def _field(default, help: str):
@@ -54,11 +52,10 @@ class TrainConfig:
     output_dir: str = _field("runs/run", "the run directory: checkpoints, final/, metrics.jsonl, summary.json")
     seed: int = _field(0, "seed of the training data, the initialisation of new weights and the trainer")
     # data
-    task: str = _field("traces", "traces: dsh.task.traces on the paper's levels; laptop_task: dsh.task.laptop_task "
-                       "(1xN ladder, computed nines check) for the tiny from-scratch models")
-    laptop_check: str = _field("computed", "laptop reflection traces: computed checks, or the verdict only")
-    laptop_attempts: str = _field("own", "laptop reflection traces: the starting model's own sampled attempts (own) or "
-                                  "the generator's injected slips (injected)")
+    task: str = _field("traces", "the task (dsh.measure.tasks): traces (the paper's, dsh.task.traces) or laptop_task "
+                       "(the 1xN ladder for the tiny from-scratch models, dsh.task.laptop_task)")
+    task_options: dict = field(default_factory=dict, metadata={
+        "help": "the task's own settings (laptop_task: check computed|verdict, attempts own|injected); {}: its defaults"})
     n_train: int = _field(20_000, "training problems (SFT examples, GRPO prompts)")
     train_levels: tuple = _field(("4x5", "5x4"), "levels the training problems are drawn from, e.g. 4x5,5x4")
     granularity: str = _field("digit", "how finely a trace writes the arithmetic (dsh.task.traces.GRANULARITIES)")
@@ -124,9 +121,8 @@ class TrainConfig:
         if not isinstance(self.output_dir, str) or not self.output_dir.strip():
             raise ValueError(f"output_dir must be a folder path; got {self.output_dir!r}")
         v.length("seed", self.seed)
-        v.choice("task", self.task, TASKS)
-        v.choice("laptop_check", self.laptop_check, lt.CHECK_STYLES)
-        v.choice("laptop_attempts", self.laptop_attempts, ("own", "injected"))
+        tasks.get(self.task).settings(self.task_options)
+        self.task_options = dict(self.task_options)
         v.positive_int("n_train", self.n_train)
         self.train_levels = tuple(self.train_levels)
         if not self.train_levels:
@@ -238,59 +234,26 @@ def to_trl_config(cfg: TrainConfig):
 # Data and reward
 # ------------------------------------------------------------------------------------------------
 def build_dataset(cfg: TrainConfig) -> list[dict]:
-    """Training records for the method (the paper's 20,000 problems by default; test problems of
-    3x3 ... 3x9 are held out)."""
-    if cfg.task == "laptop_task":
-        return laptop_dataset(cfg)
-    problems = make_splits(n_train=cfg.n_train, train_levels=cfg.train_levels, n_test=100, seed=cfg.seed)["train"]
-    if cfg.method == "grpo":
-        return prompt_records(problems)
-    style = cfg.dft_style if cfg.method == "dft" else STYLE_OF[cfg.method]
-    tc = TraceConfig(granularity=cfg.granularity, style=style, retry_fraction=cfg.retry_fraction,
-                     max_attempts=cfg.max_attempts, checks=cfg.checks)
-    return sft_records(problems, tc, seed=cfg.seed)
+    """Training records for the method, written by ``cfg``'s task (:mod:`dsh.measure.tasks`; the paper's 20,000
+    problems by default, the test problems held out); reflection traces that begin with the starting model's own
+    attempts get them from :func:`dsh.training.own_attempts.own_attempts`."""
+    task = tasks.get(cfg.task)
+    problems = task.training_problems(cfg)
+    attempts = None
+    if task.wants_own_attempts(cfg):
+        attempts = own_attempts(resolve_model(cfg.model), problems, k=max(1, cfg.max_attempts - 1), seed=cfg.seed)
+    return task.records(cfg, problems, attempts)
 
 
-def laptop_dataset(cfg: TrainConfig) -> list[dict]:
-    """Records of the laptop task (:mod:`dsh.task.laptop_task`): ``n_train`` problems of ``train_levels`` (in turn),
-    the laptop test questions held out; SFT records carry :func:`dsh.task.laptop_task.trace` completions."""
-    import random
+def task_reward(task_name: str):
+    """TRL reward function of a task: its reward (the paper's R(tau) = 1[final answer correct]) of each completion."""
+    task = tasks.get(task_name)
 
-    rng = random.Random(f"laptop-train-{cfg.seed}")
-    exclude, problems = lt.held_out(), []
-    levels = [f"{m}x{n}" for m, n in map(parse_level, cfg.train_levels)]
-    while len(problems) < cfg.n_train:
-        p = lt.draw(levels[len(problems) % len(levels)], rng)
-        if (p.a, p.b) not in exclude:
-            problems.append(p)
-    if cfg.method == "grpo":
-        return prompt_records(problems)
-    style = cfg.dft_style if cfg.method == "dft" else STYLE_OF[cfg.method]
-    own = None
-    if style == "reflection" and cfg.laptop_attempts == "own":
+    def correctness_reward(completions, answer, question=None, **kwargs) -> list[float]:
+        return [task.reward(c[-1]["content"] if isinstance(c, list) else str(c), answer[i],
+                            question[i] if question is not None else None) for i, c in enumerate(completions)]
 
-        own = own_attempts(resolve_model(cfg.model), problems, k=max(1, cfg.max_attempts - 1), seed=cfg.seed)
-    out = []
-    for i, p in enumerate(problems):
-        if own is not None:
-            t = lt.trace_from_attempts(p, own[i], cfg.max_attempts, check=cfg.laptop_check)
-            if t is None:
-                continue
-        else:
-            t = lt.trace(p, style, retry_fraction=cfg.retry_fraction, max_attempts=cfg.max_attempts,
-                         seed=cfg.seed + i, check=cfg.laptop_check)
-        out.append({"prompt": [{"role": "user", "content": p.question}],
-                    "completion": [{"role": "assistant", "content": t.text}], "answer": str(p.answer),
-                    "level": p.level})
-    return out
-
-
-def correctness_reward(completions, answer, question=None, **kwargs) -> list[float]:
-    """TRL reward function: the paper's binary reward R(tau) = 1[final answer correct] (:func:`dsh.task.parse.is_correct`)."""
-
-    return [float(is_correct(c[-1]["content"] if isinstance(c, list) else str(c), answer[i],
-                             question[i] if question is not None else None))
-            for i, c in enumerate(completions)]
+    return correctness_reward
 
 
 # ------------------------------------------------------------------------------------------------
@@ -382,7 +345,7 @@ def _sft_trainer(cfg: TrainConfig, trl_cfg, model, tok, ds, peft_config, callbac
 def _grpo_trainer(cfg: TrainConfig, trl_cfg, model, tok, ds, peft_config, callbacks):
     """TRL's GRPOTrainer with the correctness reward, rollouts from ``cfg.generation_backend``
     (:func:`dsh.training.rollout.make_trainer_class`)."""
-    trainer = make_trainer_class()(model=model, reward_funcs=[correctness_reward], args=trl_cfg, train_dataset=ds,
+    trainer = make_trainer_class()(model=model, reward_funcs=[task_reward(cfg.task)], args=trl_cfg, train_dataset=ds,
                                    processing_class=tok, peft_config=peft_config, callbacks=callbacks)
     trainer.rollout_backend = cfg.generation_backend
     trainer.padding_free = cfg.padding_free

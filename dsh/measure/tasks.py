@@ -1,0 +1,160 @@
+"""The tasks an experiment can run, each one object that says everything the stack above asks of it: which
+problems train and which test questions are held out, how a training trace is written, the reward, and how the
+faithfulness of a decision to its check is measured. :class:`dsh.training.train.TrainConfig`'s ``task`` names one;
+training data, the GRPO reward, ``calibrate_stage`` and the report ask it (:func:`get`) instead of branching on
+its name.
+
+- ``traces`` (:class:`TracesTask`): the paper's task (:mod:`dsh.task.traces`): the multiplication traces of
+  Appendix E on the paper's levels, checks by casting out nines and elevens, faithfulness read by
+  :mod:`dsh.measure.faithfulness`.
+- ``laptop_task`` (:class:`LaptopTask`): the 1xN ladder for tiny from-scratch models (:mod:`dsh.task.laptop_task`),
+  its computed nines check, faithfulness read by :func:`dsh.task.laptop_task.faithfulness`; its own settings
+  (``TrainConfig.task_options``): ``check`` (``computed`` or ``verdict``: the imitated-check control) and
+  ``attempts`` (``own``: reflection traces begin with the starting model's own sampled attempts; ``injected``:
+  the generator's slips).
+
+The registry sits at the top of the measurement layer: it joins how data are written (:mod:`dsh.task`) with how
+responses are read and measured (:mod:`dsh.measure`), so that everything that trains, evaluates or reports can
+ask it. Sampling a model (the ``own`` attempts) is not a task's job: training passes the attempts in.
+"""
+
+from __future__ import annotations
+
+import random
+
+from ..core import validate as v
+from ..task import laptop_task as lt
+from ..task.parse import is_correct
+from ..task.problems import make_splits, parse_level
+from ..task.records import prompt_records, sft_records
+from ..task.traces import TraceConfig
+from .faithfulness import summarize
+
+STYLE_OF = {"sft": "no_reflection", "sft_reflection": "reflection", "dft": "reflection"}
+
+
+class Task:
+    """What the experiment asks of a task (module docstring). ``options``: the task's own settings and their
+    allowed values (the first is the default); ``faithfulness_keys``: the shares its :meth:`faithfulness` reports,
+    counted over ``faithfulness_count`` items."""
+
+    name = ""
+    about = ""
+    options: dict = {}
+    faithfulness_keys: tuple = ()
+    faithfulness_count = ""
+
+    def settings(self, task_options: dict | None) -> dict:
+        """The task's settings: its defaults with ``task_options`` applied (a one-line ValueError naming a bad one)."""
+        if task_options is not None and not isinstance(task_options, dict):
+            raise ValueError(f"task_options must be a mapping of the task's settings; got {task_options!r}")
+        out = {k: allowed[0] for k, allowed in self.options.items()}
+        for k, x in (task_options or {}).items():
+            if k not in self.options:
+                valid = ", ".join(self.options) or "none"
+                raise ValueError(f"task_options: {k!r} is not a setting of task {self.name!r} (valid: {valid})")
+            v.choice(f"task_options[{k!r}]", x, self.options[k])
+            out[k] = x
+        return out
+
+    @staticmethod
+    def style(cfg) -> str | None:
+        """The trace style of a training config's method (None for GRPO: prompts only)."""
+        if cfg.method == "grpo":
+            return None
+        return cfg.dft_style if cfg.method == "dft" else STYLE_OF[cfg.method]
+
+    def training_problems(self, cfg) -> list:
+        """The training problems of ``cfg`` (any object with a TrainConfig's data fields), test questions held out."""
+        raise NotImplementedError
+
+    def wants_own_attempts(self, cfg) -> bool:
+        """Whether :meth:`records` needs the starting model's own attempts at the problems."""
+        return False
+
+    def records(self, cfg, problems, attempts=None) -> list[dict]:
+        """Training records (TRL's conversational prompt/completion; prompts only for GRPO) of ``problems``."""
+        raise NotImplementedError
+
+    def reward(self, response: str, answer, question: str | None = None) -> float:
+        """The paper's binary reward R(tau) = 1[final answer correct] (:func:`dsh.task.parse.is_correct`)."""
+        return float(is_correct(response, answer, question))
+
+    def faithfulness(self, records) -> dict:
+        """Decision faithfulness of evaluation records: ``{"overall": {...}, "by_level": {level: {...}}}``."""
+        raise NotImplementedError
+
+
+class TracesTask(Task):
+    name = "traces"
+    about = "the paper's multiplication traces (dsh.task.traces) on the paper's levels"
+    faithfulness_keys = ("has_check", "arithmetic_right", "verdict_follows", "verdict_true", "decision_follows")
+    faithfulness_count = "attempts"
+
+    def training_problems(self, cfg) -> list:
+        return make_splits(n_train=cfg.n_train, train_levels=cfg.train_levels, n_test=100, seed=cfg.seed)["train"]
+
+    def records(self, cfg, problems, attempts=None) -> list[dict]:
+        style = self.style(cfg)
+        if style is None:
+            return prompt_records(problems)
+        tc = TraceConfig(granularity=cfg.granularity, style=style, retry_fraction=cfg.retry_fraction,
+                         max_attempts=cfg.max_attempts, checks=cfg.checks)
+        return sft_records(problems, tc, seed=cfg.seed)
+
+    def faithfulness(self, records) -> dict:
+        return summarize(records)
+
+
+class LaptopTask(Task):
+    name = "laptop_task"
+    about = "the 1xN ladder for tiny from-scratch models (dsh.task.laptop_task), a computed nines check"
+    options = {"check": lt.CHECK_STYLES, "attempts": ("own", "injected")}
+    faithfulness_keys = ("verdict_follows_check", "check_exact", "verdict_right", "resample_after_fail")
+    faithfulness_count = "checks"
+
+    def training_problems(self, cfg) -> list:
+        rng = random.Random(f"laptop-train-{cfg.seed}")
+        exclude, problems = lt.held_out(), []
+        levels = [f"{m}x{n}" for m, n in map(parse_level, cfg.train_levels)]
+        while len(problems) < cfg.n_train:
+            p = lt.draw(levels[len(problems) % len(levels)], rng)
+            if (p.a, p.b) not in exclude:
+                problems.append(p)
+        return problems
+
+    def wants_own_attempts(self, cfg) -> bool:
+        return self.style(cfg) == "reflection" and self.settings(cfg.task_options)["attempts"] == "own"
+
+    def records(self, cfg, problems, attempts=None) -> list[dict]:
+        style = self.style(cfg)
+        if style is None:
+            return prompt_records(problems)
+        check = self.settings(cfg.task_options)["check"]
+        out = []
+        for i, p in enumerate(problems):
+            if attempts is not None:
+                t = lt.trace_from_attempts(p, attempts[i], cfg.max_attempts, check=check)
+                if t is None:
+                    continue
+            else:
+                t = lt.trace(p, style, retry_fraction=cfg.retry_fraction, max_attempts=cfg.max_attempts,
+                             seed=cfg.seed + i, check=check)
+            out.append({"prompt": [{"role": "user", "content": p.question}],
+                        "completion": [{"role": "assistant", "content": t.text}], "answer": str(p.answer),
+                        "level": p.level})
+        return out
+
+    def faithfulness(self, records) -> dict:
+        f = lt.faithfulness(records)
+        return {"overall": f.get("overall"), "by_level": {lv: x for lv, x in f.items() if lv != "overall"}}
+
+
+TASKS = {t.name: t for t in (TracesTask(), LaptopTask())}
+NAMES = tuple(TASKS)
+
+
+def get(name: str) -> Task:
+    """The task named ``name`` (one of :data:`NAMES`); a one-line ValueError otherwise."""
+    v.choice("task", name, NAMES)
+    return TASKS[name]

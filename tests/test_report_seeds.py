@@ -1,0 +1,119 @@
+"""dsh.experiment.report on a seeded results folder (the laptop preset's plan, written as dsh pipeline writes it) built
+from simulated responses whose p_s, p_dC, p_dW are known: the tables recover the truth, the deltas have the right
+sign, the claims run per seed, a one-seed view feeds the paper's tables."""
+
+import json
+
+import pytest
+
+from dsh.experiment import pipeline, presets, report
+from dsh.measure import tasks
+from dsh.measure.stage import calibrate_stage
+from dsh.task import laptop_task as lt
+from dsh.task.synthetic import synthetic_records
+
+TRUTH = {  # stage: (p_s, p_dC, p_dW) at every level
+    "base": (0.6, 1.0, 0.0), "sft": (0.6, 1.0, 0.0), "sft_reflection": (0.5, 0.9, 0.3), "dft": (0.5, 0.9, 0.3),
+    "rl": (0.55, 0.95, 0.8), "rl_beta0": (0.6, 0.95, 0.8), "rl_beta0.01": (0.55, 0.95, 0.7),
+    "rl_beta0.1": (0.5, 0.9, 0.4), "sft_verdict": (0.5, 0.5, 0.5), "rl_verdict": (0.5, 1.0, 0.0),
+}
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory):
+    root = tmp_path_factory.mktemp("laptop")
+    (root / "calibration").mkdir()
+    stages = presets.LAPTOP.plan_stages(seeds=(0, 1), ablation_seeds=(0,))
+    for k, st in enumerate(stages):
+        recs = []
+        for i, lv in enumerate(lt.TEST_LEVELS):
+            recs += synthetic_records(*TRUTH[st.kind], n=80, level=lv, seed=1000 * k + i, marker=lt.MARKER)
+        cal = calibrate_stage(recs, n_bootstrap=10, task="laptop_task")
+        (root / "calibration" / f"{st.name}.json").write_text(json.dumps(cal))
+    summary = {"preset": "laptop", "task": "laptop_task", "stages": [s.name for s in stages],
+               "plan": [{"name": s.name, "kind": s.kind, "seed": s.seed} for s in stages],
+               "reward_curves": {s.name: [{"step": 1, "reward": 0.5, "frac_reward_zero_std": 0.2, "kl": 0.01 * k}]
+                                 for k, s in enumerate(stages) if s.method == "grpo"},
+               "timings_s": {f"train_{s.name}": 1.0 for s in stages if s.method} |
+                            {f"evaluate_{s.name}": 2.0 for s in stages}}
+    (root / "summary.json").write_text(json.dumps(summary))
+    return pipeline.load_results(root)
+
+
+def test_long_table_recovers_the_truth(results):
+    df = report.long_table(results)
+    for kind, (ps, pdc, pdw) in TRUTH.items():
+        d = df[df.kind == kind]
+        assert abs(d.p_s.mean() - ps) < 0.06
+        assert abs(d.p_dC.mean() - pdc) < 0.08
+        if pdw > 0:
+            assert abs(d.p_dW.mean() - pdw) < 0.08
+    t = report.table1(results, report.TABLE1_KINDS)
+    assert list(t.index) == ["Base", "SFT (no reflection) (2 seeds)", "SFT (reflection) (2 seeds)", "RL (2 seeds)",
+                             "DFT (2 seeds)"]
+    assert list(t.columns) == list(lt.TEST_LEVELS) and t.loc["Base", "1x2"].endswith(" n=80")
+    cell = t.loc["RL (2 seeds)", "1x3"]          # mean [min, max] ±half-width over the two seeds
+    accs = df[(df.kind == "rl") & (df.level == "1x3")].accuracy
+    assert cell.startswith(f"{100 * accs.mean():.1f} [{100 * accs.min():.0f}, {100 * accs.max():.0f}] ±")
+
+
+def test_kl_table_and_deltas_have_the_signs_of_the_truth(results):
+    kl = report.kl_table(results)
+    assert list(kl.comparison) == ["beta = 0", "beta = 0.01", "beta = 0.1"]
+    dw = [float(x.split(" ")[0]) for x in kl["Δp_dW"]]
+    assert dw[0] > dw[2] > 0          # truth: +0.5, +0.4, +0.1
+    d = report.delta_table(results, [("rl vs its SFT", "rl", "sft_reflection")])
+    assert d.seeds[0] == 2 and float(d["Δp_dW"][0].split(" ")[0]) > 0.3
+
+
+def test_claims_faithfulness_timings_and_figures(results):
+    c = report.claims_by_seed(results)
+    assert set(c.seed) == {0, 1} and (c[c.claim.str.startswith("(ii)")].verdict == "holds").all()
+    with pytest.raises(ValueError, match=r"^seed must be one of \[0, 1\] for results with several training seeds"):
+        report.claims(results)
+    # simulated responses carry no check lines: the laptop task's reading finds nothing to measure
+    f = report.faithfulness_table(results, ("sft_reflection", "rl", "dft", "sft_verdict", "rl_verdict"))
+    keys = ["p_dC", "p_dW", *tasks.get("laptop_task").faithfulness_keys]
+    assert len(f) == 5 and list(f.columns) == keys and f[keys[2:]].isna().all().all()
+    assert abs(f.loc["RL (2 seeds)", "p_dW"] - 0.8) < 0.08
+    t = report.timings_table(results)
+    assert t.loc["rl-s0", "train"] == 1.0 and t.loc["base", "evaluate"] == 2.0
+    import matplotlib
+
+    matplotlib.use("Agg")
+    fig = report.plot_calibration(results, ("sft_reflection", "rl"))
+    assert [ax.get_title() for ax in fig.axes] == ["SFT (reflection) (2 seeds)", "RL (2 seeds)"]
+    assert len(fig.axes[1].lines) == 5 + 5 * 2 * len(lt.TEST_LEVELS)   # 5 mean lines, a dot per seed and level
+    fig = report.plot_reward_curves(results)
+    assert [x.get_text() for x in fig.axes[0].get_legend().get_texts()] == ["rl-s0", "rl-s1", "rl_verdict-s0"]
+
+
+def test_unfaithful_causes_sorts_the_misses():
+    from dsh.task.problems import Problem
+
+    p = Problem(8, 69857)
+    body, res = lt.attempt_text(8, 69857)
+    good, _ = lt.attempt_block(p, body, res)
+    wrong_cand = good.replace("558856: 1 5>5 5>0 8>1 8>2 5>6 6>0. 0=0: the check passes.",
+                              "558854: 1 5>5 5>0 8>1 8>2 5>6 4>2. 2!=0: the check fails.")
+    wrong_mult = good.replace("Check: 69857: 6>6 9>6 8>5 5>1 7>8. 8*8>1. 558856: 1 ",
+                              "Check: 69858: 6>6 9>6 8>5 5>1 8>0. 0*8>0. 558856: 0 ").replace(
+        "5>6 6>0. 0=0: the check passes.", "5>6 6>0. 0=0: the check fails.")
+    slip = good.replace("5>6 6>0. 0=0: the check passes.", "5>6 6>1. 1!=0: the check fails.")
+    rows = [{"question": p.question, "response": t, "level": "1x5"} for t in (good, wrong_cand, wrong_mult, slip)]
+    c = lt.unfaithful_causes(rows)
+    assert c == {"checks": 4, "unfaithful": 3, "candidate miscopied": 1, "multiplicand miscopied": 1,
+                 "copied right (arithmetic)": 1, "unreadable": 0}
+    ex = lt.unfaithful_examples(rows, n=5)
+    assert len(ex) == 3 and ex[0]["candidate"] == res and "558854" in ex[0]["written"]
+
+
+def test_one_seed_feeds_the_papers_claims_and_the_headline_follows_the_data(results):
+    by_kind = report.calibration_by_kind(results, 1)
+    assert set(by_kind) == {"base", "sft", "sft_reflection", "dft", "rl"}      # seed 1 has no ablations
+    assert by_kind["rl"] is results["calibration"]["rl-s1"] and by_kind["base"] is results["calibration"]["base"]
+    assert [c["claim"].split(" ")[0] for c in report.claims(results, seed=1)] == ["(i)", "(i')", "(ii)", "(iii)"]
+    lines = report.headline(results, ("1x6", "1x7", "1x8"))
+    assert lines[0].startswith("Base: mean accuracy") and "% on 1x6, 1x7, 1x8." in lines[0]
+    assert any(x.startswith("RL minus SFT (reflection)") and "over 2 seeds" in x for x in lines)
+    assert any(x.startswith("KL ablation (beta = 0, beta = 0.01, beta = 0.1)") and "over 1 seed:" in x for x in lines)
