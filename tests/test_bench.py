@@ -74,14 +74,16 @@ def test_kv_ceiling_arithmetic():
 def test_sampling_roofline_arithmetic():
     """One row of prompt 3 and completion 3: forward positions 0..4 attend 1..5 positions (15 in all), the two
     positions after the prompt read 4 + 5 positions of KV."""
+    from dsh.llm import roofline
+
     shape = {"matmul_params": 1000, "layers": 2, "attention_width": 8, "kv_bytes_per_token": 64}
-    r = bench_tiny.sampling_roofline(shape, [3], [3], peak_flops=1e6, read_bandwidth=1e3)
+    r = roofline.sampling_roofline(shape, [3], [3], peak_flops=1e6, read_bandwidth=1e3)
     assert r["flops"] == 2 * 1000 * 5 + 4 * 8 * 2 * 15
     assert r["kv_bytes"] == 64 * (4 + 5)
     assert r["matmul_s"] == pytest.approx(r["flops"] / 1e6) and r["kv_read_s"] == pytest.approx(64 * 9 / 1e3)
     assert r["roofline_s"] == r["kv_read_s"] and r["bound_by"] == "KV read"
     assert r["serial_s"] == pytest.approx(r["matmul_s"] + r["kv_read_s"])
-    one = bench_tiny.sampling_roofline(shape, [5], [1], 1e6, 1e3)
+    one = roofline.sampling_roofline(shape, [5], [1], 1e6, 1e3)
     assert one["kv_bytes"] == 0                                          # a lone first token reads no cache
 
 

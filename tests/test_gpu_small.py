@@ -84,7 +84,8 @@ def test_results_folder_format(ci_run):
     assert set(prov) >= {"command", "command_wall_s", "setup_s", "timings_s", "gpu", "hardware", "commit", "date"}
     for st in STAGES:
         cal = json.loads((res / "calibration" / f"{st}.json").read_text())
-        assert set(cal) == {"all", "drop_truncated", "faithfulness", "truncated", "unfitted", "unfitted_mixture"}
+        assert set(cal) == {"all", "drop_truncated", "faithfulness", "task", "truncated", "unfitted", "unfitted_mixture"}
+        assert cal["task"] == "traces" and set(cal["faithfulness"]["overall"]) >= {"has_check", "verdict_follows"}
         lines = gzip.decompress((res / "generations" / f"{st}.jsonl.gz").read_bytes()).decode().splitlines()
         assert len(lines) == len(presets.CI.eval_settings().levels)         # n_per_level=1
         assert all(isinstance(json.loads(x)["response"], str) for x in lines)

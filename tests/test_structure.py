@@ -44,7 +44,7 @@ def test_each_preset_name_and_evaluation_default_is_spelled_in_one_module():
             if c.value in names or (isinstance(c.value, int) and not isinstance(c.value, bool) and c.value == 8192):
                 where.setdefault(c.value, set()).add(path.name)
     assert where.get("ci") == where.get("gpu-small") == where.get("paper") == {"presets.py"}, where
-    assert where.get(8192) <= {"evaluate.py", "peaks.py"}, where   # peaks: a matrix size, not a default
+    assert where.get(8192) <= {"evaluate.py", "peaks.py"}, where   # dsh.llm.peaks: a matrix size, not a default
     # the chapters take preset objects and settings from dsh.experiment.presets outside their parameters cell
     for md in sorted((ROOT / "chapters").glob("*.md")):
         for cell in jupytext.read(md).cells:

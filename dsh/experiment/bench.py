@@ -35,12 +35,12 @@ from ..core import validate as v
 from ..core.files import write_text
 from ..core.provenance import provenance
 from ..llm.models import EMBEDDED, load, resolve_model, vllm_available
+from ..llm.peaks import matmul_peak, memory_bandwidth
+from ..llm.peaks import sync as _sync
 from ..task.problems import TEST_LEVELS, test_problems
 from ..task.records import chat_prompt
 from ..training.train import train
 from . import bench_tiny
-from .peaks import matmul_peak, memory_bandwidth
-from .peaks import sync as _sync
 from .presets import CI, GPU_SMALL, resolve
 
 PARTS = ("generation", "sft", "grpo", "tiny")

@@ -36,15 +36,16 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..llm import kernels
 from ..llm.models import load
-from ..llm.scale import ModelShape
+from ..llm.peaks import matmul_peak, memory_bandwidth, read_bandwidth
+from ..llm.roofline import model_shape, roofline, sampling_work
 from ..task import laptop_task as lt
 from ..task.records import chat_prompt
 from ..training.laptop_base import SHIPPED_BASE
 from ..training.pretrain import PretrainConfig, encode, pretrain
 from ..training.train import build_dataset, train
 from .evaluate import evaluate
-from .peaks import matmul_peak, memory_bandwidth, read_bandwidth
 from .presets import LAPTOP, resolve
 
 
@@ -85,48 +86,6 @@ def device_peaks(repeats: int = 7) -> dict:
 # ------------------------------------------------------------------------------------------------
 # Sampling
 # ------------------------------------------------------------------------------------------------
-def model_shape(model) -> dict:
-    """What the roofline needs of a model: parameters in matrix products (linear layers and the LM head), layers,
-    attention width (heads x head size) and KV bytes per token of context."""
-    import torch
-
-    from ..llm.engine import kv_bytes_per_token
-
-    shape = ModelShape.from_config(model.config, n_params=0)
-    linear = sum(m.weight.numel() for m in model.modules() if isinstance(m, torch.nn.Linear))
-    return {"matmul_params": linear, "layers": shape.layers, "attention_width": shape.heads * shape.head_dim,
-            "kv_bytes_per_token": kv_bytes_per_token(model)}
-
-
-def sampling_work(shape: dict, prompt_lens, gen_lens) -> dict:
-    """The work of a sampling workload: prompts of ``prompt_lens`` tokens, completions of ``gen_lens`` tokens. A row of
-    prompt p and completion g runs p + g - 1 forward positions (the last token is not fed back); position i attends
-    i + 1 positions. Matmul FLOPs: 2 x matmul_params per position plus 4 x (i + 1) x attention width per layer; KV
-    bytes: each position after the prompt reads the keys and values of its i + 1 positions once (a prompt's own
-    attention needs no cache read)."""
-    flops = kv = 0.0
-    for p, g in zip(prompt_lens, gen_lens):
-        n = p + g - 1                                            # forward positions 0 .. n - 1
-        attended = n * (n + 1) / 2                               # sum of (i + 1)
-        decoded = attended - p * (p + 1) / 2                     # the positions after the prompt
-        flops += 2 * shape["matmul_params"] * n + 4 * shape["attention_width"] * shape["layers"] * attended
-        kv += shape["kv_bytes_per_token"] * decoded
-    return {"flops": flops, "kv_bytes": kv}
-
-
-def roofline(work: dict, peak_flops: float, read_bandwidth: float) -> dict:
-    """The least time a machine of ``peak_flops`` and ``read_bandwidth`` needs for ``work`` (:func:`sampling_work`):
-    ``roofline_s`` the larger of the matmul and KV-read times, ``serial_s`` their sum."""
-    mm, rd = work["flops"] / peak_flops, work["kv_bytes"] / read_bandwidth
-    return {**work, "matmul_s": mm, "kv_read_s": rd, "roofline_s": max(mm, rd), "serial_s": mm + rd,
-            "bound_by": "matmul" if mm >= rd else "KV read"}
-
-
-def sampling_roofline(shape: dict, prompt_lens, gen_lens, peak_flops: float, read_bandwidth: float) -> dict:
-    """:func:`roofline` of :func:`sampling_work`."""
-    return roofline(sampling_work(shape, prompt_lens, gen_lens), peak_flops, read_bandwidth)
-
-
 def _ladder_prompts(tok, n: int, seed: int) -> list:
     per = -(-n // len(lt.TEST_LEVELS))
     qs = [p.question for p in lt.test_questions(n_per_level=per)]
@@ -204,20 +163,6 @@ def add_rooflines(rows: list, peaks: dict) -> None:
 # ------------------------------------------------------------------------------------------------
 # GRPO
 # ------------------------------------------------------------------------------------------------
-@contextlib.contextmanager
-def kernels_off():
-    """The engine's torch path inside (``DSH_KERNELS=0``), the setting before restored after."""
-    old = os.environ.get("DSH_KERNELS")
-    os.environ["DSH_KERNELS"] = "0"
-    try:
-        yield
-    finally:
-        if old is None:
-            os.environ.pop("DSH_KERNELS", None)
-        else:
-            os.environ["DSH_KERNELS"] = old
-
-
 GRPO_PATHS = ("before issue 28: a round of 32 per step, engine's torch path, padded",
               "TRL's generation (model.generate), the preset's rounds, padding-free",
               "dsh laptop preset: rounds of 256, CPU path, padding-free")
@@ -240,7 +185,7 @@ def grpo_rows(size: TinySize, workdir: Path, seed: int = 0) -> list:
     out = []
     for k, (label, over, old) in enumerate(runs):
         cfg = resolve("grpo", LAPTOP.name, output_dir=str(workdir / f"grpo_{k}"), **common, **over)
-        with kernels_off() if old else contextlib.nullcontext():
+        with kernels.disabled() if old else contextlib.nullcontext():
             s = train(cfg)
         rows = s["rollouts"]
         logs = [json.loads(x) for x in (workdir / f"grpo_{k}" / "metrics.jsonl").read_text().splitlines()]
@@ -274,7 +219,7 @@ def evaluation_rows(size: TinySize, seed: int = 0) -> list:
         for rep in range(size.eval_repeats):
             for label, batch, old in runs:
                 path = Path(d) / f"{rep}-{batch}-{old}.jsonl"
-                with kernels_off() if old else contextlib.nullcontext():
+                with kernels.disabled() if old else contextlib.nullcontext():
                     t = time.perf_counter()
                     evaluate(str(SHIPPED_BASE), out=str(path), settings=dataclasses.replace(settings, batch_size=batch),
                              seed=seed, backend="dsh", progress=False)

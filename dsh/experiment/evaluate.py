@@ -26,10 +26,9 @@ from pathlib import Path
 
 from ..core import validate as v
 from ..core.files import read_jsonl, write_jsonl, write_text
-from ..llm.complete import complete
+from ..llm.complete import complete, complete_hf, complete_vllm
 from ..llm.models import EMBEDDED, load, resolve_model, vllm_available
 from ..task.problems import MAX_PROBLEMS, N_TEST, TEST_LEVELS, parse_level, test_problems
-from ..task.records import chat_prompt
 
 BACKENDS = ("auto", "dsh", "hf", "vllm")
 MAX_RESPONSE_TOKENS = 8192    # the paper's maximum response length (Appendix "Model and Training Details")
@@ -207,17 +206,29 @@ def _evaluate(loc, out, problems, settings: EvalSettings, seed, backend, progres
         raise ValueError("backend 'vllm' needs the vllm package; choose backend auto, dsh or hf")
     use_vllm = backend == "vllm" or (backend == "auto" and torch.cuda.is_available() and vllm_available())
     out.parent.mkdir(parents=True, exist_ok=True)
-    if use_vllm:
-        _generate_vllm(loc, todo, out, settings, seed, progress)
-        return out
-    from ..llm.engine import supports
+    questions, keys = [p.question for _, _, p in todo], [question_key(lv, i) for lv, i, _ in todo]
+    with open(out, "a") as f:
+        def write(j, c):
+            lv, i, p = todo[j]
+            f.write(json.dumps(_record(lv, i, p, c.text, c.prompt_tokens, c.completion_tokens, not c.stopped)) + "\n")
+            f.flush()
 
-    model, tok = load(loc)
-    why = supports(model)
-    if backend == "dsh" and why:
-        raise ValueError(f"backend 'dsh' cannot run {model}: {why}; choose backend auto or hf")
-    gen = _generate_hf if backend == "hf" or why else _generate_engine
-    gen(model, tok, todo, out, settings, seed, progress)
+        s = settings
+        if use_vllm:
+            complete_vllm(loc, questions, s.max_new_tokens, s.temperature, seed, keys, write, progress)
+            return out
+        from ..llm.engine import supports
+
+        model, tok = load(loc)
+        why = supports(model)
+        if backend == "dsh" and why:
+            raise ValueError(f"backend 'dsh' cannot run {model}: {why}; choose backend auto or hf")
+        if backend == "hf" or why:
+            # one seed per batch (model.generate draws for a whole batch): keep the batch size when resuming
+            complete_hf(model, tok, questions, s.max_new_tokens, s.temperature, s.batch_size, lambda j: (
+                seed * 1_000_003 + todo[j][1] + 7919 * zlib.crc32(todo[j][0].encode())) % 2 ** 63, write, progress)
+        else:
+            complete(model, tok, questions, s.max_new_tokens, s.temperature, seed, s.batch_size, keys, write, progress)
     return out
 
 
@@ -230,78 +241,3 @@ def question_key(level: str, index: int) -> int:
 def _record(lv, i, p, text, n_prompt, n_completion, truncated):
     return {"question": p.question, "answer": p.answer, "response": text, "level": lv, "index": i,
             "truncated": bool(truncated), "prompt_tokens": int(n_prompt), "completion_tokens": int(n_completion)}
-
-
-def _generate_engine(model, tok, todo, out, settings: EvalSettings, seed, progress):
-    """All questions through :func:`dsh.llm.complete.complete`; records are written as rows finish."""
-    with open(out, "a") as f:
-        def write(j, c):
-            lv, i, p = todo[j]
-            f.write(json.dumps(_record(lv, i, p, c.text, c.prompt_tokens, c.completion_tokens, not c.stopped)) + "\n")
-            f.flush()
-
-        complete(model, tok, [p.question for _, _, p in todo], settings.max_new_tokens, settings.temperature, seed,
-                 rows=settings.batch_size, keys=[question_key(lv, i) for lv, i, _ in todo], on_finish=write,
-                 progress=progress)
-
-
-def _generate_hf(model, tok, todo, out, settings: EvalSettings, seed, progress):
-    import torch
-    from tqdm import tqdm
-
-    if not progress:
-        from transformers.utils import logging as hf_logging
-
-        hf_logging.disable_progress_bar()
-    model.eval()
-    eot = set(model.generation_config.eos_token_id or [])
-    cuda = next(model.parameters()).is_cuda
-    max_new_tokens, batch_size = settings.max_new_tokens, settings.batch_size
-    kwargs = dict(max_new_tokens=max_new_tokens, pad_token_id=tok.pad_token_id)
-    if settings.temperature > 0:
-        kwargs.update(do_sample=True, temperature=settings.temperature, top_p=1.0, top_k=0)
-    else:
-        kwargs.update(do_sample=False)
-    if cuda:
-        kwargs["cache_implementation"] = "static"
-    bar = tqdm(total=len(todo), desc="evaluate", disable=not progress)
-    with open(out, "a") as f:
-        for start in range(0, len(todo), batch_size):
-            chunk = todo[start:start + batch_size]
-            prompts = [chat_prompt(tok, p.question) for _, _, p in chunk]
-            enc = tok(prompts, return_tensors="pt", padding=True).to(model.device)
-            torch.manual_seed((seed * 1_000_003 + chunk[0][1] + 7919 * zlib.crc32(chunk[0][0].encode())) % 2 ** 63)
-            with torch.no_grad():
-                o = model.generate(**enc, **kwargs)
-            new = o[:, enc["input_ids"].shape[1]:]
-            for row, (lv, i, p), mask in zip(new, chunk, enc["attention_mask"]):
-                ids = row.tolist()
-                n = len(ids)
-                for j, t in enumerate(ids):
-                    if t in eot or t == tok.pad_token_id:
-                        n = j
-                        break
-                truncated = n == len(ids) and len(ids) >= max_new_tokens
-                text = tok.decode(ids[:n], skip_special_tokens=True)
-                f.write(json.dumps(_record(lv, i, p, text, int(mask.sum()), n, truncated)) + "\n")
-            f.flush()
-            bar.update(len(chunk))
-    bar.close()
-
-
-def _generate_vllm(loc, todo, out, settings: EvalSettings, seed, progress):  # pragma: no cover - GPU only
-    from vllm import LLM, SamplingParams
-
-    llm = LLM(model=loc, seed=seed)
-    tok = llm.get_tokenizer()
-    from ..llm.engine import stream_key
-
-    params = [SamplingParams(temperature=settings.temperature, top_p=1.0, top_k=-1, max_tokens=settings.max_new_tokens,
-                             seed=stream_key(seed, question_key(lv, i))) for lv, i, _ in todo]   # per question
-    prompts = [chat_prompt(tok, p.question) for _, _, p in todo]
-    results = llm.generate(prompts, params, use_tqdm=progress)
-    with open(out, "a") as f:
-        for (lv, i, p), r in zip(todo, results):
-            c = r.outputs[0]
-            f.write(json.dumps(_record(lv, i, p, c.text, len(r.prompt_token_ids), len(c.token_ids),
-                                       c.finish_reason == "length")) + "\n")

@@ -300,10 +300,12 @@ def load_results(results_dir) -> dict:
     return {"summary": summary, "calibration": calib}
 
 
-def stages_of(summary: dict, kind: str) -> dict:
-    """``{seed: stage name}`` of the stages of ``kind`` in a results summary (seed None in an unseeded plan; a
-    summary written before plans carried seeds names its stages by kind)."""
-    plan_ = summary.get("plan") or [{"name": s, "kind": s, "seed": None} for s in summary.get("stages", [])]
+def stages_of(results: dict, kind: str) -> dict:
+    """``{seed: stage name}`` of the stages of ``kind`` in results (seed None in an unseeded plan; results written
+    before plans carried seeds name their stages by kind)."""
+    summary = results["summary"]
+    names = summary.get("stages") or list(results["calibration"])
+    plan_ = summary.get("plan") or [{"name": s, "kind": s, "seed": None} for s in names]
     return {s["seed"]: s["name"] for s in plan_ if s["kind"] == kind}
 
 
@@ -316,7 +318,7 @@ def design_checks(results: dict) -> dict:
     where the run lacks the stage."""
     cal, summ = results["calibration"], results["summary"]
     out, goals = {}, {}
-    base = next(iter(stages_of(summ, "base").values()), None)
+    base = next(iter(stages_of(results, "base").values()), None)
     if base in cal:
         by = cal[base]["all"]["by_level"]
         levels = sorted(by, key=level_index)
@@ -327,7 +329,7 @@ def design_checks(results: dict) -> dict:
         out["base_nonzero_levels"] = sum(a > 0 for a in acc)
         goals["base accuracy non-zero on >= 4 test levels"] = out["base_nonzero_levels"] >= 4
         goals["base accuracy decays with difficulty"] = bool(down > up and acc[0] > acc[-1])
-    rls, srs = stages_of(summ, "rl"), stages_of(summ, "sft_reflection")
+    rls, srs = stages_of(results, "rl"), stages_of(results, "sft_reflection")
     for seed, rl_name in (rls.items() or [(None, None)]):
         tag = "" if seed is None else f" (seed {seed})"
         rl_train = (summ.get("training") or {}).get(rl_name) or {}

@@ -1,9 +1,11 @@
-"""Completions of questions through :class:`dsh.llm.engine.Engine`: the one sampling path of the package for
-evaluation (``dsh evaluate``'s ``dsh`` backend), the model's own attempts in reflection traces, the laptop base's
-reports and ``dsh bench``.
+"""Completions of questions: the one sampling path of the package, for evaluation (``dsh evaluate``, the
+pipeline), the model's own attempts in reflection traces and the laptop base's reports.
 
-Each question is chat-formatted (:func:`dsh.task.records.chat_prompt`) and gets its own random stream (its key: by
-default its index in the list), so a completion does not depend on the batch it ran in.
+Each question is chat-formatted (:func:`dsh.task.records.chat_prompt`). :func:`complete` runs
+:class:`dsh.llm.engine.Engine` (llama-family models): each question has its own random stream (its key: by
+default its index), so a completion does not depend on the batch it ran in. :func:`complete_hf` runs
+``model.generate`` in batches with left padding (any model; one seed per batch), :func:`complete_vllm` vLLM on a GPU
+(a seed per question).
 """
 
 from __future__ import annotations
@@ -57,4 +59,71 @@ def complete(model, tok, questions, max_new_tokens: int, temperature: float = 1.
 
     engine.generate(prompts, max_new_tokens, temperature=temperature, seed=seed, progress=progress,
                     callback=finished, keys=None if keys is None else list(keys))
+    return out
+
+
+def complete_hf(model, tok, questions, max_new_tokens: int, temperature: float = 1.0, rows: int = 16,
+                batch_seed=None, on_finish=None, progress: bool = False) -> list[Completion]:
+    """:class:`Completion` of each question through ``model.generate`` in batches of ``rows`` (left padding; a static
+    KV cache on a GPU; greedy at temperature 0), each batch drawn after ``torch.manual_seed(batch_seed(i))``, ``i``
+    the index of its first question (default ``i``). ``on_finish(i, completion)`` as in :func:`complete`."""
+    import torch
+    from tqdm import tqdm
+
+    if not progress:
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()
+    model.eval()
+    questions = list(questions)
+    eot = model.generation_config.eos_token_id
+    eot = set([eot] if isinstance(eot, int) else (eot or []))
+    kwargs = dict(max_new_tokens=max_new_tokens, pad_token_id=tok.pad_token_id)
+    if temperature > 0:
+        kwargs.update(do_sample=True, temperature=temperature, top_p=1.0, top_k=0)
+    else:
+        kwargs.update(do_sample=False)
+    if next(model.parameters()).is_cuda:
+        kwargs["cache_implementation"] = "static"
+    out: list = []
+    bar = tqdm(total=len(questions), desc="generate", disable=not progress)
+    for start in range(0, len(questions), rows):
+        enc = tok([chat_prompt(tok, q) for q in questions[start:start + rows]], return_tensors="pt",
+                  padding=True).to(model.device)
+        torch.manual_seed(batch_seed(start) if batch_seed else start)
+        with torch.no_grad():
+            new = model.generate(**enc, **kwargs)[:, enc["input_ids"].shape[1]:]
+        for row, mask in zip(new, enc["attention_mask"]):
+            ids = row.tolist()
+            n = next((j for j, t in enumerate(ids) if t in eot or t == tok.pad_token_id), len(ids))
+            truncated = n == len(ids) and len(ids) >= max_new_tokens
+            out.append(Completion(tok.decode(ids[:n], skip_special_tokens=True), not truncated, int(mask.sum()), n))
+            if on_finish is not None:
+                on_finish(len(out) - 1, out[-1])
+        bar.update(len(new))
+    bar.close()
+    return out
+
+
+def complete_vllm(loc: str, questions, max_new_tokens: int, temperature: float = 1.0, seed: int = 0, keys=None,
+                  on_finish=None, progress: bool = False) -> list[Completion]:  # pragma: no cover - GPU only
+    """:class:`Completion` of each question through vLLM (the model folder ``loc``), each with its own seed (the
+    engine's stream key of ``seed`` and its key), so that a completion does not depend on its batch."""
+    from vllm import LLM, SamplingParams
+
+    from .engine import stream_key
+
+    questions = list(questions)
+    keys = list(range(len(questions))) if keys is None else list(keys)
+    llm = LLM(model=loc, seed=seed)
+    tok = llm.get_tokenizer()
+    params = [SamplingParams(temperature=temperature, top_p=1.0, top_k=-1, max_tokens=max_new_tokens,
+                             seed=stream_key(seed, k)) for k in keys]
+    results = llm.generate([chat_prompt(tok, q) for q in questions], params, use_tqdm=progress)
+    out = []
+    for i, r in enumerate(results):
+        c = r.outputs[0]
+        out.append(Completion(c.text, c.finish_reason != "length", len(r.prompt_token_ids), len(c.token_ids)))
+        if on_finish is not None:
+            on_finish(i, out[-1])
     return out

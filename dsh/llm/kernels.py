@@ -21,6 +21,7 @@ shared library linked with it would switch the whole process to flush-to-zero.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import hashlib
 import os
@@ -110,6 +111,20 @@ def load():
         errors.append(err)
     why_not = f"the C kernels could not be built with {cc!r}: {errors[-1]}"
     return None
+
+
+@contextlib.contextmanager
+def disabled():
+    """The engine's torch path inside (``DSH_KERNELS=0``), the setting before restored after."""
+    old = os.environ.get("DSH_KERNELS")
+    os.environ["DSH_KERNELS"] = "0"
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop("DSH_KERNELS", None)
+        else:
+            os.environ["DSH_KERNELS"] = old
 
 
 def unavailable() -> str | None:

@@ -1,0 +1,107 @@
+"""The laptop preset end to end through the CLI at the smallest size, through the same run_pipeline as every preset:
+its plan (one seed, no ablations), a kill in the middle of a training stage, and a second run that reuses the
+finished stages, resumes the killed one from its checkpoint and writes the results folder of every preset."""
+
+import gzip
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.slow   # trains four tiny models through TRL in a subprocess
+
+SMALL = ["--seeds", "0", "--ablation-seeds", "", "--set", "max_steps=3", "--set", "n_train=24", "--set", "save_steps=1",
+         "--set", "generation_batch_size=16", "--set", "per_device_train_batch_size=8",
+         "--set", "max_completion_length=96", "--eval-set", "n_per_level=2", "--eval-set", "levels=1x2,1x3"]
+STAGES = ["base", "sft-s0", "sft_reflection-s0", "dft-s0", "rl-s0"]
+
+
+def _cmd(root: Path) -> list:
+    return [sys.executable, "-m", "dsh", "pipeline", "--preset", "laptop", "--results-dir", str(root / "results"),
+            "--runs-dir", str(root / "runs"), *SMALL]
+
+
+def _env():
+    return {**os.environ, "PATH": str(Path(sys.executable).parent) + os.pathsep + os.environ.get("PATH", "")}
+
+
+def _checkpointed(run: Path) -> bool:
+    return any((c / "trainer_state.json").is_file() for c in run.glob("checkpoint-*"))
+
+
+@pytest.fixture(scope="module")
+def killed_and_resumed(tmp_path_factory):
+    root = tmp_path_factory.mktemp("laptop_cli")
+    proc = subprocess.Popen(_cmd(root), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=_env(),
+                            start_new_session=True)
+    target = root / "runs" / "dft-s0"
+    while proc.poll() is None and not _checkpointed(target):   # the third training stage has saved a checkpoint
+        time.sleep(0.2)
+    assert proc.poll() is None, "the run ended before dft-s0 saved a checkpoint:\n" + proc.stdout.read()[-3000:]
+    os.killpg(proc.pid, signal.SIGKILL)
+    first = proc.communicate()[0]
+    killed = {"summary": (root / "results" / "summary.json").exists(),
+              "calibrated": sorted(p.stem for p in (root / "results" / "calibration").glob("*.json")),
+              "dft_final": (target / "final").exists()}
+    again = subprocess.run(_cmd(root), capture_output=True, text=True, env=_env())
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+    return root, first, killed, again
+
+
+def test_the_kill_left_the_finished_stages_and_no_summary(killed_and_resumed):
+    _, first, killed, _ = killed_and_resumed
+    assert "[dsh pipeline] train sft-s0: trained" in first and "[dsh pipeline] train dft-s0 (dft) ..." in first
+    assert killed == {"summary": False, "calibrated": ["base", "sft-s0", "sft_reflection-s0"], "dft_final": False}
+
+
+def test_the_second_run_reuses_resumes_and_finishes(killed_and_resumed):
+    root, _, _, again = killed_and_resumed
+    out = again.stdout
+    for st in ("sft-s0", "sft_reflection-s0"):
+        assert f"[dsh pipeline] train {st}: reused" in out
+    assert "[dsh pipeline] train dft-s0: trained" in out and "[dsh pipeline] train rl-s0: trained" in out
+    s = json.loads((root / "results" / "summary.json").read_text())
+    assert s["preset"] == "laptop" and s["task"] == "laptop_task" and s["stages"] == STAGES
+    assert [(x["name"], x["kind"], x["seed"]) for x in s["plan"]] == [
+        ("base", "base", None), ("sft-s0", "sft", 0), ("sft_reflection-s0", "sft_reflection", 0),
+        ("dft-s0", "dft", 0), ("rl-s0", "rl", 0)]
+    assert "checkpoint-" in str(s["training"]["dft-s0"]["resumed_from"])      # resumed, not started over
+    assert s["training"]["dft-s0"]["global_step"] == 3 and s["training"]["sft-s0"]["resumed_from"] is None
+    assert [r["step"] for r in s["reward_curves"]["rl-s0"]] == [1, 3]          # rounds of 16 feed 2 steps of 8
+    assert s["model"].endswith("laptop-base")                                  # the preset's base by default
+
+
+def test_the_results_folder_is_every_presets(killed_and_resumed):
+    root, _, _, _ = killed_and_resumed
+    from dsh.experiment import pipeline, report
+
+    res = root / "results"
+    assert sorted(p.name for p in (res / "generations").iterdir()) == sorted(f"{s}.jsonl.gz" for s in STAGES)
+    for st in STAGES:
+        rows = [json.loads(x) for x in gzip.decompress((res / "generations" / f"{st}.jsonl.gz").read_bytes()).splitlines()]
+        assert [r["level"] for r in rows] == ["1x2", "1x2", "1x3", "1x3"]
+        cal = json.loads((res / "calibration" / f"{st}.json").read_text())
+        assert cal["task"] == "laptop_task" and set(cal["faithfulness"]) == {"overall", "by_level"}
+    loaded = pipeline.load_results(res)
+    assert list(report.table1(loaded).index) == ["Base", "SFT (no reflection) (1 seed)", "SFT (reflection) (1 seed)",
+                                                 "DFT (1 seed)", "RL (1 seed)"]
+    assert [c["verdict"] for c in report.claims(loaded, seed=0)] == ["cannot tell"] * 4   # 2 questions a level
+
+
+def test_bad_laptop_input_is_one_line_before_any_work(tmp_path):
+    for args, fragment in ((["--seeds", "0,x"], "error: seeds must be comma-separated integers such as 0,1,2"),
+                           (["--seeds", "0", "--ablation-seeds", "1"], "error: ablation_seeds must be a subset of seeds"),
+                           (["--stages", "rl-s7"], "error: stages[i] must be one of base, sft-s0"),
+                           (["--set", "task_options={\"check\": \"both\"}"],
+                            "error: task_options['check'] must be one of computed, verdict"),
+                           (["--set", "seed=3"], "error: overrides must not set seed in a seeded plan")):
+        r = subprocess.run([sys.executable, "-m", "dsh", "pipeline", "--preset", "laptop", "--results-dir",
+                            str(tmp_path / "r"), "--runs-dir", str(tmp_path / "w"), *args],
+                           capture_output=True, text=True, env=_env())
+        assert r.returncode == 2 and r.stderr.strip().startswith(fragment), (args, r.stderr[-500:])
+        assert len(r.stderr.strip().splitlines()) == 1 and not (tmp_path / "r").exists() and not (tmp_path / "w").exists()
