@@ -74,6 +74,7 @@ def test_the_second_run_reuses_resumes_and_finishes(killed_and_resumed):
     assert s["training"]["dft-s0"]["global_step"] == 3 and s["training"]["sft-s0"]["resumed_from"] is None
     assert [r["step"] for r in s["reward_curves"]["rl-s0"]] == [1, 3]          # rounds of 16 feed 2 steps of 8
     assert s["model"].endswith("laptop-base")                                  # the preset's base by default
+    assert s["hardware"]["torch_threads"] >= 1 and s["date"] and len(s["load_average_1min"]) == 1 + len(STAGES)
 
 
 def test_the_results_folder_is_every_presets(killed_and_resumed):

@@ -20,13 +20,24 @@ def git_commit() -> str | None:
     return out or os.environ.get("DSH_COMMIT") or None
 
 
+def cpu_model() -> str | None:
+    """The CPU's model name (from /proc/cpuinfo on Linux, else the platform's word for it)."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:  # pragma: no cover - not Linux
+        pass
+    return platform.processor() or None
+
+
 def hardware() -> dict:
-    """Platform, Python, torch, CPU count, the GPU's name (when there is one) and the versions of
-    transformers and TRL (when installed)."""
+    """Platform, Python, torch, the CPU's model, CPU count and torch's threads, the GPU's name (when there is one)
+    and the versions of transformers and TRL (when installed)."""
     import torch
 
     hw = {"platform": platform.platform(), "python": platform.python_version(), "torch": torch.__version__,
-          "cpus": os.cpu_count()}
+          "cpu": cpu_model(), "cpus": os.cpu_count(), "torch_threads": torch.get_num_threads()}
     if torch.cuda.is_available():
         hw["gpu"] = torch.cuda.get_device_name(0)
     try:

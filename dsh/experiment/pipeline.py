@@ -176,7 +176,7 @@ def run_pipeline(preset: str = DEFAULT, results_dir: str | None = None, runs_dir
                   f"truncated {100 * (calib[name]['truncated'] or 0):.1f} % (load {load[-1][1]:.2f})")
     summary = _summary(p, model, [s for s in plan_ if s.name in chosen], settings, seed, clock, train_summaries,
                        cfgs, calib)
-    summary.update(reward_curves=curves, load_average_1min=load, provenance=prov)
+    summary.update(reward_curves=curves, load_average_1min=load, provenance=prov, date=time.strftime("%Y-%m-%d %H:%M:%S"))
     write_text(results / "summary.json", json.dumps(summary, indent=1, default=str))
     clock.say(f"done in {summary['wall_s']} s: {results}")
     return summary

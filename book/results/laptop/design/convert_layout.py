@@ -43,7 +43,7 @@ summary = {
     "labels": labels, "eval": old["eval"], "seed": old["eval_seed"], "wall_s": old["wall_s"],
     "timings_s": old["timings_s"], "training": {n: j["training"] for n, j in jobs.items() if j.get("training")},
     "reward_curves": {n: j["reward_curve"] for n, j in jobs.items() if j.get("reward_curve")},
-    "hardware": old["hardware"], "cpu": old["cpu"], "torch_threads": old["torch_threads"],
+    "hardware": {**old["hardware"], "cpu": old["cpu"], "torch_threads": old["torch_threads"]},
     "load_average_1min": old["load_average_1min"],
     "truncation": {n: {"train": (jobs[n].get("training") or {}).get("truncation"), "eval": c["truncated"]}
                    for n, c in calib.items()},
