@@ -126,3 +126,58 @@ def test_verdict_only_traces_keep_truthful_verdicts_without_the_computation():
         assert all(f["verdict"] == f["true_check"] and not f["exact"] for f in fid)
         r = parse_response(t.text, p.a, p.b)
         assert tuple(r.decisions) == t.decisions
+
+
+def _block(p, res, copied=None):
+    """An attempt answering ``res`` and its check, whose question restates ``copied`` (default ``res``): a model
+    that mis-copies its answer into the check question checks the copy."""
+    body, _ = lt.attempt_text(p.a, p.b)
+    text, ok = lt.attempt_block(p, body, copied if copied is not None else res)
+    return text.replace(f"{lt.ANSWER}{copied}.", f"{lt.ANSWER}{res}.", 1) if copied is not None else text, ok
+
+
+def test_a_check_that_restates_another_number_adds_no_candidate():
+    """The check question restates the answer; a mis-copied one must not become a candidate: the laptop reading
+    takes only the attempts' stated answers (the general parser, unchanged for the paper's format, reads the
+    copy in as the attempt's answer)."""
+    from dsh.measure import tasks
+
+    p = Problem(7, 323)                                       # 2261
+    wrong, _ = _block(p, 2221)                                # a wrong answer, checked faithfully: fails
+    right_miscopied, ok = _block(p, 2261, copied=2221)        # the right answer, its copy wrong: the check fails
+    assert not ok and "The answer is 2261.\nCheck 7 * 323 = 2221." in right_miscopied
+    right, ok2 = _block(p, 2261)
+    assert ok2
+    text = f"{wrong}\n{lt.MARKER}\n{right_miscopied}\n{lt.MARKER}\n{right}"
+    read = lt.read_response(text)
+    assert read.candidates == [2221, 2261, 2261] and read.decisions == ["RESAMPLE", "RESAMPLE", "STOP"]
+    general = parse_response(text, 7, 323)
+    assert general.candidates == [2221, 2221, 2261]           # the phantom: the copy read as the second answer
+    task = tasks.get("laptop_task")
+    assert task.parse(text, 7, 323).candidates == read.candidates
+    # the reward reads the same: a right final answer whose check copies another number is right, and a wrong
+    # final answer whose check restates the right product is wrong
+    q = p.question
+    assert task.reward(right_miscopied, "2261", q) == 1.0
+    wrong_copy_right, _ = _block(p, 2221, copied=2261)
+    assert task.reward(wrong_copy_right, "2261", q) == 0.0 and tasks.get("traces").reward(wrong_copy_right, "2261", q) == 1.0
+    # a stated answer is the whole sentence: an answer line turned into something else states none
+    assert lt.read_response("The answer is 226: 2>2 2>4.\nThe answer is 84.").candidates == [84]
+    assert lt.read_response(None).candidates == [] and lt.read_response("no answer").final_answer is None
+
+
+def test_no_test_question_is_in_a_fine_tuning_set_in_either_order():
+    """Every fine-tuning set of the laptop preset (each method, the preset's sizes, seeds 0-2) leaves out the test
+    questions in both operand orders (the reversed question writes the same scratchpad and answer)."""
+    from dsh.experiment import presets
+    from dsh.measure import tasks
+
+    test = lt.held_out()
+    both = lt.held_out(both_orders=True)
+    assert len(both) > len(test) and {(b, a) for a, b in test} <= both
+    task = tasks.get("laptop_task")
+    for method in ("sft", "grpo"):                        # sft_reflection and dft draw the same problems as sft
+        for seed in (0, 1, 2):
+            cfg = presets.LAPTOP.train_config(method, seed=seed)
+            drawn = {(p.a, p.b) for p in task.training_problems(cfg)}
+            assert len(drawn) > 0.9 * cfg.n_train and not drawn & both, (method, seed)

@@ -96,7 +96,8 @@ def test_non_strings_do_not_raise():
 
 
 def test_one_reward_behind_trl_and_verl():
-    """The GRPO reward of every task (TRL) and verl.compute_score are all parse.is_correct."""
+    """The traces task's GRPO reward (TRL) and verl.compute_score are both parse.is_correct; the laptop task's
+    reads its own format."""
     from dsh.task import verl
     from dsh.training import train
     q = "Calculate 12 * 34. Think step by step."
@@ -105,10 +106,12 @@ def test_one_reward_behind_trl_and_verl():
              ("The answer is 408.", "abc"), ("The answer is 408. Let me recompute. The answer is 407.", "408")]
     got = [parse.is_correct(t, truth, q) for t, truth in cases]
     assert got == [True, True, True, False, False, True, False, False]
-    for task in ("traces", "laptop_task"):
-        reward = train.task_reward(task)
-        assert reward.__name__ == "correctness_reward"      # TRL logs rewards/<name>/mean
-        assert reward([t for t, _ in cases], [x for _, x in cases], [q] * len(cases)) == [float(x) for x in got]
+    reward = train.task_reward("traces")
+    assert reward.__name__ == "correctness_reward"      # TRL logs rewards/<name>/mean
+    assert reward([t for t, _ in cases], [x for _, x in cases], [q] * len(cases)) == [float(x) for x in got]
+    # the laptop task's reward reads its own format: only a line stating "The answer is N." is an answer
+    laptop = train.task_reward("laptop_task")([t for t, _ in cases], [x for _, x in cases], [q] * len(cases))
+    assert laptop == [1.0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0, 1.0]
     assert [verl.compute_score("d", t, x, {"a": 12, "b": 34}) for t, x in cases] == [float(x) for x in got]
     assert parse.is_correct(408, "408") and not parse.is_correct(408, "4o8") and not parse.is_correct(True, 1)
 

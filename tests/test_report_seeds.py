@@ -3,6 +3,7 @@ from simulated responses whose p_s, p_dC, p_dW are known: the tables recover the
 sign, the claims run per seed, a one-seed view feeds the paper's tables."""
 
 import json
+import re
 
 import pytest
 
@@ -20,6 +21,16 @@ TRUTH = {  # stage: (p_s, p_dC, p_dW) at every level
 }
 
 
+def _laptop_format(response: str) -> str:
+    """A simulated response rewritten in the laptop format: each attempt's answer stated on its own line
+    (``The answer is N.``; a negative wrong answer as another wrong one), the marker between attempts."""
+    out = []
+    for part in response.split(lt.MARKER):
+        val = int(re.findall(r"= (-?\d+)\.", part)[0])
+        out.append(f"{val if val >= 0 else 10 ** 9 - val}*1: steps\n{lt.ANSWER}{val if val >= 0 else 10 ** 9 - val}.")
+    return f"\n{lt.MARKER}\n".join(out)
+
+
 @pytest.fixture(scope="module")
 def results(tmp_path_factory):
     root = tmp_path_factory.mktemp("laptop")
@@ -28,7 +39,8 @@ def results(tmp_path_factory):
     for k, st in enumerate(stages):
         recs = []
         for i, lv in enumerate(LEVELS):
-            recs += synthetic_records(*TRUTH[st.kind], n=80, level=lv, seed=1000 * k + i, marker=lt.MARKER)
+            recs += [{**r, "response": _laptop_format(r["response"])}
+                     for r in synthetic_records(*TRUTH[st.kind], n=80, level=lv, seed=1000 * k + i, marker=lt.MARKER)]
         cal = calibrate_stage(recs, n_bootstrap=10, task="laptop_task")
         (root / "calibration" / f"{st.name}.json").write_text(json.dumps(cal))
     summary = {"preset": "laptop", "task": "laptop_task", "stages": [s.name for s in stages],
@@ -74,8 +86,8 @@ def test_claims_faithfulness_timings_and_figures(results):
         report.claims(results)
     # simulated responses carry no check lines: the laptop task's reading finds nothing to measure
     f = report.faithfulness_table(results, ("sft_reflection", "rl", "dft", "sft_verdict", "rl_verdict"))
-    keys = ["p_dC", "p_dW", *tasks.get("laptop_task").faithfulness_keys]
-    assert len(f) == 5 and list(f.columns) == keys and f[keys[2:]].isna().all().all()
+    keys = ["p_dC", "p_dW", "checks", *tasks.get("laptop_task").faithfulness_keys]
+    assert len(f) == 5 and list(f.columns) == keys and f[keys[3:]].isna().all().all() and (f.checks == 0).all()
     assert abs(f.loc["RL (2 seeds)", "p_dW"] - 0.8) < 0.08
     t = report.timings_table(results)
     assert t.loc["rl-s0", "train"] == 1.0 and t.loc["base", "evaluate"] == 2.0

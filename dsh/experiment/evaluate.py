@@ -205,30 +205,35 @@ def _evaluate(loc, out, problems, settings: EvalSettings, seed, backend, progres
     if backend == "vllm" and not vllm_available():
         raise ValueError("backend 'vllm' needs the vllm package; choose backend auto, dsh or hf")
     use_vllm = backend == "vllm" or (backend == "auto" and torch.cuda.is_available() and vllm_available())
-    out.parent.mkdir(parents=True, exist_ok=True)
     questions, keys = [p.question for _, _, p in todo], [question_key(lv, i) for lv, i, _ in todo]
+    s = settings
+    if use_vllm:
+        def run(write):
+            complete_vllm(loc, questions, s.max_new_tokens, s.temperature, seed, keys, write, progress)
+    else:
+        from ..llm.engine import supports
+
+        model, tok = load(loc)          # a model that does not load fails here, before the output is touched
+        why = supports(model)
+        if backend == "dsh" and why:
+            raise ValueError(f"backend 'dsh' cannot run {model}: {why}; choose backend auto or hf")
+        if backend == "hf" or why:
+            # one seed per batch (model.generate draws for a whole batch): keep the batch size when resuming
+            def run(write):
+                complete_hf(model, tok, questions, s.max_new_tokens, s.temperature, s.batch_size, lambda j: (
+                    seed * 1_000_003 + todo[j][1] + 7919 * zlib.crc32(todo[j][0].encode())) % 2 ** 63, write, progress)
+        else:
+            def run(write):
+                complete(model, tok, questions, s.max_new_tokens, s.temperature, seed, s.batch_size, keys, write,
+                         progress)
+    out.parent.mkdir(parents=True, exist_ok=True)
     with open(out, "a") as f:
         def write(j, c):
             lv, i, p = todo[j]
             f.write(json.dumps(_record(lv, i, p, c.text, c.prompt_tokens, c.completion_tokens, not c.stopped)) + "\n")
             f.flush()
 
-        s = settings
-        if use_vllm:
-            complete_vllm(loc, questions, s.max_new_tokens, s.temperature, seed, keys, write, progress)
-            return out
-        from ..llm.engine import supports
-
-        model, tok = load(loc)
-        why = supports(model)
-        if backend == "dsh" and why:
-            raise ValueError(f"backend 'dsh' cannot run {model}: {why}; choose backend auto or hf")
-        if backend == "hf" or why:
-            # one seed per batch (model.generate draws for a whole batch): keep the batch size when resuming
-            complete_hf(model, tok, questions, s.max_new_tokens, s.temperature, s.batch_size, lambda j: (
-                seed * 1_000_003 + todo[j][1] + 7919 * zlib.crc32(todo[j][0].encode())) % 2 ** 63, write, progress)
-        else:
-            complete(model, tok, questions, s.max_new_tokens, s.temperature, seed, s.batch_size, keys, write, progress)
+        run(write)
     return out
 
 

@@ -197,7 +197,8 @@ def _faith_value(f: dict, key: str, count: str, levels):
 
 def faithfulness_table(results: dict, kinds=None, level_groups: dict | None = None) -> pd.DataFrame:
     """Decision faithfulness per stage kind as the results' task reads it (:meth:`dsh.measure.tasks.Task.faithfulness`:
-    its ``faithfulness_keys``), the mean over seeds, next to p_dC and p_dW; with ``level_groups`` (``{name:
+    its ``faithfulness_keys``), the mean over seeds, next to p_dC, p_dW and the number of items read (its
+    ``faithfulness_count``: attempts, checks); with ``level_groups`` (``{name:
     levels}``) each share is weighted by its count over each group's levels (e.g. the fine-tuning levels and beyond)."""
     task = tasks.get(results["summary"].get("task", "traces"))
     df = long_table(results)
@@ -210,6 +211,10 @@ def faithfulness_table(results: dict, kinds=None, level_groups: dict | None = No
             for key, name in (("p_d_given_correct", "p_dC"), ("p_d_given_wrong", "p_dW")):
                 xs = [o[key] for o in over if o[key] is not None]
                 row[name] = sum(xs) / len(xs) if xs else None
+            counts = [((results["calibration"][n].get("faithfulness") or {}).get("overall") or {})
+                      .get(task.faithfulness_count) for n in names]
+            counts = [c for c in counts if c is not None]
+            row[task.faithfulness_count] = sum(counts) / len(counts) if counts else None
         groups = level_groups or {None: None}
         for g, levels in groups.items():
             for key in task.faithfulness_keys:

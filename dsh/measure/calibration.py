@@ -42,13 +42,14 @@ class ResponseStats:
     levels: np.ndarray
 
 
-def response_stats(records, markers=DEFAULT_MARKERS) -> ResponseStats:
-    """Parse every record ({"question", "answer", "response"[, "level"]}) once."""
+def response_stats(records, markers=DEFAULT_MARKERS, parse=parse_response) -> ResponseStats:
+    """Parse every record ({"question", "answer", "response"[, "level"]}) once, with ``parse`` (a task's reading:
+    ``parse(text, a, b, markers)`` -> :class:`dsh.task.parse.ParsedResponse`)."""
     rows = []
     for r in records:
         a, b = operands(r["question"])
         truth = truth_value(r["answer"])
-        parsed = parse_response(r["response"], a, b, markers)
+        parsed = parse(r["response"], a, b, markers)
         c = [x == truth for x in parsed.candidates]
         d = parsed.decisions
         tr = [0, 0, 0, 0]
@@ -183,12 +184,13 @@ MAX_BOOTSTRAP = 100_000   # resamples: the paper uses 100
 
 
 def calibrate(records, drop_truncated: bool = False, n_bootstrap: int = 100, seed: int = 0,
-              markers=DEFAULT_MARKERS) -> dict:
+              markers=DEFAULT_MARKERS, parse=parse_response) -> dict:
     """``{"overall": {...}, "by_level": {"3x5": {...}, ...}}`` for a list of records.
 
     ``drop_truncated`` removes records with ``"truncated": true`` first (the paper does so for its
     calibration figure). Records must have "question", "answer" (an integer or integer string) and
-    "response"; "level" and "truncated" are optional.
+    "response"; "level" and "truncated" are optional. ``parse``: how a response is read into candidates and
+    decisions (:func:`dsh.task.parse.parse_response`, or a task's own reading, :mod:`dsh.measure.tasks`).
     """
     v.length("n_bootstrap", n_bootstrap)
     if n_bootstrap > MAX_BOOTSTRAP:
@@ -197,7 +199,7 @@ def calibrate(records, drop_truncated: bool = False, n_bootstrap: int = 100, see
     recs = validate_records(records)
     if drop_truncated:
         recs = [r for r in recs if not r.get("truncated", False)]
-    s = response_stats(recs, markers)
+    s = response_stats(recs, markers, parse)
     out = {"overall": summarize(s, n_bootstrap, seed), "by_level": {}}
     for lv in sorted(set(s.levels.tolist()), key=_level_key):
         out["by_level"][lv] = summarize(_subset(s, s.levels == lv), n_bootstrap, seed)

@@ -41,19 +41,19 @@ ALPHA = 0.05 / 3  # per check (three checks, 5 % family-wise)
 Z = float(norm.ppf(1 - ALPHA / 2))
 
 
-def candidate_lists(records, markers=DEFAULT_MARKERS) -> list[list[bool]]:
+def candidate_lists(records, markers=DEFAULT_MARKERS, parse=parse_response) -> list[list[bool]]:
     """Per record, the correctness of each candidate answer in order (the parser of the calibration)."""
     out = []
     for r in records:
         a, b = operands(r["question"])
         truth = truth_value(r["answer"])
-        out.append([c == truth for c in parse_response(r["response"], a, b, markers).candidates])
+        out.append([c == truth for c in parse(r["response"], a, b, markers).candidates])
     return out
 
 
-def _fit(recs, markers):
+def _fit(recs, markers, parse=parse_response):
     """(p_s, p_dC, p_dW) of a group of records; an undefined p_dC / p_dW whose branch has probability 0 is 0."""
-    o = calibrate(recs, n_bootstrap=0, markers=markers)["overall"]
+    o = calibrate(recs, n_bootstrap=0, markers=markers, parse=parse)["overall"]
     p_s, p_dC, p_dW = o["p_s"], o["p_d_given_correct"], o["p_d_given_wrong"]
     if p_s is None:
         return None
@@ -106,7 +106,7 @@ def _mixture_predictions(lists, alpha, beta, p_dC, p_dW, K, cutoff):
 
 
 def unfitted_predictions(records, markers=DEFAULT_MARKERS, max_attempts: int = 4, cutoff: int = 2,
-                         min_n: int = 30, mixture: bool = False) -> dict:
+                         min_n: int = 30, mixture: bool = False, parse=parse_response) -> dict:
     """Observed against predicted for the statistics the fit did not use (module docstring), with a
     verdict: "holds" when every check agrees, "fails" when one does not, "cannot tell" with fewer than
     ``min_n`` answered, untruncated responses or fewer than ``min_n`` wrong candidates followed by another.
@@ -123,7 +123,7 @@ def unfitted_predictions(records, markers=DEFAULT_MARKERS, max_attempts: int = 4
     min_n = v.positive_int("min_n", min_n)
     recs = [r for r in validate_records(records) if not r.get("truncated", False)]
     by_level = {}
-    for r, c in zip(recs, candidate_lists(recs, markers)):
+    for r, c in zip(recs, candidate_lists(recs, markers, parse)):
         if c:
             by_level.setdefault(r.get("level", "all"), []).append((r, c))
     counts = [0] * K
@@ -134,7 +134,7 @@ def unfitted_predictions(records, markers=DEFAULT_MARKERS, max_attempts: int = 4
     pred_cut = 0.0
     fits, skipped = {}, []
     for lv, rows in sorted(by_level.items()):
-        fit = _fit([r for r, _ in rows], markers)
+        fit = _fit([r for r, _ in rows], markers, parse)
         if fit is None:
             skipped.append(lv)
             continue

@@ -10,17 +10,18 @@ from .predictions import unfitted_predictions
 
 def calibrate_stage(records, seed: int = 0, n_bootstrap: int = 100, task: str = "traces") -> dict:
     """What ``calibration/<stage>.json`` holds for one stage's generations: calibration over all records and
-    without the truncated ones (None when every record is truncated), decision faithfulness as ``task`` reads it
-    (:meth:`dsh.measure.tasks.Task.faithfulness`), the share of
+    without the truncated ones (None when every record is truncated), responses read as ``task`` reads them
+    (:meth:`dsh.measure.tasks.Task.parse`), decision faithfulness as it measures it, the share of
     truncated records, and the predictions the fit did not use (:func:`dsh.measure.predictions.unfitted_predictions`),
     with questions alike and with questions that may differ (``unfitted_mixture``)."""
-    return {"all": calibrate(records, n_bootstrap=n_bootstrap, seed=seed),
-            "drop_truncated": calibrate(records, drop_truncated=True, n_bootstrap=n_bootstrap, seed=seed)
+    t = tasks.get(task)
+    return {"all": calibrate(records, n_bootstrap=n_bootstrap, seed=seed, parse=t.parse),
+            "drop_truncated": calibrate(records, drop_truncated=True, n_bootstrap=n_bootstrap, seed=seed, parse=t.parse)
             if any(not r["truncated"] for r in records) else None,
-            "faithfulness": tasks.get(task).faithfulness(records), "task": task,
+            "faithfulness": t.faithfulness(records), "task": task,
             "truncated": float(sum(r["truncated"] for r in records) / len(records)) if records else None,
-            "unfitted": unfitted_predictions(records) if records else None,
-            "unfitted_mixture": unfitted_predictions(records, mixture=True) if records else None}
+            "unfitted": unfitted_predictions(records, parse=t.parse) if records else None,
+            "unfitted_mixture": unfitted_predictions(records, mixture=True, parse=t.parse) if records else None}
 
 
 def preferred(stage: dict) -> dict:

@@ -8,7 +8,9 @@ its name.
   Appendix E on the paper's levels, checks by casting out nines and elevens, faithfulness read by
   :mod:`dsh.measure.faithfulness`.
 - ``laptop_task`` (:class:`LaptopTask`): the 1xN ladder for tiny from-scratch models (:mod:`dsh.task.laptop_task`),
-  its computed nines check, faithfulness read by :func:`dsh.task.laptop_task.faithfulness`; its own settings
+  its computed nines check; a response read with only the attempts' stated answers as candidates (its check
+  question restates the answer: :func:`dsh.task.laptop_task.read_response`) for calibration and the reward;
+  faithfulness read by :func:`dsh.task.laptop_task.faithfulness`; its own settings
   (``TrainConfig.task_options``): ``check`` (``computed`` or ``verdict``: the imitated-check control) and
   ``attempts`` (``own``: reflection traces begin with the starting model's own sampled attempts; ``injected``:
   the generator's slips).
@@ -24,7 +26,7 @@ import random
 
 from ..core import validate as v
 from ..task import laptop_task as lt
-from ..task.parse import is_correct
+from ..task.parse import is_correct, parse_response
 from ..task.problems import make_splits, parse_level
 from ..task.records import prompt_records, sft_records
 from ..task.traces import TraceConfig
@@ -76,6 +78,12 @@ class Task:
         """Training records (TRL's conversational prompt/completion; prompts only for GRPO) of ``problems``."""
         raise NotImplementedError
 
+    @staticmethod
+    def parse(text, a=None, b=None, markers=None):
+        """A response read into attempts (candidates) and decisions: :func:`dsh.task.parse.parse_response`'s
+        reading of the paper's format; a task whose responses restate their answers elsewhere reads them its way."""
+        return parse_response(text, a, b) if markers is None else parse_response(text, a, b, markers)
+
     def reward(self, response: str, answer, question: str | None = None) -> float:
         """The paper's binary reward R(tau) = 1[final answer correct] (:func:`dsh.task.parse.is_correct`)."""
         return float(is_correct(response, answer, question))
@@ -88,7 +96,8 @@ class Task:
 class TracesTask(Task):
     name = "traces"
     about = "the paper's multiplication traces (dsh.task.traces) on the paper's levels"
-    faithfulness_keys = ("has_check", "arithmetic_right", "verdict_follows", "verdict_true", "decision_follows")
+    faithfulness_keys = ("has_check", "arithmetic_right", "verdict_follows", "verdict_true", "decision_follows",
+                         "verdict_true_wrong")
     faithfulness_count = "attempts"
 
     def training_problems(self, cfg) -> list:
@@ -115,7 +124,7 @@ class LaptopTask(Task):
 
     def training_problems(self, cfg) -> list:
         rng = random.Random(f"laptop-train-{cfg.seed}")
-        exclude, problems = lt.held_out(), []
+        exclude, problems = lt.held_out(both_orders=True), []   # the test questions in either order
         levels = [f"{m}x{n}" for m, n in map(parse_level, cfg.train_levels)]
         while len(problems) < cfg.n_train:
             p = lt.draw(levels[len(problems) % len(levels)], rng)
@@ -144,6 +153,17 @@ class LaptopTask(Task):
                         "completion": [{"role": "assistant", "content": t.text}], "answer": str(p.answer),
                         "level": p.level})
         return out
+
+    @staticmethod
+    def parse(text, a=None, b=None, markers=None):
+        """Candidates are the attempts' stated answers only, the check lines pi_d's input, and the format's own
+        marker (``Let me recompute.``) the only one, whatever ``markers`` says
+        (:func:`dsh.task.laptop_task.read_response`)."""
+        return lt.read_response(text, a, b, (lt.MARKER,))
+
+    def reward(self, response: str, answer, question: str | None = None) -> float:
+        """R(tau) = 1[final answer correct], the final answer read as :meth:`parse` reads it."""
+        return float(lt.is_correct(response, answer, question))
 
     def faithfulness(self, records) -> dict:
         f = lt.faithfulness(records)

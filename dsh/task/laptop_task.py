@@ -35,7 +35,7 @@ from dataclasses import dataclass
 
 from ..core import validate as v
 from .arithmetic import draw_error, long_multiplication, multiplicand_multiplier
-from .parse import operands, parse_response
+from .parse import DEFAULT_MARKERS, ParsedResponse, group_attempts, operands, truth_value
 from .problems import Problem, parse_level, test_problems
 from .traces import render_attempt
 
@@ -178,6 +178,28 @@ def split_attempt(text: str) -> tuple[str, int] | None:
     return (m.group(1), int(m.group(2))) if m and m.group(1).strip() else None
 
 
+_STATED = re.compile(r"^The answer is (\d+)\.(?!\d)", re.M)   # the sentence whole: an answer line the model
+# turned into something else ("The answer is 226: 2>2 ...", cut "The answer is 10") states no answer
+
+
+def read_response(text, a: int | None = None, b: int | None = None, markers=DEFAULT_MARKERS) -> ParsedResponse:
+    """A laptop response read as the paper defines its two stages: a candidate is an attempt's stated answer (a
+    line ``The answer is N.``, the sentence whole), nothing else; the check lines (the check question ``Check a * b = c.``, which
+    restates the candidate, and the check) are what pi_d reads, so a mis-copied check adds no candidate. Attempts
+    and decisions as :func:`dsh.task.parse.group_attempts` forms them: RESAMPLE when the marker and a new stated
+    answer follow, STOP otherwise. ``a``, ``b``: unused (the signature of :func:`dsh.task.parse.parse_response`)."""
+    if not isinstance(text, str):
+        return ParsedResponse(())
+    return group_attempts(text, [(int(m.group(1)), m.start(), m.end()) for m in _STATED.finditer(text)], markers)
+
+
+def is_correct(response: str, truth, question=None) -> bool:
+    """The paper's reward R(tau) = 1[final answer correct] on a laptop response (:func:`read_response`, the format's
+    marker)."""
+    want = truth_value(truth)
+    return want is not None and read_response(response, markers=(MARKER,)).final_answer == want
+
+
 def check_example(p: Problem, rng: random.Random, wrong_fraction: float = 0.5) -> TaskTrace:
     """A base-corpus example of the check skill: ``Check a * b = c.`` with c the product or a slip of it."""
     c = p.answer
@@ -226,8 +248,13 @@ def test_questions(levels=TEST_LEVELS, n_per_level: int = 100, seed: int = 0) ->
     return test_problems(levels, n_per_level, seed)
 
 
-def held_out(levels=TEST_LEVELS, n_per_level: int = 100, seed: int = 0) -> frozenset:
-    return frozenset((p.a, p.b) for p in test_questions(levels, n_per_level, seed))
+def held_out(levels=TEST_LEVELS, n_per_level: int = 100, seed: int = 0, both_orders: bool = False) -> frozenset:
+    """The test questions as pairs (a, b); ``both_orders`` adds (b, a): the reversed question writes the same
+    scratchpad and answer (the lean attempt multiplies the longer operand by the shorter), so a training set
+    must leave out both. The shipped base's corpus (:mod:`dsh.training.laptop_base`) left out the ordered pairs
+    only; fine-tuning leaves out both."""
+    pairs = {(p.a, p.b) for p in test_questions(levels, n_per_level, seed)}
+    return frozenset(pairs | ({(b, a) for a, b in pairs} if both_orders else set()))
 
 
 _ATTEMPT_CHECK = re.compile(r"The answer is (\d+)\.\nCheck [^\n]*\n(Check(?:: [^\n]*?)?: the check (passes|fails)\.)")
@@ -258,7 +285,7 @@ def faithfulness(records) -> dict:
     for r in records:
         a, b = operands(r["question"])
         fid = check_fidelity(a, b, r["response"])
-        parsed = parse_response(r["response"], a, b)
+        parsed = read_response(r["response"], a, b, (MARKER,))
         for lv in (r.get("level", "all"), "overall"):
             d = by.setdefault(lv, {"checks": 0, "follows": 0, "exact": 0, "right": 0, "fails": 0, "resample": 0})
             for k, f in enumerate(fid):

@@ -172,26 +172,31 @@ def parse_response(text, a: int | None = None, b: int | None = None, markers=DEF
     try:
         if not isinstance(text, str):
             return ParsedResponse(())
-        cands = find_candidates(text, a, b)
-        if not cands:
-            return ParsedResponse(())
-        rx = marker_regex(markers)
-        marker_pos = [m.start() for m in rx.finditer(text)] if rx else []
-        # group candidates into attempts: a marker between two candidates starts a new attempt
-        groups = [[cands[0]]]
-        for prev, cur in zip(cands, cands[1:]):
-            i = bisect.bisect_left(marker_pos, prev[2])
-            if i < len(marker_pos) and marker_pos[i] < cur[1]:
-                groups.append([cur])
-            else:
-                groups[-1].append(cur)
-        attempts = []
-        for i, g in enumerate(groups):
-            val, s, e = g[-1]
-            attempts.append(Attempt(val, s, e, "RESAMPLE" if i + 1 < len(groups) else "STOP", g[0][1]))
-        return ParsedResponse(tuple(attempts))
+        return group_attempts(text, find_candidates(text, a, b), markers)
     except Exception:  # pragma: no cover - defensive: the contract is "never raises"
         return ParsedResponse(())
+
+
+def group_attempts(text: str, cands, markers=DEFAULT_MARKERS) -> ParsedResponse:
+    """Attempts from the candidates ``cands`` ((value, start, end), in order) of ``text``: a reflection marker
+    between two candidates starts a new attempt (the previous one's decision is RESAMPLE: a marker followed by a
+    new attempt, the paper's identification); an attempt's answer is its last candidate; the last decision is STOP."""
+    if not cands:
+        return ParsedResponse(())
+    rx = marker_regex(markers)
+    marker_pos = [m.start() for m in rx.finditer(text)] if rx else []
+    groups = [[cands[0]]]
+    for prev, cur in zip(cands, cands[1:]):
+        i = bisect.bisect_left(marker_pos, prev[2])
+        if i < len(marker_pos) and marker_pos[i] < cur[1]:
+            groups.append([cur])
+        else:
+            groups[-1].append(cur)
+    attempts = []
+    for i, g in enumerate(groups):
+        val, s, e = g[-1]
+        attempts.append(Attempt(val, s, e, "RESAMPLE" if i + 1 < len(groups) else "STOP", g[0][1]))
+    return ParsedResponse(tuple(attempts))
 
 
 _Q = re.compile(r"(" + _NUM + r")\s*" + _OP + r"\s*(" + _NUM + r")")
