@@ -300,13 +300,17 @@ def load_results(results_dir) -> dict:
     return {"summary": summary, "calibration": calib}
 
 
+def plan_of(results: dict) -> list[dict]:
+    """The calibrated stages of results (:func:`load_results`): name, kind and seed, from the summary's plan (results
+    written before plans carried seeds, or simulated ones, name their stages by kind, seed None)."""
+    s = results["summary"]
+    plan_ = s.get("plan") or [{"name": x, "kind": x, "seed": None} for x in s.get("stages") or results["calibration"]]
+    return [x for x in plan_ if x["name"] in results["calibration"]]
+
+
 def stages_of(results: dict, kind: str) -> dict:
-    """``{seed: stage name}`` of the stages of ``kind`` in results (seed None in an unseeded plan; results written
-    before plans carried seeds name their stages by kind)."""
-    summary = results["summary"]
-    names = summary.get("stages") or list(results["calibration"])
-    plan_ = summary.get("plan") or [{"name": s, "kind": s, "seed": None} for s in names]
-    return {s["seed"]: s["name"] for s in plan_ if s["kind"] == kind}
+    """``{seed: stage name}`` of the calibrated stages of ``kind`` (:func:`plan_of`)."""
+    return {x["seed"]: x["name"] for x in plan_of(results) if x["kind"] == kind}
 
 
 def design_checks(results: dict) -> dict:

@@ -17,6 +17,7 @@ from ..measure import tasks
 from ..measure.claims import verdicts
 from ..measure.stage import preferred
 from ..task.problems import level_index
+from .pipeline import design_checks, plan, plan_of
 from .presets import get, stage_label
 
 TABLE1_KINDS = ("base", "sft", "sft_reflection", "rl", "dft")
@@ -25,14 +26,6 @@ TABLE1_KINDS = ("base", "sft", "sft_reflection", "rl", "dft")
 # ------------------------------------------------------------------------------------------------
 # The plan behind a results folder, and its long table
 # ------------------------------------------------------------------------------------------------
-def plan_of(results: dict) -> list[dict]:
-    """The stages of a results folder: name, kind and seed (a folder written before plans carried seeds, or a
-    simulated one, names its stages by kind, seed None)."""
-    s = results["summary"]
-    plan = s.get("plan") or [{"name": x, "kind": x, "seed": None} for x in s.get("stages", results["calibration"])]
-    return [x for x in plan if x["name"] in results["calibration"]]
-
-
 def seeds_of(results: dict) -> list:
     """The training seeds of a results folder (``[None]`` for an unseeded one)."""
     seeds = sorted({x["seed"] for x in plan_of(results) if x["seed"] is not None})
@@ -228,8 +221,6 @@ def faithfulness_table(results: dict, kinds=None, level_groups: dict | None = No
 
 def design_table(results: dict) -> pd.DataFrame:
     """The design goals of the small-scale analogue (dsh.experiment.pipeline.design_checks) and whether the run met them."""
-    from .pipeline import design_checks
-
     d = results["summary"].get("design") or design_checks(results)
     return pd.DataFrame({"met": {k: ("cannot tell" if x is None else ("yes" if x else "no"))
                                  for k, x in d["goals"].items()}})
@@ -254,8 +245,6 @@ def stage_table(preset, seeds=None, ablation_seeds=None) -> pd.DataFrame:
     """The stages of ``preset``'s pipeline (a name or a :class:`dsh.experiment.presets.Preset`, over ``seeds``):
     method, seed, starting point, training levels and size, learning rate and each stage's own token budget
     (max_length for SFT, max_completion_length for GRPO)."""
-    from .pipeline import plan
-
     p = get(preset)
     cfgs = plan(p, p.runs_dir, seeds=seeds, ablation_seeds=ablation_seeds)
     rows = []

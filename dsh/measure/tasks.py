@@ -26,7 +26,7 @@ import random
 
 from ..core import validate as v
 from ..task import laptop_task as lt
-from ..task.parse import is_correct, parse_response
+from ..task.parse import DEFAULT_MARKERS, operands, parse_response, truth_value
 from ..task.problems import make_splits, parse_level
 from ..task.records import prompt_records, sft_records
 from ..task.traces import TraceConfig
@@ -79,14 +79,16 @@ class Task:
         raise NotImplementedError
 
     @staticmethod
-    def parse(text, a=None, b=None, markers=None):
+    def parse(text, a=None, b=None, markers=DEFAULT_MARKERS):
         """A response read into attempts (candidates) and decisions: :func:`dsh.task.parse.parse_response`'s
         reading of the paper's format; a task whose responses restate their answers elsewhere reads them its way."""
-        return parse_response(text, a, b) if markers is None else parse_response(text, a, b, markers)
+        return parse_response(text, a, b, markers)
 
     def reward(self, response: str, answer, question: str | None = None) -> float:
-        """The paper's binary reward R(tau) = 1[final answer correct] (:func:`dsh.task.parse.is_correct`)."""
-        return float(is_correct(response, answer, question))
+        """The paper's binary reward R(tau) = 1[final answer correct], the final answer read by :meth:`parse` (for
+        the paper's format this is :func:`dsh.task.parse.is_correct`); anything unreadable is not correct."""
+        want = truth_value(answer)
+        return float(want is not None and self.parse(response, *operands(question)).final_answer == want)
 
     def faithfulness(self, records) -> dict:
         """Decision faithfulness of evaluation records: ``{"overall": {...}, "by_level": {level: {...}}}``."""
@@ -155,15 +157,11 @@ class LaptopTask(Task):
         return out
 
     @staticmethod
-    def parse(text, a=None, b=None, markers=None):
+    def parse(text, a=None, b=None, markers=DEFAULT_MARKERS):
         """Candidates are the attempts' stated answers only, the check lines pi_d's input, and the format's own
         marker (``Let me recompute.``) the only one, whatever ``markers`` says
         (:func:`dsh.task.laptop_task.read_response`)."""
-        return lt.read_response(text, a, b, (lt.MARKER,))
-
-    def reward(self, response: str, answer, question: str | None = None) -> float:
-        """R(tau) = 1[final answer correct], the final answer read as :meth:`parse` reads it."""
-        return float(lt.is_correct(response, answer, question))
+        return lt.read_response(text, a, b)
 
     def faithfulness(self, records) -> dict:
         f = lt.faithfulness(records)

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 
 from ..core import validate as v
 from .arithmetic import draw_error, long_multiplication, multiplicand_multiplier
-from .parse import DEFAULT_MARKERS, ParsedResponse, group_attempts, operands, truth_value
+from .parse import ParsedResponse, group_attempts, operands
 from .problems import Problem, parse_level, test_problems
 from .traces import render_attempt
 
@@ -182,22 +182,16 @@ _STATED = re.compile(r"^The answer is (\d+)\.(?!\d)", re.M)   # the sentence who
 # turned into something else ("The answer is 226: 2>2 ...", cut "The answer is 10") states no answer
 
 
-def read_response(text, a: int | None = None, b: int | None = None, markers=DEFAULT_MARKERS) -> ParsedResponse:
+def read_response(text, a: int | None = None, b: int | None = None, markers=(MARKER,)) -> ParsedResponse:
     """A laptop response read as the paper defines its two stages: a candidate is an attempt's stated answer (a
     line ``The answer is N.``, the sentence whole), nothing else; the check lines (the check question ``Check a * b = c.``, which
     restates the candidate, and the check) are what pi_d reads, so a mis-copied check adds no candidate. Attempts
-    and decisions as :func:`dsh.task.parse.group_attempts` forms them: RESAMPLE when the marker and a new stated
-    answer follow, STOP otherwise. ``a``, ``b``: unused (the signature of :func:`dsh.task.parse.parse_response`)."""
+    and decisions as :func:`dsh.task.parse.group_attempts` forms them: RESAMPLE when the marker (the format's own,
+    ``Let me recompute.``) and a new stated answer follow, STOP otherwise. ``a``, ``b``: unused (the signature of
+    :func:`dsh.task.parse.parse_response`)."""
     if not isinstance(text, str):
         return ParsedResponse(())
     return group_attempts(text, [(int(m.group(1)), m.start(), m.end()) for m in _STATED.finditer(text)], markers)
-
-
-def is_correct(response: str, truth, question=None) -> bool:
-    """The paper's reward R(tau) = 1[final answer correct] on a laptop response (:func:`read_response`, the format's
-    marker)."""
-    want = truth_value(truth)
-    return want is not None and read_response(response, markers=(MARKER,)).final_answer == want
 
 
 def check_example(p: Problem, rng: random.Random, wrong_fraction: float = 0.5) -> TaskTrace:
@@ -285,7 +279,7 @@ def faithfulness(records) -> dict:
     for r in records:
         a, b = operands(r["question"])
         fid = check_fidelity(a, b, r["response"])
-        parsed = read_response(r["response"], a, b, (MARKER,))
+        parsed = read_response(r["response"], a, b)
         for lv in (r.get("level", "all"), "overall"):
             d = by.setdefault(lv, {"checks": 0, "follows": 0, "exact": 0, "right": 0, "fails": 0, "resample": 0})
             for k, f in enumerate(fid):
