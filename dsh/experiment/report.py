@@ -72,6 +72,11 @@ def _levels_sorted(df) -> list:
     return sorted(set(df.level), key=level_index)
 
 
+def _stage_label(results: dict, name: str) -> str:
+    """A stage's label as its run recorded it (its kind's label, and its seed), else its name's label."""
+    return results["summary"].get("labels", {}).get(name) or stage_label(name)
+
+
 def _row_label(df, kind) -> str:
     n = df[df.kind == kind].seed.dropna().nunique()
     return stage_label(kind) + (f" ({n} seed{'s' if n > 1 else ''})" if n else "")
@@ -168,7 +173,7 @@ def echo_table(results: dict) -> pd.DataFrame:
     rows = {}
     for x in plan_of(results):
         t = results["calibration"][x["name"]]["all"]["overall"]["transitions"]
-        rows[results["summary"].get("labels", {}).get(x["name"]) or stage_label(x["name"])] = {
+        rows[_stage_label(results, x["name"])] = {
             "F->T": t["F->T"], "F->F": t["F->F"], "p(F->T)": t["p(F->T)"],
             "T->F": t["T->F"], "T->T": t["T->T"], "p(T->F)": t["p(T->F)"]}
     return pd.DataFrame(rows).T
@@ -233,7 +238,7 @@ def truncation_table(results: dict) -> pd.DataFrame:
     rows = {}
     for stage, t in (s.get("truncation") or {}).items():
         tr = t.get("train") or {}
-        rows[s.get("labels", {}).get(stage) or stage_label(stage)] = {
+        rows[_stage_label(results, stage)] = {
             "training budget": tr.get("limit"),
             "training cut": tr.get("rate", tr.get("clipped_rate")),
             "GRPO clipped at step 1": tr.get("clipped_rate_first"),
