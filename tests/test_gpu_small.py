@@ -97,12 +97,15 @@ def test_results_folder_format(ci_run):
 
 def test_running_again_resumes_without_redoing_anything(ci_run):
     root, args, _ = ci_run
+    made = {p: p.stat().st_mtime_ns for pat in ("*.safetensors", "generations/*.jsonl")
+            for p in (root / "work").rglob(pat)}
+    assert any(p.suffix == ".jsonl" for p in made) and any(p.suffix == ".safetensors" for p in made)
     again = _run(*args)
     assert again.returncode == 0, again.stderr[-2000:]
     for st in ["sft", "sft_reflection", "rl", "dft"]:
         assert f"[dsh pipeline] train {st}: reused" in again.stdout
-    s = json.loads((root / "results" / "summary.json").read_text())
-    assert all(x < 10 for k, x in s["timings_s"].items()), s["timings_s"]
+    # no weights written and no response generated again (times are the README's business, not a test's)
+    assert {p: p.stat().st_mtime_ns for p in made} == made
 
 
 def test_bad_input_is_one_line_and_writes_nothing(tmp_path):

@@ -41,10 +41,10 @@ def test_results_folder(small_pipeline):
 
 
 def test_finished_stages_are_reused_and_mismatches_refused(small_pipeline):
-    root, kw, _ = small_pipeline
+    root, kw, first = small_pipeline
     mtime = (root / "runs" / "sft" / "final" / "model.safetensors").stat().st_mtime
     again = pipeline.run_pipeline(**kw)
-    assert again["timings_s"]["train_sft"] < 5
+    assert again["training"]["sft"] == json.loads(json.dumps(first["training"]["sft"]))   # its own summary, reused
     assert (root / "runs" / "sft" / "final" / "model.safetensors").stat().st_mtime == mtime
     with pytest.raises(ValueError, match="holds a finished run with another configuration"):
         pipeline.run_pipeline(**{**kw, "overrides": {"max_steps": 3}})
@@ -54,8 +54,8 @@ def test_generations_of_a_changed_model_are_redone(small_pipeline):
     root, kw, _ = small_pipeline
     gen = root / "runs" / "generations" / "sft.jsonl"
     gen.write_text(gen.read_text().replace('"level"', '"stale": true, "level"', 1))
-    again = pipeline.run_pipeline(**kw)          # same model, same settings: the file is kept as it is
-    assert '"stale": true' in gen.read_text() and again["timings_s"]["evaluate_sft"] < 5
+    pipeline.run_pipeline(**kw)          # same model, same settings: the file is kept as it is
+    assert '"stale": true' in gen.read_text()
     weights = root / "runs" / "sft" / "final" / "model.safetensors"
     weights.touch()                               # the stage's model changed
     pipeline.run_pipeline(**kw)
