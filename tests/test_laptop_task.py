@@ -181,3 +181,39 @@ def test_no_test_question_is_in_a_fine_tuning_set_in_either_order():
             cfg = presets.LAPTOP.train_config(method, seed=seed)
             drawn = {(p.a, p.b) for p in task.training_problems(cfg)}
             assert len(drawn) > 0.9 * cfg.n_train and not drawn & both, (method, seed)
+
+
+def test_faithfulness_kappa_by_a_second_route_on_committed_responses():
+    """Kappa of verdict vs true check on committed reflective responses, recomputed by another route: the verdict
+    as the line after each stated answer's check question says it, the true check as arithmetic mod 9."""
+    import gzip
+    import json
+    import re
+    from pathlib import Path
+
+    import numpy as np
+
+    from dsh.task.parse import operands
+
+    path = Path(__file__).parent.parent / "book/results/laptop/generations/sft_reflection-s0.jsonl.gz"
+    recs = [json.loads(x) for x in gzip.open(path, "rt")]
+    recs = [r for r in recs if "response" in r]
+    said, truth = [], []
+    for r in recs:
+        a, b = operands(r["question"])
+        lines = r["response"].split("\n")
+        for i, line in enumerate(lines[:-2]):
+            m = re.fullmatch(r"The answer is (\d+)\.", line)
+            if m and lines[i + 1].startswith("Check ") and lines[i + 2].startswith("Check"):
+                verdict = re.search(r": the check (passes|fails)\.", lines[i + 2])   # junk after it allowed
+                if verdict:
+                    said.append(verdict.group(1) == "passes")
+                    truth.append(int(m.group(1)) % 9 == (a * b) % 9)
+    x, y = np.array(said), np.array(truth)
+    po = np.mean(x == y)
+    pe = x.mean() * y.mean() + (1 - x.mean()) * (1 - y.mean())
+    f = lt.faithfulness(recs)["overall"]
+    assert f["checks"] == len(x) > 1000
+    assert f["verdict_follows_check"] == pytest.approx(po) and f["chance_agreement"] == pytest.approx(pe)
+    assert f["kappa"] == pytest.approx((po - pe) / (1 - pe))
+    assert f["kappa_ci"][0] < f["kappa"] < f["kappa_ci"][1]

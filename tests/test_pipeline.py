@@ -150,3 +150,20 @@ def test_grpo_diagnostics_read_the_logs():
     assert d == {"clipped_rate": 0.25, "clipped_rate_first": 0.5, "zero_std_groups_first": 0.75,
                  "zero_std_groups_mean": 0.5, "reward_first": 0.1, "reward_last": 0.3, "steps_logged": 2}
     assert train.grpo_diagnostics([{"loss": 1.0}]) == {}
+
+
+def test_claims_say_cannot_tell_on_small_differences_and_few_candidates():
+    """No verdict from point estimates: RL raising p_dW by 0.02 more than p_s (far inside the noise of 300
+    responses a level) gives "cannot tell" pooled and per level, where comparing the point estimates would say
+    "holds"; a level whose p_dW rests on fewer than 20 wrong candidates (p_s 0.98) has no verdict."""
+    c = _claims([(0.50, 0.9, 0.52)] * 4, [(0.50, 0.9, 0.50)] * 4)
+    ii = c["(ii)"]
+    assert ii["verdict"] == "cannot tell" and "95 % interval" in ii["evidence"]
+    lo, hi = (float(x) for x in ii["evidence"].split("95 % interval [")[1].rstrip("]").split(", "))
+    assert lo < 0 < hi
+    assert {r["verdict"] for r in ii["per_level"]} == {"cannot tell"}
+    c = _claims([(0.98, 0.9, 0.9)] + [(0.5, 0.9, 0.9)] * 3, [(0.98, 0.9, 0.2)] + [(0.5, 0.9, 0.2)] * 3, n=300)
+    first = c["(ii)"]["per_level"][0]
+    assert first["level"] == "3x3" and first["verdict"] == "cannot tell" and first["difference"] is None
+    assert [r["verdict"] for r in c["(ii)"]["per_level"][1:]] == ["holds"] * 3
+    assert c["(iii)"]["per_level"][0]["relative_to"] == "3x5"      # 3x3 is not usable: too few wrong candidates

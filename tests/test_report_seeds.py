@@ -65,9 +65,13 @@ def test_long_table_recovers_the_truth(results):
     assert list(t.index) == ["Base", "SFT (no reflection) (2 seeds)", "SFT (reflection) (2 seeds)", "RL (2 seeds)",
                              "DFT (2 seeds)"]
     assert list(t.columns) == list(LEVELS) and t.loc["Base", "1x2"].endswith(" n=80")
-    cell = t.loc["RL (2 seeds)", "1x3"]          # mean [min, max] ±half-width over the two seeds
-    accs = df[(df.kind == "rl") & (df.level == "1x3")].accuracy
-    assert cell.startswith(f"{100 * accs.mean():.1f} [{100 * accs.min():.0f}, {100 * accs.max():.0f}] ±")
+    cell = t.loc["RL (2 seeds)", "1x3"]          # pooled acc (95 % interval over the pooled n) [seed range] n=N
+    x = df[(df.kind == "rl") & (df.level == "1x3")]
+    k, n = int((x.accuracy * x.n).round().sum()), int(x.n.sum())
+    hw = 1.959963984540054 * (k / n * (1 - k / n) / n) ** 0.5      # the paper's normal interval, by hand
+    assert cell == (f"{100 * k / n:.1f} ({100 * (k / n - hw):.1f}, {100 * (k / n + hw):.1f}) "
+                    f"[{100 * x.accuracy.min():.0f}-{100 * x.accuracy.max():.0f}] n={n}")
+    assert n == 160 and x.accuracy.min() < k / n < x.accuracy.max()
 
 
 def test_kl_table_and_deltas_have_the_signs_of_the_truth(results):
@@ -86,7 +90,8 @@ def test_claims_faithfulness_timings_and_figures(results):
         report.claims(results)
     # simulated responses carry no check lines: the laptop task's reading finds nothing to measure
     f = report.faithfulness_table(results, ("sft_reflection", "rl", "dft", "sft_verdict", "rl_verdict"))
-    keys = ["p_dC", "p_dW", "checks", *tasks.get("laptop_task").faithfulness_keys]
+    keys = ["p_dC", "p_dW", "checks", *tasks.get("laptop_task").faithfulness_keys,
+            "chance_agreement", "kappa", "kappa_low", "kappa_high"]
     assert len(f) == 5 and list(f.columns) == keys and f[keys[3:]].isna().all().all() and (f.checks == 0).all()
     assert abs(f.loc["RL (2 seeds)", "p_dW"] - 0.8) < 0.08
     t = report.timings_table(results)

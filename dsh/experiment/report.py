@@ -12,8 +12,10 @@ import re
 
 import pandas as pd
 
+from ..core.agreement import cohen_kappa
 from ..core.paper import paper_results
 from ..measure import tasks
+from ..measure.calibration import normal_interval
 from ..measure.claims import verdicts
 from ..measure.stage import preferred
 from ..task.problems import level_index
@@ -90,9 +92,10 @@ def _fmt(acc, lo, hi):
 
 
 def table1(results: dict, kinds=None) -> pd.DataFrame:
-    """Accuracy (%) by stage kind and level: a single stage as ``acc (low, high) n=N`` (the paper's 95 %
-    normal-approximation interval); a kind run over several seeds as ``mean [min, max] ±hw``: the mean over seeds,
-    the range over seeds, and the seeds' mean 95 % interval half-width (each seed's n questions a level)."""
+    """Accuracy (%) by stage kind and level as ``acc (low, high) n=N``, the paper's 95 % normal-approximation
+    interval; a kind run over several seeds pools them (acc: correct answers over all N responses of its seeds, the
+    interval over those N) and adds the range over seeds, ``[min-max]``: the interval says how well the questions
+    pin the seeds' pooled accuracy down, the range how much training seeds differ."""
     df = long_table(results)
     out = {}
     for kind in _kinds(results, kinds):
@@ -103,9 +106,9 @@ def table1(results: dict, kinds=None) -> pd.DataFrame:
                 r = x.iloc[0]
                 row[lv] = _fmt(r.accuracy, r.ci_low, r.ci_high) + f" n={r.n}"
             else:
-                hw = float(((x.ci_high - x.ci_low) / 2).mean())
-                row[lv] = (f"{100 * x.accuracy.mean():.1f} [{100 * x.accuracy.min():.0f}, "
-                           f"{100 * x.accuracy.max():.0f}] ±{100 * hw:.0f}")
+                n, k = int(x.n.sum()), int((x.accuracy * x.n).round().sum())
+                row[lv] = (_fmt(k / n, *normal_interval(k, n))
+                           + f" [{100 * x.accuracy.min():.0f}-{100 * x.accuracy.max():.0f}] n={n}")
         out[_row_label(df, kind)] = row
     return pd.DataFrame(out).T
 
@@ -193,11 +196,27 @@ def _faith_value(f: dict, key: str, count: str, levels):
     return sum(c * x for c, x in w) / sum(c for c, _ in w) if w else None
 
 
+def _pooled_counts(results: dict, names, key: str, levels) -> list[int]:
+    """The 2x2 agreement counts ``key`` of the stages ``names`` summed over seeds, overall (``levels`` None) or
+    over ``levels``."""
+    total = [0, 0, 0, 0]
+    for n in names:
+        f = results["calibration"][n].get("faithfulness") or {}
+        blocks = [f.get("overall") or {}] if levels is None else \
+            [b for lv, b in (f.get("by_level") or {}).items() if lv in levels]
+        for b in blocks:
+            total = [t + c for t, c in zip(total, b.get(key) or (0, 0, 0, 0))]
+    return total
+
+
 def faithfulness_table(results: dict, kinds=None, level_groups: dict | None = None) -> pd.DataFrame:
     """Decision faithfulness per stage kind as the results' task reads it (:meth:`dsh.measure.tasks.Task.faithfulness`:
     its ``faithfulness_keys``), the mean over seeds, next to p_dC, p_dW and the number of items read (its
     ``faithfulness_count``: attempts, checks); with ``level_groups`` (``{name:
-    levels}``) each share is weighted by its count over each group's levels (e.g. the fine-tuning levels and beyond)."""
+    levels}``) each share is weighted by its count over each group's levels (e.g. the fine-tuning levels and beyond).
+    Where the task counts the agreement of a verdict with its check (``agreement_counts``), the counts pooled over
+    seeds and levels give the chance agreement and Cohen's kappa with its 95 % interval
+    (:func:`dsh.core.agreement.cohen_kappa`)."""
     task = tasks.get(results["summary"].get("task", "traces"))
     df = long_table(results)
     rows = {}
@@ -220,6 +239,11 @@ def faithfulness_table(results: dict, kinds=None, level_groups: dict | None = No
                                    task.faithfulness_count, levels) for n in names]
                 xs = [x for x in xs if x is not None]
                 row[key if g is None else (g, key)] = sum(xs) / len(xs) if xs else None
+            if task.agreement_counts:      # chance baseline and kappa from the counts pooled over seeds and levels
+                k = cohen_kappa(*_pooled_counts(results, names, task.agreement_counts, levels))
+                for key, x in (("chance_agreement", k["chance"]), ("kappa", k["kappa"]),
+                               ("kappa_low", k["kappa_ci"][0]), ("kappa_high", k["kappa_ci"][1])):
+                    row[key if g is None else (g, key)] = x
         rows[_row_label(df, kind)] = row
     return pd.DataFrame(rows).T
 

@@ -162,6 +162,7 @@ def summarize(s: ResponseStats, n_bootstrap: int = 100, seed: int = 0) -> dict:
         "p_s_ci": list(ci[0]), "p_d_given_correct_ci": list(ci[1]), "p_d_given_wrong_ci": list(ci[2]),
         "no_answer": int((~s.has_answer).sum()),
         "n_candidates": int((s.n_correct + s.n_wrong).sum()),
+        "n_correct_candidates": int(s.n_correct.sum()), "n_wrong_candidates": int(s.n_wrong.sum()),
         "transitions": {"F->T": int(t[0]), "T->F": int(t[1]), "T->T": int(t[2]), "F->F": int(t[3]),
                         "p(F->T)": _ratio(t[0], from_f), "p(T->F)": _ratio(t[1], from_t)},
     }

@@ -13,7 +13,9 @@ its name.
   faithfulness read by :func:`dsh.task.laptop_task.faithfulness`; its own settings
   (``TrainConfig.task_options``): ``check`` (``computed`` or ``verdict``: the imitated-check control) and
   ``attempts`` (``own``: reflection traces begin with the starting model's own sampled attempts; ``injected``:
-  the generator's slips).
+  the generator's slips), ``loss`` (``all``, or ``no_wrong_attempts``: reflection SFT learns nothing from the
+  wrong attempts' tokens, only the checks, verdicts, markers and right attempts; records then carry
+  ``segment_texts`` / ``segment_loss``, read by :mod:`dsh.training.loss_mask`).
 
 The registry sits at the top of the measurement layer: it joins how data are written (:mod:`dsh.task`) with how
 responses are read and measured (:mod:`dsh.measure`), so that everything that trains, evaluates or reports can
@@ -45,6 +47,7 @@ class Task:
     options: dict = {}
     faithfulness_keys: tuple = ()
     faithfulness_count = ""
+    agreement_counts: str | None = None     # the faithfulness key holding verdict-vs-check 2x2 counts, if any
 
     def settings(self, task_options: dict | None) -> dict:
         """The task's settings: its defaults with ``task_options`` applied (a one-line ValueError naming a bad one)."""
@@ -120,9 +123,10 @@ class TracesTask(Task):
 class LaptopTask(Task):
     name = "laptop_task"
     about = "the 1xN ladder for tiny from-scratch models (dsh.task.laptop_task), a computed nines check"
-    options = {"check": lt.CHECK_STYLES, "attempts": ("own", "injected")}
+    options = {"check": lt.CHECK_STYLES, "attempts": ("own", "injected"), "loss": ("all", "no_wrong_attempts")}
     faithfulness_keys = ("verdict_follows_check", "check_exact", "verdict_right", "resample_after_fail")
     faithfulness_count = "checks"
+    agreement_counts = "follows_counts"
 
     def training_problems(self, cfg) -> list:
         rng = random.Random(f"laptop-train-{cfg.seed}")
@@ -141,7 +145,8 @@ class LaptopTask(Task):
         style = self.style(cfg)
         if style is None:
             return prompt_records(problems)
-        check = self.settings(cfg.task_options)["check"]
+        settings = self.settings(cfg.task_options)
+        check, masked = settings["check"], settings["loss"] == "no_wrong_attempts"
         out = []
         for i, p in enumerate(problems):
             if attempts is not None:
@@ -151,9 +156,13 @@ class LaptopTask(Task):
             else:
                 t = lt.trace(p, style, retry_fraction=cfg.retry_fraction, max_attempts=cfg.max_attempts,
                              seed=cfg.seed + i, check=check)
-            out.append({"prompt": [{"role": "user", "content": p.question}],
-                        "completion": [{"role": "assistant", "content": t.text}], "answer": str(p.answer),
-                        "level": p.level})
+            rec = {"prompt": [{"role": "user", "content": p.question}],
+                   "completion": [{"role": "assistant", "content": t.text}], "answer": str(p.answer),
+                   "level": p.level}
+            if masked:    # read by dsh.training.loss_mask: no loss on the wrong attempts' tokens
+                segs = t.segments or ((t.text, True),)
+                rec["segment_texts"], rec["segment_loss"] = [x for x, _ in segs], [bool(y) for _, y in segs]
+            out.append(rec)
         return out
 
     @staticmethod

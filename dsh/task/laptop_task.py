@@ -34,6 +34,7 @@ import re
 from dataclasses import dataclass
 
 from ..core import validate as v
+from ..core.agreement import cohen_kappa
 from .arithmetic import draw_error, long_multiplication, multiplicand_multiplier
 from .parse import ParsedResponse, group_attempts, operands
 from .problems import Problem, parse_level, test_problems
@@ -109,6 +110,9 @@ class TaskTrace:
     text: str
     attempt_answers: tuple[int, ...]
     decisions: tuple[str, ...]
+    # the text cut into pieces with whether a model should learn it: False on the wrong attempts (their steps and
+    # stated answer), True on the rest; "".join of the pieces is ``text`` (None: learn it all)
+    segments: tuple[tuple[str, bool], ...] | None = None
 
 
 def trace(p: Problem, style: str = "reflection", retry_fraction: float = 0.5, extra_error_rate: float = 0.3,
@@ -152,19 +156,23 @@ def trace_from_attempts(p: Problem, attempts, max_attempts: int = 3, check: str 
     attempt is followed by the product sentence and its true check; a passing check ends the trace (STOP, even on
     a wrong answer that casting out nines misses), a failing one is followed by the marker and the next attempt;
     after the given attempts run out, the generator's correct attempt follows. None when the trace would need more
-    than ``max_attempts`` attempts."""
+    than ``max_attempts`` attempts. The trace's ``segments`` mark the wrong attempts (steps and stated answer) as
+    not to be learned: the check, the verdict, the marker and the right attempt carry what reflection SFT teaches."""
     v.choice("check", check, CHECK_STYLES)
-    blocks, answers, decisions = [], [], []
+    segments, answers, decisions = [], [], []
     queue = list(attempts)
-    for _ in range(max_attempts):
+    for k in range(max_attempts):
         body, res = queue.pop(0) if queue else attempt_text(p.a, p.b)
         block, ok = attempt_block(p, body, res, check)
+        attempt = f"{body}\n{ANSWER}{res}."
+        assert block.startswith(attempt)
+        segments += [("\n" if k else "", True), (attempt, res == p.answer), (block[len(attempt):], True)]
         answers.append(res)
         if ok:
-            blocks.append(block)
             decisions.append("STOP")
-            return TaskTrace(p.question, "\n".join(blocks), tuple(answers), tuple(decisions))
-        blocks.append(f"{block}\n{MARKER}")
+            segments = tuple((t, learn) for t, learn in segments if t)
+            return TaskTrace(p.question, "".join(t for t, _ in segments), tuple(answers), tuple(decisions), segments)
+        segments.append((f"\n{MARKER}", True))
         decisions.append("RESAMPLE")
     return None
 
@@ -213,11 +221,15 @@ def draw(level: str, rng: random.Random) -> Problem:
 
 
 def base_corpus(levels, weights, n: int, check_fraction: float = 0.3, seed: int = 0,
-                exclude=frozenset()) -> list[TaskTrace]:
+                exclude=frozenset(), check_levels=None) -> list[TaskTrace]:
     """The from-scratch pre-training corpus: ``n`` examples, a share ``check_fraction`` of them check examples
-    (levels uniform: checking is a skill the base has at every length), the rest no-reflection attempts (levels
-    drawn with ``weights``); problems in ``exclude`` (pairs (a, b)) are never drawn (the test questions)."""
+    (levels uniform over ``check_levels``, default ``levels``: checking is a skill the base has at every length),
+    the rest no-reflection attempts (levels drawn from ``levels`` with ``weights``); problems in ``exclude``
+    (pairs (a, b)) are never drawn (the test questions, in both orders: :func:`held_out`)."""
     levels = [f"{m}x{k}" for m, k in map(parse_level, levels)]
+    check_levels = levels if check_levels is None else [f"{m}x{k}" for m, k in map(parse_level, check_levels)]
+    if not check_levels:
+        raise ValueError("check_levels must name at least one level, like '1x2'; got none")
     if len(weights) != len(levels) or any(w < 0 for w in weights) or not any(w > 0 for w in weights):
         raise ValueError(f"weights must be {len(levels)} non-negative numbers, one positive; got {weights!r}")
     n = v.length("n", n)
@@ -226,7 +238,7 @@ def base_corpus(levels, weights, n: int, check_fraction: float = 0.3, seed: int 
     out = []
     while len(out) < n:
         is_check = rng.random() < check_fraction
-        p = draw(rng.choice(levels) if is_check else rng.choices(levels, weights)[0], rng)
+        p = draw(rng.choice(check_levels) if is_check else rng.choices(levels, weights)[0], rng)
         if (p.a, p.b) in exclude:
             continue
         if is_check:
@@ -271,9 +283,11 @@ def check_fidelity(question_a: int, question_b: int, response: str) -> list[dict
 def faithfulness(records) -> dict:
     """Decision faithfulness of responses to laptop questions (records with ``question``, ``response`` and
     ``level``): per level and overall, the number of (product, check) pairs, the share whose verdict equals the
-    true check of that candidate (``verdict_follows_check``), whose check line is exactly right (``check_exact``),
-    whose verdict is right about correctness (``verdict_right``), and the share of attempts after a "fails"
-    verdict that go on with the marker (``resample_after_fail``)."""
+    true check of that candidate (``verdict_follows_check``) with its chance baseline and Cohen's kappa
+    (``chance_agreement``, ``kappa``, ``kappa_ci``; :func:`dsh.core.agreement.cohen_kappa`; the 2x2 counts of
+    verdict "passes" by true check passes in ``follows_counts``, so that levels and seeds pool), whose check line
+    is exactly right (``check_exact``), whose verdict is right about correctness (``verdict_right``), and the share
+    of attempts after a "fails" verdict that go on with the marker (``resample_after_fail``)."""
 
     by: dict = {}
     for r in records:
@@ -281,19 +295,27 @@ def faithfulness(records) -> dict:
         fid = check_fidelity(a, b, r["response"])
         parsed = read_response(r["response"], a, b)
         for lv in (r.get("level", "all"), "overall"):
-            d = by.setdefault(lv, {"checks": 0, "follows": 0, "exact": 0, "right": 0, "fails": 0, "resample": 0})
+            d = by.setdefault(lv, {"checks": 0, "follows": 0, "exact": 0, "right": 0, "fails": 0, "resample": 0,
+                                   "counts": [0, 0, 0, 0]})
             for k, f in enumerate(fid):
                 d["checks"] += 1
                 d["follows"] += f["verdict"] == f["true_check"]
+                d["counts"][(0 if f["true_check"] else 1) if f["verdict"] else (2 if f["true_check"] else 3)] += 1
                 d["exact"] += f["exact"]
                 d["right"] += f["verdict"] == f["correct"]
                 if not f["verdict"]:
                     d["fails"] += 1
                     d["resample"] += k < len(parsed.decisions) and parsed.decisions[k] == "RESAMPLE"
     share = lambda x, n: x / n if n else None  # noqa: E731
-    return {lv: {"checks": d["checks"], "verdict_follows_check": share(d["follows"], d["checks"]),
-                 "check_exact": share(d["exact"], d["checks"]), "verdict_right": share(d["right"], d["checks"]),
-                 "resample_after_fail": share(d["resample"], d["fails"])} for lv, d in by.items()}
+    out = {}
+    for lv, d in by.items():
+        kappa = cohen_kappa(*d["counts"])
+        out[lv] = {"checks": d["checks"], "verdict_follows_check": share(d["follows"], d["checks"]),
+                   "chance_agreement": kappa["chance"], "kappa": kappa["kappa"], "kappa_ci": kappa["kappa_ci"],
+                   "follows_counts": d["counts"],
+                   "check_exact": share(d["exact"], d["checks"]), "verdict_right": share(d["right"], d["checks"]),
+                   "resample_after_fail": share(d["resample"], d["fails"])}
+    return out
 
 
 def _checks(records):
@@ -318,6 +340,13 @@ def unfaithful_examples(records, n: int = 3) -> list[dict]:
 
 
 _WRITTEN = re.compile(r"Check: (\d+): [^.]*\. (\d+)\*(\d+)>(\d+)\. (\d+): ")
+
+
+def check_copies(check: str) -> tuple[int, int] | None:
+    """The two numbers a check copies, as written: the multiplicand it sums and the candidate it subtracts
+    (``Check: 69857: ... 552856: ...`` -> (69857, 552856)); None when the check does not have that shape."""
+    m = _WRITTEN.match(check.strip())
+    return (int(m.group(1)), int(m.group(5))) if m else None
 
 
 def unfaithful_causes(records) -> dict:

@@ -47,6 +47,8 @@ class BaseSpec:
     report_n: int = field(default=100, metadata={"help": "test questions a level in the provenance's report"})
     levels: tuple = field(default=BASE_LEVELS, metadata={"help": "levels of the corpus"})
     weights: tuple = field(default=BASE_WEIGHTS, metadata={"help": "relative frequency of each level"})
+    check_levels: tuple | None = field(default=None, metadata={"help": "levels of the check examples (None: "
+                                                                       "``levels``)"})
 
 
 def build_base(out, spec: BaseSpec = BaseSpec(), progress: bool = True) -> dict:
@@ -64,7 +66,7 @@ def build_base(out, spec: BaseSpec = BaseSpec(), progress: bool = True) -> dict:
     tok = build_tokenizer()
     model = make_model(tok, spec.model, seed=spec.train.seed)
     corpus = lt.base_corpus(spec.levels, spec.weights, spec.n_examples, spec.check_fraction, seed=spec.train.seed,
-                            exclude=lt.held_out())
+                            exclude=lt.held_out(both_orders=True), check_levels=spec.check_levels)
     rows = pack(encode(tok, [(t.prompt, t.text) for t in corpus]), spec.pack_length, seed=spec.train.seed)
     work = out.parent / f".{out.name}.work"
     t0 = time.time()
@@ -108,8 +110,10 @@ def stop_rule(model, tok, n_per_level: int = 50) -> dict | None:
 
 def base_report(model, tok, n_per_level: int = 100, temperature: float = 1.0, seed: int = 0,
                 answer_tokens: int = ATTEMPT_TOKENS, check_tokens: int = CHECK_TOKENS) -> dict:
-    """The base's accuracy per test level and its check skill (verdict right on given claims) at ``temperature``,
-    answers and checks sampled with at most ``answer_tokens`` and ``check_tokens`` new tokens."""
+    """The base's accuracy per test level and its check skill at ``temperature``: the whole check exactly right
+    (``check_exact``), its copies of the multiplicand and the candidate right (``check_copies``), the verdict right
+    on given claims (``check_verdict``); answers and checks sampled with at most ``answer_tokens`` and
+    ``check_tokens`` new tokens."""
     import random
 
     qs = lt.test_questions(n_per_level=n_per_level, seed=seed)
@@ -124,10 +128,12 @@ def base_report(model, tok, n_per_level: int = 100, temperature: float = 1.0, se
     rng = random.Random(seed)
     checks = [lt.check_example(p, rng) for p in qs]
     ctexts = complete(model, tok, [c.prompt for c in checks], check_tokens, temperature, seed + 1)
-    right, verdict = {}, {}
+    right, verdict, copied = {}, {}, {}
     for p, c, out in zip(qs, checks, ctexts):
         t = out.text.strip()
         right.setdefault(p.level, []).append(t == c.text)
+        copied.setdefault(p.level, []).append(lt.check_copies(t) == lt.check_copies(c.text))
         verdict.setdefault(p.level, []).append(t.endswith(lt.PASSES) == (c.decisions[0] == "STOP"))
     share = lambda d: {k: sum(x) / len(x) for k, x in d.items()}  # noqa: E731
-    return {"accuracy": share(acc), "check_exact": share(right), "check_verdict": share(verdict)}
+    return {"accuracy": share(acc), "check_exact": share(right), "check_copies": share(copied),
+            "check_verdict": share(verdict)}

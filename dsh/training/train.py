@@ -31,6 +31,7 @@ from ..task.arithmetic import CHECKS
 from ..task.problems import parse_level
 from ..task.records import chat_length
 from ..task.traces import GRANULARITIES
+from .loss_mask import has_segments, token_records
 from .own_attempts import own_attempts
 from .rollout import engine_unsuitable, make_trainer_class
 
@@ -439,7 +440,8 @@ def train(cfg: TrainConfig) -> dict:
         from ..llm.packing import register
 
         model.set_attn_implementation(register())
-    trainer = TRAINERS[cfg.method](cfg, trl_cfg, model, tok, Dataset.from_list(records), _lora(cfg),
+    rows = token_records(tok, records) if has_segments(records) else records   # partly learned completions
+    trainer = TRAINERS[cfg.method](cfg, trl_cfg, model, tok, Dataset.from_list(rows), _lora(cfg),
                                    [_metrics_callback(run / "metrics.jsonl")])
     cut = example_truncation(records, tok, cfg.max_length) if cfg.method != "grpo" else None
     if cut and cut["rate"] and cut["rate"] > 0.01:
