@@ -204,3 +204,18 @@ def test_reflection_with_one_check_falls_back_when_no_slip_is_detectable():
     assert t.attempt_answers == (6350522 * 101,) and t.decisions == ("STOP",)
     ok = [traces.make_trace(p, cfg, seed=i) for i, p in enumerate(problems.draw_problems("4x5", 100, seed=3))]
     assert sum(len(x.attempt_answers) > 1 for x in ok) >= 95      # detectable slips exist almost always
+
+
+def test_gzip_copy_gives_the_same_bytes_every_time(tmp_path):
+    """The same input gzipped twice (each through its own random temporary name, at different times) gives the same
+    bytes, with no file name and no time in the header, and reads back."""
+    import gzip
+    import time
+
+    src = tmp_path / "g.jsonl"
+    src.write_text('{"a": 1}\n' * 50)
+    a = files.gzip_copy(src, tmp_path / "a.jsonl.gz").read_bytes()
+    time.sleep(1.1)
+    b = files.gzip_copy(src, tmp_path / "b.jsonl.gz").read_bytes()
+    assert a == b and a[3] & 0x08 == 0 and a[4:8] == b"\0\0\0\0"     # FLG.FNAME unset, MTIME 0
+    assert gzip.decompress(a) == src.read_bytes()

@@ -121,3 +121,42 @@ def test_the_shipped_base_is_the_paper_shaped_base():
     for lv, a in prov["report"]["temperature 1.0"]["accuracy"].items():
         se = max(0.05, (a * (1 - a) / 30) ** 0.5)
         assert abs(fresh[lv] - a) < 4.5 * se, (lv, fresh[lv], a)
+
+
+class _Planted:
+    """A pickle that writes a file when it is loaded (an attacker's state.pt)."""
+
+    def __init__(self, path):
+        self.path = str(path)
+
+    def __reduce__(self):
+        return (_touch, (self.path,))
+
+
+def _touch(path):
+    with open(path, "w") as f:
+        f.write("pwned")
+    return {}
+
+
+def test_a_planted_or_corrupt_state_is_refused_and_never_run(tmp_path):
+    """A state.pt that is a pickle of code is refused in one line and the code never runs (the file it would write
+    does not appear); a corrupt one is refused the same way, naming the folder; both are left in place."""
+    import torch
+
+    tok = build_tokenizer()
+    rows = pack(_rows(tok, n=20), 200, seed=0)
+    marker = tmp_path / "ran.txt"
+    work = tmp_path / "w"
+    work.mkdir()
+    torch.save({"model": _Planted(marker)}, work / "state.pt")
+    before = (work / "state.pt").read_bytes()
+    with pytest.raises(ValueError, match=r"^out .*w holds a state.pt that dsh did not write or cannot read"):
+        _train(tmp_path, "w", rows, tok)
+    assert not marker.exists() and (work / "state.pt").read_bytes() == before
+    (work / "state.pt").write_bytes(b"not a torch file")
+    with pytest.raises(ValueError, match=r"holds a state.pt that dsh did not write or cannot read \(\w+"):
+        _train(tmp_path, "w", rows, tok)
+    torch.save({"step": 3}, work / "state.pt")          # a plain file of another shape
+    with pytest.raises(ValueError, match=r"\(not a dsh pretraining state\)"):
+        _train(tmp_path, "w", rows, tok)

@@ -99,10 +99,12 @@ def read_jsonl(path, strict: bool = True, check=None, what: str = "FILE") -> lis
 
 
 def gzip_copy(src, dst) -> Path:
-    """``src`` gzipped into ``dst`` atomically (no timestamp in the header: the same input gives the same bytes)."""
+    """``src`` gzipped into ``dst`` atomically, with no file name and no timestamp in the header: the same input
+    gives the same bytes (a name given to ``GzipFile`` would be the temporary file's, random)."""
 
     def w(tmp):
-        with open(src, "rb") as f, gzip.GzipFile(tmp, "wb", mtime=0) as g:
+        with open(src, "rb") as f, open(tmp, "wb") as raw, gzip.GzipFile(filename="", fileobj=raw, mode="wb",
+                                                                          mtime=0) as g:
             shutil.copyfileobj(f, g)
 
     return atomic_write(dst, w)

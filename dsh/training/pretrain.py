@@ -152,7 +152,17 @@ def pretrain(model, tok, rows, out, cfg: PretrainConfig = PretrainConfig(), prog
     state_path = out / "state.pt"
     step, seen, curve, elapsed, stopped, rule_log = 0, 0, [], 0.0, None, []
     if state_path.exists():
-        st = torch.load(state_path, weights_only=False)
+        try:        # tensors and plain Python values only: a planted pickle is refused, never run
+            st = torch.load(state_path, weights_only=True)
+            ok = isinstance(st, dict) and {"model", "optimizer", "step", "tokens", "curve", "seconds", "config",
+                                           "n_rows"} <= set(st)
+        except Exception as e:  # noqa: BLE001 - any unreadable file gets the same one-line refusal
+            ok, why = False, f"{type(e).__name__}"
+        else:
+            why = "not a dsh pretraining state"
+        if not ok:
+            raise ValueError(f"out {out} holds a state.pt that dsh did not write or cannot read ({why}); move it "
+                             f"away or use another folder")
         if st["config"] != asdict(cfg) or st["n_rows"] != len(rows):
             raise ValueError(f"out {out} holds a run with other settings; use another folder or delete it")
         model.load_state_dict(st["model"])

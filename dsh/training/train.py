@@ -56,7 +56,8 @@ class TrainConfig:
     task: str = _field("traces", "the task (dsh.measure.tasks): traces (the paper's, dsh.task.traces) or laptop_task "
                        "(the 1xN ladder for the tiny from-scratch models, dsh.task.laptop_task)")
     task_options: dict = field(default_factory=dict, metadata={
-        "help": "the task's own settings (laptop_task: check computed|verdict, attempts own|injected); {}: its defaults"})
+        "help": "the task's own settings (laptop_task: check computed|verdict, attempts own|injected, loss "
+        "all|no_wrong_attempts); {}: its defaults"})
     n_train: int = _field(20_000, "training problems (SFT examples, GRPO prompts)")
     train_levels: tuple = _field(("4x5", "5x4"), "levels the training problems are drawn from, e.g. 4x5,5x4")
     granularity: str = _field("digit", "how finely a trace writes the arithmetic (dsh.task.traces.GRANULARITIES)")
