@@ -69,6 +69,13 @@ def test_bad_model_writes_nothing(tmp_path):
     (tmp_path / "pickled" / "pytorch_model.bin").write_bytes(b"x")
     with pytest.raises(ValueError, match="safetensors only"):
         models.resolve_model(str(tmp_path / "pickled"))
+    with pytest.raises(ValueError, match="safetensors only"):                # a pathlib.Path is read the same
+        models.resolve_model(tmp_path / "pickled")
+    from dsh.training.laptop_base import SHIPPED_BASE
+
+    assert models.resolve_model(SHIPPED_BASE) == models.resolve_model(str(SHIPPED_BASE))
+    with pytest.raises(ValueError, match="^model must be 'embedded', a Hugging Face id"):
+        models.resolve_model(3)
 
 
 @pytest.fixture(scope="module")

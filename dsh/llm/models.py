@@ -81,9 +81,11 @@ def embedded_model_dir(progress: bool = True) -> Path:
     return target
 
 
-def resolve_model(model: str) -> str:
-    """Map ``"embedded"``, a dsh run directory (its ``final`` model) or a path to a loadable location;
-    a Hugging Face id is returned unchanged."""
+def resolve_model(model) -> str:
+    """Map ``"embedded"``, a dsh run directory (its ``final`` model) or a path (a string or a ``pathlib.Path``) to a
+    loadable location; a Hugging Face id is returned unchanged."""
+    if isinstance(model, os.PathLike):
+        model = os.fspath(model)
     if not isinstance(model, str) or not model.strip():
         raise ValueError(f"model must be 'embedded', a Hugging Face id, a local path or a run directory; got {model!r}")
     if model == EMBEDDED:

@@ -203,7 +203,8 @@ def read_response(text, a: int | None = None, b: int | None = None, markers=(MAR
 
 
 def check_example(p: Problem, rng: random.Random, wrong_fraction: float = 0.5) -> TaskTrace:
-    """A base-corpus example of the check skill: ``Check a * b = c.`` with c the product or a slip of it."""
+    """A base-corpus example of the check skill: asked ``Check a * b = c.`` (c the product or a slip of it), the
+    base restates the claim and checks it (:func:`check_text`)."""
     c = p.answer
     if rng.random() < wrong_fraction:
         err = draw_slip(p.a, p.b, rng)
@@ -212,7 +213,10 @@ def check_example(p: Problem, rng: random.Random, wrong_fraction: float = 0.5) -
         elif rng.random() < 0.5:
             c = p.answer + rng.choice([1, 2, 3, 4, 5, 6, 7, 8]) * 10 ** rng.randrange(len(str(p.answer)))
     text, ok = check_text(p.a, p.b, c)
-    return TaskTrace(CHECK_QUESTION.format(a=p.a, b=p.b, c=c), text, (c,), ("STOP" if ok else "RESAMPLE",))
+    claim = CHECK_QUESTION.format(a=p.a, b=p.b, c=c)
+    # the base restates the claim before checking it: copying numbers of every length of the ladder is a skill it
+    # brings, so that a reflective model can write its own check question (``Check a * b = N.``) beyond 1x5
+    return TaskTrace(claim, f"{claim}\n{text}", (c,), ("STOP" if ok else "RESAMPLE",))
 
 
 def draw(level: str, rng: random.Random) -> Problem:
@@ -342,11 +346,16 @@ def unfaithful_examples(records, n: int = 3) -> list[dict]:
 _WRITTEN = re.compile(r"Check: (\d+): [^.]*\. (\d+)\*(\d+)>(\d+)\. (\d+): ")
 
 
-def check_copies(check: str) -> tuple[int, int] | None:
-    """The two numbers a check copies, as written: the multiplicand it sums and the candidate it subtracts
-    (``Check: 69857: ... 552856: ...`` -> (69857, 552856)); None when the check does not have that shape."""
-    m = _WRITTEN.match(check.strip())
-    return (int(m.group(1)), int(m.group(5))) if m else None
+def check_copies(check: str) -> tuple[int, ...] | None:
+    """The numbers a check copies, as written: the claim it restates (``Check a * b = c.``, when it does) and the
+    multiplicand it sums and the candidate it subtracts (``Check: 69857: ... 552856: ...`` -> (69857, 552856));
+    None when the check does not have that shape."""
+    lines = check.strip().split("\n")
+    claim = re.fullmatch(r"Check (\d+) \* (\d+) = (\d+)\.", lines[0]) if len(lines) > 1 else None
+    m = _WRITTEN.match(lines[-1])
+    if not m or (len(lines) > 1 and not claim) or len(lines) > 2:
+        return None
+    return (tuple(map(int, claim.groups())) if claim else ()) + (int(m.group(1)), int(m.group(5)))
 
 
 def unfaithful_causes(records) -> dict:

@@ -133,12 +133,13 @@ def lr_at(step: int, total: int, cfg: PretrainConfig) -> float:
 
 
 def pretrain(model, tok, rows, out, cfg: PretrainConfig = PretrainConfig(), progress: bool = True,
-             stop_after: int | None = None, stop_rule=None, rule_every: int = 250) -> dict | None:
+             stop_after: int | None = None, stop_rule=None, rule_every: int = 250, monitor=None) -> dict | None:
     """Train ``model`` on ``rows`` (from :func:`encode` or :func:`pack`) for ``cfg.tokens`` tokens; checkpoints in
     ``out`` (resumed when present). Returns the run's statistics (steps, tokens, seconds, tokens/s, loss curve).
     ``stop_after``: leave after that many steps of this call with the state saved, as a kill would (returns None).
     ``stop_rule(model, step) -> dict | None``: called every ``rule_every`` steps; training ends early when it
-    returns a dict (recorded as ``stopped_early``)."""
+    returns a dict (recorded as ``stopped_early``). ``monitor(model, step) -> dict``: called every ``rule_every``
+    steps (and at the end), its dict recorded in the run's ``rule_log`` (kept across a resume): a learning curve."""
     import torch
     from tqdm.auto import tqdm
 
@@ -193,11 +194,14 @@ def pretrain(model, tok, rows, out, cfg: PretrainConfig = PretrainConfig(), prog
         if step % 25 == 0 or step == total:
             curve.append((step, seen, round(ema, 5), round(time.time() - t0, 1)))
             bar.set_postfix(loss=f"{ema:.4f}", tok_s=f"{seen / (time.time() - t0):.0f}")
-        if stop_rule is not None and step % rule_every == 0 and step < total:
+        if (stop_rule is not None or monitor is not None) and (step % rule_every == 0 or step == total):
             model.eval()
-            verdict = stop_rule(model, step)
+            verdict = stop_rule(model, step) if stop_rule is not None and step < total else None
+            entry = {"step": step, "tokens": seen, "stop": verdict is not None}
+            if monitor is not None:
+                entry["report"] = monitor(model, step)
             model.train()
-            rule_log.append({"step": step, "tokens": seen, "stop": verdict is not None})
+            rule_log.append(entry)
             if verdict is not None:
                 stopped = {"step": step, "tokens": seen, **verdict}
                 break
