@@ -146,7 +146,9 @@ def _cmd_pipeline(args) -> int:
 
     overrides = _parse_overrides(args.set)
     eval_overrides = _parse_overrides(args.eval_set)
-    stages = tuple(x.strip() for x in args.stages.split(",") if x.strip()) if args.stages else None
+    stages = tuple(x.strip() for x in args.stages.split(",") if x.strip()) if args.stages is not None else None
+    if stages == ():
+        raise ValueError("stages must name at least one stage, e.g. rl or rl-s0 (leave --stages out for the whole plan)")
     summary = run_pipeline(preset=args.preset, results_dir=args.results_dir, runs_dir=args.runs_dir, model=args.model,
                            overrides=overrides or None, stages=stages, eval_overrides=eval_overrides or None,
                            seed=args.seed, seeds=_int_list("seeds", args.seeds) if args.seeds else None,

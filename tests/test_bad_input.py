@@ -116,6 +116,8 @@ CLI_CASES = [
     ("pipeline-laptop-seeds", ["pipeline", "--preset", "laptop", "--seeds", "0,-1", "--results-dir", "{tmp}/r", "--runs-dir", "{tmp}/w"], "seeds must be a list of integers >= 0"),
     ("pipeline-laptop-seeds-text", ["pipeline", "--preset", "laptop", "--seeds", "all", "--results-dir", "{tmp}/r", "--runs-dir", "{tmp}/w"], "seeds must be comma-separated integers"),
     ("pipeline-laptop-ablation-seeds", ["pipeline", "--preset", "laptop", "--seeds", "1", "--ablation-seeds", "0", "--results-dir", "{tmp}/r", "--runs-dir", "{tmp}/w"], "ablation_seeds must be a subset of seeds [1]"),
+    ("pipeline-empty-stages", ["pipeline", "--preset", "laptop", "--stages", " , ", "--results-dir", "{tmp}/r", "--runs-dir", "{tmp}/w"], "stages must name at least one stage"),
+    ("pipeline-laptop-loss-option", ["pipeline", "--preset", "laptop", "--set", 'task_options={"loss": "some"}', "--results-dir", "{tmp}/r", "--runs-dir", "{tmp}/w"], "task_options['loss'] must be one of all, no_wrong_attempts"),
     ("pipeline-laptop-stage", ["pipeline", "--preset", "laptop", "--stages", "rl-s9", "--results-dir", "{tmp}/r", "--runs-dir", "{tmp}/w"], "stages[i] must be one of base, sft-s0"),
     ("pipeline-laptop-task-option", ["pipeline", "--preset", "laptop", "--set", 'task_options={"attempts": "mine"}', "--results-dir", "{tmp}/r", "--runs-dir", "{tmp}/w"], "task_options['attempts'] must be one of own, injected"),
     ("pipeline-laptop-seed-override", ["pipeline", "--preset", "laptop", "--set", "seed=1", "--results-dir", "{tmp}/r", "--runs-dir", "{tmp}/w"], "overrides must not set seed in a seeded plan"),

@@ -28,7 +28,8 @@ def test_plan_has_every_stage_for_every_seed_and_both_ablations():
     assert sorted(cfgs) == sorted(names[1:])
     assert cfgs["rl-s1"].model == "runs/x/sft_reflection-s1" and cfgs["rl-s1"].seed == 1
     assert cfgs["rl_beta0-s0"].beta == 0 and cfgs["rl-s0"].beta == presets.LAPTOP.training["grpo"]["beta"]
-    assert cfgs["sft_verdict-s0"].task_options == {"check": "verdict"} and cfgs["sft_reflection-s0"].task_options == {}
+    assert cfgs["sft_verdict-s0"].task_options == {**presets.LAPTOP_REFLECTION, "check": "verdict"}
+    assert cfgs["sft_reflection-s0"].task_options == presets.LAPTOP_REFLECTION
     assert cfgs["rl_verdict-s0"].model == "runs/x/sft_verdict-s0"
     assert cfgs["dft-s2"].model == "base/" and all(c.task == "laptop_task" for c in cfgs.values())
     assert plan("laptop", "runs/x")["sft-s0"].model == presets.LAPTOP.model     # the shipped base by default

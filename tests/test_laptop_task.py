@@ -217,3 +217,37 @@ def test_faithfulness_kappa_by_a_second_route_on_committed_responses():
     assert f["verdict_follows_check"] == pytest.approx(po) and f["chance_agreement"] == pytest.approx(pe)
     assert f["kappa"] == pytest.approx((po - pe) / (1 - pe))
     assert f["kappa_ci"][0] < f["kappa"] < f["kappa_ci"][1]
+
+
+def test_miscopied_attempts_fail_their_check_and_the_check_restates_the_question():
+    """The wrong attempts that miscopy the multiplicand (the base's slip beyond its answer levels) multiply another
+    number right, and the trace's check question restates the question, not the attempt's copy, so the check fails;
+    at miscopy_fraction 0 the traces are the slips-only ones."""
+    import random
+
+    from dsh.task.arithmetic import multiplicand_multiplier
+
+    rng = random.Random(5)
+    seen = 0
+    for p in lt.test_questions(n_per_level=15, seed=4):
+        m = lt.miscopied_attempt(p.a, p.b, rng)
+        if m is None:
+            continue
+        body, res = m
+        x, y = multiplicand_multiplier(p.a, p.b, "lean")
+        head = body.split(":")[0]
+        copy, mult = (int(t) for t in head.split("*"))
+        assert copy != x and mult == y and res == copy * y and (res - x * y) % 9 != 0
+        assert sum(c1 != c2 for c1, c2 in zip(str(copy), str(x))) <= 1 or len(str(copy)) == len(str(x)) - 1
+        seen += 1
+    assert seen >= 90
+    t = lt.trace(Problem(3, 29446), retry_fraction=1.0, seed=1, miscopy_fraction=1.0)
+    first = t.text.split("\n")
+    assert not first[0].startswith("29446*3") and first[2] == f"Check 3 * 29446 = {t.attempt_answers[0]}."
+    assert t.decisions[0] == "RESAMPLE" and t.attempt_answers[-1] == 3 * 29446
+    slips = [lt.trace(Problem(3, 29446 + k), retry_fraction=1.0, seed=k) for k in range(20)]
+    assert slips == [lt.trace(Problem(3, 29446 + k), retry_fraction=1.0, seed=k, miscopy_fraction=0.0)
+                     for k in range(20)]
+    assert all(s.text.startswith(f"{29446 + k}*3") for k, s in enumerate(slips))     # slips keep the operands
+    with pytest.raises(ValueError, match="miscopy_fraction must be"):
+        lt.trace(Problem(3, 45), miscopy_fraction=2)

@@ -86,7 +86,9 @@ def test_every_preset_config_and_plan_is_as_before_the_layout_move():
         """Issue 28 changed the laptop preset's GRPO (rounds of 256 rollouts feeding 8 steps of 32, padding-free,
         32 steps, a checkpoint per two rounds). Issue 29 moved the laptop-only TrainConfig fields laptop_check and
         laptop_attempts into the task's own settings (task_options, the non-default values only), also in the
-        ablation's overrides. Nothing else may differ."""
+        ablation's overrides. Issue 30 set the laptop preset's reflection traces (SFT with reflection, DFT and the
+        verdict-only ablation): injected wrong attempts, half of them miscopies, none learned (every SFT method's
+        config carries them; only reflection traces read them). Nothing else may differ."""
         if isinstance(x, dict):
             if x.get("method") == "grpo" and x.get("task") == "laptop_task":
                 x.update(generation_batch_size=256, max_steps=32, save_steps=16, padding_free=True)
@@ -97,11 +99,17 @@ def test_every_preset_config_and_plan_is_as_before_the_layout_move():
                                          **({"attempts": attempts} if attempts != "own" else {})}
                 else:                                       # a stage's overrides
                     x["task_options"] = {"check": check}
+            if x.get("task") == "laptop_task" and x.get("method") in ("sft", "sft_reflection", "dft"):
+                x["task_options"] = {**x.get("task_options", {}), **LAPTOP_REFLECTION}
+            if set(x) == {"task_options"} and x["task_options"] == {"check": "verdict"}:   # the ablation's overrides
+                x["task_options"] = {**LAPTOP_REFLECTION, "check": "verdict"}
             for y in x.values():
                 changed_on_purpose(y)
         elif isinstance(x, list):
             for y in x:
                 changed_on_purpose(y)
+
+    from dsh.experiment.presets import LAPTOP_REFLECTION
 
     changed_on_purpose(want)
     want["eval/laptop"]["batch_size"] = 256

@@ -311,7 +311,12 @@ PAPER = Preset(
 # 2-core machine (chapter 04's design table); token limits cover the longest trace of each ladder (a test checks).
 LAPTOP_LEVELS = laptop_task.TRAIN_LEVELS
 LAPTOP_EVAL_LEVELS = laptop_task.TEST_LEVELS
-_LAPTOP_SFT = dict(task="laptop_task", train_levels=LAPTOP_LEVELS, n_train=4000, max_length=1024, max_attempts=3,
+# reflection traces (SFT with reflection, DFT): the generator's wrong attempts in half the traces, half of them
+# miscopying the multiplicand, none of them learned (chapter 04's design table: with the base's own attempts there are
+# none to learn from on 1x2 ... 1x5, and learning injected ones taught the errors)
+LAPTOP_REFLECTION = {"attempts": "injected", "loss": "no_wrong_attempts", "wrong": "slips_and_miscopies"}
+_LAPTOP_SFT = dict(task="laptop_task", task_options=dict(LAPTOP_REFLECTION), train_levels=LAPTOP_LEVELS, n_train=4000,
+                   max_length=1024, max_attempts=3,
                    retry_fraction=0.5, per_device_train_batch_size=8, learning_rate=3e-4,
                    lr_scheduler_type="cosine", warmup_ratio=0.05, num_train_epochs=1.0, weight_decay=0.0,
                    save_steps=50, logging_steps=5, report_to=(), bf16=False)
@@ -324,7 +329,7 @@ LAPTOP_STAGES = (Stage("base", None), Stage("sft", "sft", "base"), Stage("sft_re
                  Stage("dft", "dft", "base"), Stage("rl", "grpo", "sft_reflection"))
 KL_BETAS = (0.0, 0.01, 0.1)
 LAPTOP_ABLATIONS = tuple(Stage(f"rl_beta{b:g}", "grpo", "sft_reflection", {"beta": b}) for b in KL_BETAS) + (
-    Stage("sft_verdict", "sft_reflection", "base", {"task_options": {"check": "verdict"}}),
+    Stage("sft_verdict", "sft_reflection", "base", {"task_options": {**LAPTOP_REFLECTION, "check": "verdict"}}),
     Stage("rl_verdict", "grpo", "sft_verdict"))
 
 LAPTOP = Preset(

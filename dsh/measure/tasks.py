@@ -15,7 +15,9 @@ its name.
   ``attempts`` (``own``: reflection traces begin with the starting model's own sampled attempts; ``injected``:
   the generator's slips), ``loss`` (``all``, or ``no_wrong_attempts``: reflection SFT learns nothing from the
   wrong attempts' tokens, only the checks, verdicts, markers and right attempts; records then carry
-  ``segment_texts`` / ``segment_loss``, read by :mod:`dsh.training.loss_mask`).
+  ``segment_texts`` / ``segment_loss``, read by :mod:`dsh.training.loss_mask`), ``wrong`` (the injected wrong
+  attempts: ``slips`` in the arithmetic, or ``slips_and_miscopies``: half of them miscopy the multiplicand, so that
+  the check question must be copied from the question, not from the attempt).
 
 The registry sits at the top of the measurement layer: it joins how data are written (:mod:`dsh.task`) with how
 responses are read and measured (:mod:`dsh.measure`), so that everything that trains, evaluates or reports can
@@ -123,7 +125,9 @@ class TracesTask(Task):
 class LaptopTask(Task):
     name = "laptop_task"
     about = "the 1xN ladder for tiny from-scratch models (dsh.task.laptop_task), a computed nines check"
-    options = {"check": lt.CHECK_STYLES, "attempts": ("own", "injected"), "loss": ("all", "no_wrong_attempts")}
+    options = {"check": lt.CHECK_STYLES, "attempts": ("own", "injected"), "loss": ("all", "no_wrong_attempts"),
+               "wrong": ("slips", "slips_and_miscopies")}
+    MISCOPY_FRACTION = {"slips": 0.0, "slips_and_miscopies": 0.5}
     faithfulness_keys = ("verdict_follows_check", "check_exact", "verdict_right", "resample_after_fail")
     faithfulness_count = "checks"
     agreement_counts = "follows_counts"
@@ -155,7 +159,7 @@ class LaptopTask(Task):
                     continue
             else:
                 t = lt.trace(p, style, retry_fraction=cfg.retry_fraction, max_attempts=cfg.max_attempts,
-                             seed=cfg.seed + i, check=check)
+                             seed=cfg.seed + i, check=check, miscopy_fraction=self.MISCOPY_FRACTION[settings["wrong"]])
             rec = {"prompt": [{"role": "user", "content": p.question}],
                    "completion": [{"role": "assistant", "content": t.text}], "answer": str(p.answer),
                    "level": p.level}

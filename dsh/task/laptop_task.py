@@ -102,6 +102,37 @@ def draw_slip(a: int, b: int, rng: random.Random) -> dict | None:
         return None
 
 
+def miscopied_attempt(a: int, b: int, rng: random.Random, tries: int = 50) -> tuple[str, int] | None:
+    """An attempt that copies the multiplicand wrongly (one digit dropped or changed, the slip the base makes
+    beyond its answer levels) and multiplies the wrong number right: its steps, header included, and its result,
+    which the check of ``a * b`` detects (its error is no multiple of 9). None when no such copy is found."""
+    x, y = multiplicand_multiplier(a, b, "lean")
+    digits = str(x)
+    for _ in range(tries):
+        i = rng.randrange(len(digits))
+        if rng.random() < 0.5 and len(digits) > 1:
+            copy = digits[:i] + digits[i + 1:]
+        else:
+            copy = digits[:i] + rng.choice([d for d in "0123456789" if d != digits[i]]) + digits[i + 1:]
+        if copy[0] == "0":
+            continue
+        body, res = attempt_text(int(copy), y)
+        if (res - x * y) % 9:
+            return body, res
+    return None
+
+
+def wrong_attempt(a: int, b: int, rng: random.Random, miscopy_fraction: float = 0.0) -> tuple[str, int]:
+    """A wrong attempt at ``a * b`` for a reflection trace: with probability ``miscopy_fraction`` one that miscopies
+    the multiplicand (:func:`miscopied_attempt`), else a slip in the arithmetic (:func:`draw_slip`); both are
+    detected by the check. (A multiplier of 1 may leave no slip: the attempt is then right.)"""
+    if miscopy_fraction > 0 and rng.random() < miscopy_fraction:     # (no draw at 0: the slips' stream unchanged)
+        m = miscopied_attempt(a, b, rng)
+        if m is not None:
+            return m
+    return attempt_text(a, b, draw_slip(a, b, rng))
+
+
 @dataclass(frozen=True)
 class TaskTrace:
     """A trace and its structure: the answer of each attempt and each decision (for round-trip tests)."""
@@ -116,15 +147,17 @@ class TaskTrace:
 
 
 def trace(p: Problem, style: str = "reflection", retry_fraction: float = 0.5, extra_error_rate: float = 0.3,
-          max_attempts: int = 3, seed: int = 0, check: str = "computed") -> TaskTrace:
+          max_attempts: int = 3, seed: int = 0, check: str = "computed", miscopy_fraction: float = 0.0) -> TaskTrace:
     """One SFT trace of ``p``. ``no_reflection``: the attempt and ``The answer is N.``; ``reflection``: attempts
     each followed by the product sentence and its check, wrong ones (share ``retry_fraction``, further ones with
-    probability ``extra_error_rate``) failing their check and followed by the marker; the last attempt is right.
-    ``check``: one of :data:`CHECK_STYLES`."""
+    probability ``extra_error_rate``; a share ``miscopy_fraction`` of them miscopy the multiplicand, the rest slip
+    in the arithmetic: :func:`wrong_attempt`) failing their check and followed by the marker; the last attempt is
+    right. ``check``: one of :data:`CHECK_STYLES`."""
     v.choice("style", style, STYLES)
     v.choice("check", check, CHECK_STYLES)
     v.probability("retry_fraction", retry_fraction)
     v.probability("extra_error_rate", extra_error_rate)
+    v.probability("miscopy_fraction", miscopy_fraction)
     v.positive_int("max_attempts", max_attempts)
     rng = random.Random(f"{seed}-{p.a}-{p.b}-{style}")
     if style == "no_reflection":
@@ -137,7 +170,7 @@ def trace(p: Problem, style: str = "reflection", retry_fraction: float = 0.5, ex
             n_wrong += 1
     # the slipped attempts fail their check (draw_slip draws only slips the check detects; None: no slip exists,
     # a correct attempt that ends the trace); the generator's correct attempt follows them
-    slipped = [attempt_text(p.a, p.b, draw_slip(p.a, p.b, rng)) for _ in range(n_wrong)]
+    slipped = [wrong_attempt(p.a, p.b, rng, miscopy_fraction) for _ in range(n_wrong)]
     return trace_from_attempts(p, slipped, max_attempts, check)
 
 

@@ -97,5 +97,55 @@ rows.append({"question": "GRPO: rollouts per step within the hour's budget",
                          f"{float(g[0][2]):.2f} at step 1, mean reward {float(g[0][1]):.2f} -> {float(g[-1][1]):.2f}",
              "chosen": "32 completions a step, 30 steps, lr 5e-5 constant (7 GRPO runs must fit the hour with the "
                        "rest); the pipeline's reward curves show what it gave"})
+
+
+# ---- issue 30: a base with its skills learned, reflection SFT that learns no error -----------------------------
+def jsonl(name):
+    return [json.loads(x) for x in (LOGS / name).read_text().splitlines() if x.strip()]
+
+
+def pct(d, levels=None):
+    return " / ".join(f"{100 * d[lv]:.0f}" for lv in (levels or sorted(d)))
+
+
+speeds = [json.loads(x) for x in (LOGS / "base_speed.log").read_text().splitlines() if x.startswith("{")]
+b1 = jsonl("base_s128x4_16M.jsonl")
+b1_final = b1[-1]["validation_T1"]
+reached = next(e for e in b1 if "accuracy" in e and min(e["check_exact"].values()) >= 0.98
+               and min(e["accuracy"][lv] for lv in ("1x2", "1x3", "1x4", "1x5")) >= 0.98)
+rows.append({"question": "base (issue 30): what it answers, what it checks, how long it trains",
+             "tried": "answers on every ladder level (longer rarer), stopped early by a rule (the previous base, d7) vs "
+                      "answers on 1x2 ... 1x5 and checks on 1x2 ... 1x8 (both orders, test questions out in both), "
+                      "trained to its 16M-token budget (base_s128x4_16M)",
+             "measured": f"previous base, test T=1: accuracy {pct(d7['report']['temperature 1.0']['accuracy'])} %, check "
+                         f"exact {pct(d7['report']['temperature 1.0']['check_exact'])} %; new design, validation T=1 "
+                         f"(~100 a level): accuracy {pct(b1_final['accuracy'])} %, check exact "
+                         f"{pct(b1_final['check_exact'])} %, copies {pct(b1_final['check_copies'])} % (every skill "
+                         f">= 98 % on 1x2 ... 1x5 from step {reached['step']}, 50 a level)",
+             "chosen": "answers 1x2 ... 1x5, checks at every length, the whole budget (the shipped base)"})
+rows.append({"question": "base (issue 30): model size",
+             "tried": ", ".join(f"{s['params'] / 1e6:.2f}M" for s in speeds) + " parameters (40 training steps each)",
+             "measured": "tokens/s alone: " + ", ".join(f"{s['tokens_per_s']:,}" for s in speeds)
+                         + f"; the {speeds[0]['params'] / 1e6:.2f}M model learned every skill to >= 98 % on validation",
+             "chosen": f"{speeds[0]['params'] / 1e6:.2f}M (larger models not trained: the small one met every target)"})
+refl = {r["name"]: r for name in ("r0_sft", "r1_injected_masked", "r2_injected_all") for r in jsonl(f"reflect_{name}.jsonl")}
+
+
+def refl_cell(r):
+    t, b = r["tuned"], r["beyond"]
+    kappa = f", kappa {t['kappa']:.2f} (chance {t['chance_agreement']:.2f})" if t["kappa"] is not None else ""
+    exact = (f", check lines exact {t['check_exact']:.2f} (beyond 1x5: {b['check_exact']:.2f})"
+             if t["check_exact"] is not None else "")
+    return (f"first attempt {t['first_attempt_accuracy']:.3f}, final {t['final_accuracy']:.3f}, at the token limit "
+            f"{t['truncated']:.3f}{kappa}{exact}")
+
+
+rows.append({"question": "reflection SFT (issue 30): learn the wrong attempts or not (from the base_s128x4_16M design)",
+             "tried": "injected slips in half the traces, loss on every token (r2) vs no loss on the wrong attempts "
+                      "(r1), next to SFT without reflection (r0); validation questions of 1x2 ... 1x5, T=1",
+             "measured": "; ".join(f"{k[:2]}: {refl_cell(r)}" for k, r in refl.items()),
+             "chosen": "no loss on the wrong attempts (first-attempt accuracy kept); the check question miscopies the "
+                       "question (at 1x2 already, and always beyond 1x5: the base had copied long numbers only in its "
+                       "own attempts), so the base now restates every claim it checks"})
 (HERE / "design.json").write_text(json.dumps(rows, indent=1) + "\n")
 print(json.dumps(rows, indent=1))
