@@ -147,5 +147,29 @@ rows.append({"question": "reflection SFT (issue 30): learn the wrong attempts or
              "chosen": "no loss on the wrong attempts (first-attempt accuracy kept); the check question miscopies the "
                        "question (at 1x2 already, and always beyond 1x5: the base had copied long numbers only in its "
                        "own attempts), so the base now restates every claim it checks"})
+base2 = json.loads((HERE.parent.parent.parent.parent / "dsh" / "assets" / "laptop-base" / "dsh_provenance.json")
+                   .read_text())
+r2 = base2["report"]["temperature 1.0"]
+rows.append({"question": "base (issue 30): can a reflective model write its own check question beyond 1x5?",
+             "tried": "the base above vs the same base whose check examples first restate the claim ('Check a * b = "
+                      "c.', copying numbers of every ladder length), i.e. the shipped base",
+             "measured": f"shipped base, test T=1 (100 a level): accuracy {pct(r2['accuracy'])} %, check exact "
+                         f"{pct(r2['check_exact'])} %, copies {pct(r2['check_copies'])} %; after reflection SFT (rows "
+                         "below) its check lines beyond 1x5 are still rarely exact",
+             "chosen": "the restating base (shipped), trained by python -m dsh base at commit "
+                       f"{base2['provenance']['commit'][:7]}"})
+refl2 = {r["name"]: r for name in ("r4_base2_sft", "r3_base2_injected_masked", "r5_base2_injected_masked_miscopies")
+         for r in jsonl(f"reflect_{name}.jsonl")}
+rows.append({"question": "reflection SFT (issue 30) on the shipped base: which wrong attempts",
+             "tried": "SFT without reflection (r4) vs reflection SFT with injected arithmetic slips, not learned (r3) vs "
+                      "half of the slips replaced by miscopies of the multiplicand, not learned (r5); seed 0, "
+                      "validation questions of 1x2 ... 1x5, T=1 (own attempts not tried: the base is right on ~100 % "
+                      "of them, so its traces would hold no retry)",
+             "measured": "; ".join(f"{k[:2]}: {refl_cell(r)}" for k, r in refl2.items())
+                         + ". Beyond 1x5 the check question copies a five-digit number (the attempt's truncated "
+                           "multiplicand or a cut question): the check then passes the wrong answer",
+             "chosen": "r5 (the laptop preset's reflection settings); its kappa on 1x2 ... 1x5 rests on the few wrong "
+                       "candidates there. Open: checks beyond 1x5 (a reflective model copies no number longer than "
+                       "those it was fine-tuned on)"})
 (HERE / "design.json").write_text(json.dumps(rows, indent=1) + "\n")
 print(json.dumps(rows, indent=1))
