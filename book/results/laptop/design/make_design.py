@@ -171,5 +171,14 @@ rows.append({"question": "reflection SFT (issue 30) on the shipped base: which w
              "chosen": "r5 (the laptop preset's reflection settings); its kappa on 1x2 ... 1x5 rests on the few wrong "
                        "candidates there. Open: checks beyond 1x5 (a reflective model copies no number longer than "
                        "those it was fine-tuned on)"})
+probes = {n: jsonl(f"grpo_probe_{n}.jsonl")[-1] for n in ("tuned", "edge1x6")}
+rows.append({"question": "GRPO (issue 30): is there a signal after the chosen reflection SFT (r5)?",
+             "tried": "one rollout round of the preset's GRPO (256 completions, 8 a prompt) on 1x2 ... 1x5 prompts vs "
+                      "on 1x6 prompts",
+             "measured": "; ".join(f"{n}: mean reward {p['steps'][0]['reward']:.2f}, groups whose rewards all agree "
+                                   f"{p['steps'][0]['frac_reward_zero_std']:.2f}, clipped "
+                                   f"{p['steps'][0]['completions/clipped_ratio']:.2f}" for n, p in probes.items()),
+             "chosen": "none yet: every group agrees (all right on the fine-tuning levels, all wrong at 1x6), so GRPO has "
+                       "no gradient; the next design needs prompts at the edge of competence"})
 (HERE / "design.json").write_text(json.dumps(rows, indent=1) + "\n")
 print(json.dumps(rows, indent=1))
