@@ -180,5 +180,18 @@ rows.append({"question": "GRPO (issue 30): is there a signal after the chosen re
                                    f"{p['steps'][0]['completions/clipped_ratio']:.2f}" for n, p in probes.items()),
              "chosen": "none yet: every group agrees (all right on the fine-tuning levels, all wrong at 1x6), so GRPO has "
                        "no gradient; the next design needs prompts at the edge of competence"})
+r6 = jsonl("reflect_r6_levels_to_1x6.jsonl")[-1]
+p6 = jsonl("grpo_probe_r6_edge1x6.jsonl")[-1]["steps"][0]
+rows.append({"question": "an edge of competence (issue 30, a lead, not chosen yet): fine-tune on 1x6 too",
+             "tried": "r5's reflection SFT with 1x6 and 6x1 added to the fine-tuning levels (4,000 traces over 10 "
+                      "levels), then one GRPO round on 1x6 prompts",
+             "measured": f"1x2 ... 1x5: {refl_cell(r6)}; 1x6 ... 1x8 together: first attempt "
+                         f"{r6['beyond']['first_attempt_accuracy']:.2f}, final {r6['beyond']['final_accuracy']:.2f}, at "
+                         f"the token limit {r6['beyond']['truncated']:.2f}, kappa {r6['beyond']['kappa']:.2f} (chance "
+                         f"{r6['beyond']['chance_agreement']:.2f}); GRPO at 1x6: mean reward {p6['reward']:.2f}, groups "
+                         f"whose rewards all agree {p6['frac_reward_zero_std']:.2f}, clipped "
+                         f"{p6['completions/clipped_ratio']:.2f}",
+             "chosen": "not yet: GRPO gets a signal at 1x6, but first attempts on 1x2 ... 1x5 fall and responses loop "
+                       "past the token limit; 1x6 would no longer lie beyond the fine-tuning data (next session)"})
 (HERE / "design.json").write_text(json.dumps(rows, indent=1) + "\n")
 print(json.dumps(rows, indent=1))
