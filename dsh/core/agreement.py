@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 
-Z95 = 1.959963984540054
+Z95 = 1.959963984540054     # the 95 % two-sided normal quantile (the package's one)
 
 
 def cohen_kappa(both: int, first_only: int, second_only: int, neither: int) -> dict:

@@ -20,11 +20,10 @@ from pathlib import Path
 import numpy as np
 
 from ..core import validate as v
+from ..core.agreement import Z95  # noqa: F401 - the one 95 % normal quantile; re-exported for claims and predictions
 from ..core.files import read_jsonl
 from ..task.parse import DEFAULT_MARKERS, operands, parse_response, truth_value
 from ..theory.two_stage import predicted_accuracy
-
-Z95 = 1.959963984540054
 
 
 @dataclass(frozen=True)

@@ -332,26 +332,24 @@ def faithfulness(records) -> dict:
         fid = check_fidelity(a, b, r["response"])
         parsed = read_response(r["response"], a, b)
         for lv in (r.get("level", "all"), "overall"):
-            d = by.setdefault(lv, {"checks": 0, "follows": 0, "exact": 0, "right": 0, "fails": 0, "resample": 0,
-                                   "counts": [0, 0, 0, 0]})
+            d = by.setdefault(lv, {"checks": 0, "exact": 0, "right": 0, "resample": 0, "counts": [0, 0, 0, 0]})
             for k, f in enumerate(fid):
                 d["checks"] += 1
-                d["follows"] += f["verdict"] == f["true_check"]
+                # 2x2 of verdict "passes" by true check passes: both, verdict only, true check only, neither
                 d["counts"][(0 if f["true_check"] else 1) if f["verdict"] else (2 if f["true_check"] else 3)] += 1
                 d["exact"] += f["exact"]
                 d["right"] += f["verdict"] == f["correct"]
                 if not f["verdict"]:
-                    d["fails"] += 1
                     d["resample"] += k < len(parsed.decisions) and parsed.decisions[k] == "RESAMPLE"
     share = lambda x, n: x / n if n else None  # noqa: E731
     out = {}
     for lv, d in by.items():
         kappa = cohen_kappa(*d["counts"])
-        out[lv] = {"checks": d["checks"], "verdict_follows_check": share(d["follows"], d["checks"]),
+        out[lv] = {"checks": d["checks"], "verdict_follows_check": kappa["observed"],
                    "chance_agreement": kappa["chance"], "kappa": kappa["kappa"], "kappa_ci": kappa["kappa_ci"],
                    "follows_counts": d["counts"],
                    "check_exact": share(d["exact"], d["checks"]), "verdict_right": share(d["right"], d["checks"]),
-                   "resample_after_fail": share(d["resample"], d["fails"])}
+                   "resample_after_fail": share(d["resample"], d["counts"][2] + d["counts"][3])}
     return out
 
 

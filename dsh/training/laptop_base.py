@@ -74,11 +74,11 @@ def build_base(out, spec: BaseSpec = BaseSpec(), progress: bool = True) -> dict:
     curve = lambda m, step: base_report(m, tok, n_per_level=spec.curve_n, temperature=1.0,  # noqa: E731
                                         seed=VALIDATION_SEED)
     stats = pretrain(model, tok, rows, work, spec.train, progress=progress, monitor=curve,
-                     rule_every=spec.curve_every)
+                     monitor_every=spec.curve_every)
     prov = {"what": "dsh laptop base: LlamaForCausalLM trained from scratch", "spec": asdict(spec),
             "parameters": n_params(model), "corpus_tokens": sum(len(r[0]) for r in rows), "packed_rows": len(rows),
             "train": {k: stats[k] for k in ("steps", "tokens", "seconds", "tokens_per_s", "final_loss_ema")},
-            "skill_curve": [{"step": e["step"], "tokens": e["tokens"], **e["report"]} for e in stats["rule_log"]],
+            "skill_curve": [{"step": e["step"], "tokens": e["tokens"], **e["report"]} for e in stats["monitor_log"]],
             "loss_curve": stats["curve"], "wall_seconds": round(time.time() - t0, 1),
             "torch_threads": torch.get_num_threads(), "cpu": platform.processor() or platform.machine()}
 

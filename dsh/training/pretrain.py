@@ -133,13 +133,12 @@ def lr_at(step: int, total: int, cfg: PretrainConfig) -> float:
 
 
 def pretrain(model, tok, rows, out, cfg: PretrainConfig = PretrainConfig(), progress: bool = True,
-             stop_after: int | None = None, stop_rule=None, rule_every: int = 250, monitor=None) -> dict | None:
+             stop_after: int | None = None, monitor=None, monitor_every: int = 250) -> dict | None:
     """Train ``model`` on ``rows`` (from :func:`encode` or :func:`pack`) for ``cfg.tokens`` tokens; checkpoints in
     ``out`` (resumed when present). Returns the run's statistics (steps, tokens, seconds, tokens/s, loss curve).
     ``stop_after``: leave after that many steps of this call with the state saved, as a kill would (returns None).
-    ``stop_rule(model, step) -> dict | None``: called every ``rule_every`` steps; training ends early when it
-    returns a dict (recorded as ``stopped_early``). ``monitor(model, step) -> dict``: called every ``rule_every``
-    steps (and at the end), its dict recorded in the run's ``rule_log`` (kept across a resume): a learning curve."""
+    ``monitor(model, step) -> dict``: called every ``monitor_every`` steps and at the end, in eval mode; its dicts
+    are the run's ``monitor_log`` (kept across a resume): a learning curve."""
     import torch
     from tqdm.auto import tqdm
 
@@ -151,7 +150,7 @@ def pretrain(model, tok, rows, out, cfg: PretrainConfig = PretrainConfig(), prog
     total = max(1, int(cfg.tokens / mean_tokens))
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=(0.9, 0.98), weight_decay=cfg.weight_decay)
     state_path = out / "state.pt"
-    step, seen, curve, elapsed, stopped, rule_log = 0, 0, [], 0.0, None, []
+    step, seen, curve, elapsed, monitor_log = 0, 0, [], 0.0, []
     if state_path.exists():
         try:        # tensors and plain Python values only: a planted pickle is refused, never run
             st = torch.load(state_path, weights_only=True)
@@ -169,7 +168,7 @@ def pretrain(model, tok, rows, out, cfg: PretrainConfig = PretrainConfig(), prog
         model.load_state_dict(st["model"])
         opt.load_state_dict(st["optimizer"])
         step, seen, curve, elapsed = st["step"], st["tokens"], st["curve"], st["seconds"]
-        rule_log = st.get("rule_log", [])
+        monitor_log = st.get("monitor_log", [])
     model.train()
     start = step
     t0 = time.time() - elapsed
@@ -194,23 +193,16 @@ def pretrain(model, tok, rows, out, cfg: PretrainConfig = PretrainConfig(), prog
         if step % 25 == 0 or step == total:
             curve.append((step, seen, round(ema, 5), round(time.time() - t0, 1)))
             bar.set_postfix(loss=f"{ema:.4f}", tok_s=f"{seen / (time.time() - t0):.0f}")
-        if (stop_rule is not None or monitor is not None) and (step % rule_every == 0 or step == total):
+        if monitor is not None and (step % monitor_every == 0 or step == total):
             model.eval()
-            verdict = stop_rule(model, step) if stop_rule is not None and step < total else None
-            entry = {"step": step, "tokens": seen, "stop": verdict is not None}
-            if monitor is not None:
-                entry["report"] = monitor(model, step)
+            monitor_log.append({"step": step, "tokens": seen, "report": monitor(model, step)})
             model.train()
-            rule_log.append(entry)
-            if verdict is not None:
-                stopped = {"step": step, "tokens": seen, **verdict}
-                break
         interrupted = stop_after is not None and step - start >= stop_after and step < total
         if (step % cfg.save_every == 0 and step < total) or interrupted:
             tmp = out / "state.pt.tmp"
             torch.save({"model": model.state_dict(), "optimizer": opt.state_dict(), "step": step, "tokens": seen,
                         "curve": curve, "seconds": time.time() - t0, "config": asdict(cfg), "n_rows": len(rows),
-                        "rule_log": rule_log}, tmp)
+                        "monitor_log": monitor_log}, tmp)
             os.replace(tmp, state_path)
         if interrupted:
             bar.close()
@@ -219,7 +211,7 @@ def pretrain(model, tok, rows, out, cfg: PretrainConfig = PretrainConfig(), prog
     dt = time.time() - t0
     state_path.unlink(missing_ok=True)
     stats = {"steps": step, "tokens": seen, "seconds": round(dt, 1), "tokens_per_s": round(seen / max(dt, 1e-9)),
-             "final_loss_ema": ema, "curve": curve, "config": asdict(cfg), "stopped_early": stopped,
-             "rule_log": rule_log}
+             "final_loss_ema": ema, "curve": curve, "config": asdict(cfg),
+             "monitor_log": monitor_log}
     (out / "train_stats.json").write_text(json.dumps(stats, indent=1) + "\n")
     return stats

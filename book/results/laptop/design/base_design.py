@@ -7,6 +7,10 @@ beyond its answer levels. Run from the project root:
 ``train`` trains a base (answers on 1x2 ... 1x5 in both orders, checks on 1x2 ... 1x8 in both orders, the test
 questions left out in both orders) without early stopping and logs the validation report (not the test questions)
 every 500 steps, as JSON lines in logs/base_NAME.jsonl. Nothing here reads the test questions' answers.
+
+Historical, as run (with the code of commit 814b318): it logs through pretrain's old ``stop_rule`` hook (a rule that
+never stops), which the ``monitor`` hook replaced afterwards; check out 814b318 to run it again. The shipped base is
+made by ``python -m dsh base``.
 """
 
 import json
