@@ -332,7 +332,7 @@ def _add_pipeline(sub, presets_help, model_help) -> None:
     pl.add_argument("--seed", type=int, default=0, help="the evaluation's seed (test questions, sampling streams)")
     pl.add_argument("--seeds", help="training seeds of every training stage, e.g. 0,1,2 (default: the preset's; "
                     "laptop 0,1,2, the others one unseeded run)")
-    pl.add_argument("--ablation-seeds", help="seeds of the preset's ablations, a subset of --seeds (laptop: 0)")
+    pl.add_argument("--ablation-seeds", help="seeds of the preset's ablations, a subset of --seeds (laptop: 0,1,2)")
     pl.add_argument("--quiet", action="store_true", help="no progress output")
     pl.set_defaults(func=_cmd_pipeline)
 

@@ -11,14 +11,16 @@ from dsh.task import laptop_task as lt
 
 
 def test_plan_has_every_stage_for_every_seed_and_both_ablations():
-    stages = presets.LAPTOP.plan_stages()           # the preset's seeds (0, 1, 2) and ablation seeds (0,)
+    stages = presets.LAPTOP.plan_stages()           # the preset's seeds and ablation seeds: (0, 1, 2) both
     names = [s.name for s in stages]
-    assert len(names) == len(set(names)) == 1 + 3 * 4 + 5
-    for k in (0, 1, 2):
-        for st in ("sft", "sft_reflection", "dft", "rl"):
+    assert len(names) == len(set(names)) == 1 + 3 * 4 + 3 * (len(presets.KL_BETAS) + 2)
+    for k in (0, 1, 2):                             # every arm and both ablations on 3 seeds (issue 30)
+        for st in ("sft", "sft_reflection", "dft", "rl", "sft_verdict", "rl_verdict"):
             assert f"{st}-s{k}" in names
-    assert {f"rl_beta{b:g}-s0" for b in presets.KL_BETAS} <= set(names)
-    assert {"sft_verdict-s0", "rl_verdict-s0"} <= set(names) and "rl_verdict-s1" not in names
+        assert {f"rl_beta{b:g}-s{k}" for b in presets.KL_BETAS} <= set(names)
+    # the KL ablation: beta = 0 and two values > 0, the RL arm's (the paper's 0.001) one of them
+    assert sorted({*presets.KL_BETAS, presets.LAPTOP.training["grpo"]["beta"]}) == [0.0, 0.001, 0.1]
+    assert presets.LAPTOP.plan_stages(ablation_seeds=(0,))[-1].name == "rl_verdict-s0"
     pos = {n: i for i, n in enumerate(names)}
     for s in stages:                    # a stage runs after the one it starts from, with its own seed
         if s.init:

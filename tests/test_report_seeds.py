@@ -16,8 +16,8 @@ from dsh.task.synthetic import synthetic_records
 LEVELS = ("1x2", "1x3", "1x6", "1x7")   # two levels inside the fine-tuning data, two beyond
 TRUTH = {  # stage: (p_s, p_dC, p_dW) at every level
     "base": (0.6, 1.0, 0.0), "sft": (0.6, 1.0, 0.0), "sft_reflection": (0.5, 0.9, 0.3), "dft": (0.5, 0.9, 0.3),
-    "rl": (0.55, 0.95, 0.8), "rl_beta0": (0.6, 0.95, 0.8), "rl_beta0.01": (0.55, 0.95, 0.7),
-    "rl_beta0.1": (0.5, 0.9, 0.4), "sft_verdict": (0.5, 0.5, 0.5), "rl_verdict": (0.5, 1.0, 0.0),
+    "rl": (0.55, 0.95, 0.8), "rl_beta0": (0.6, 0.95, 0.8), "rl_beta0.1": (0.5, 0.9, 0.4),
+    "sft_verdict": (0.5, 0.5, 0.5), "rl_verdict": (0.5, 1.0, 0.0),
 }
 
 
@@ -45,8 +45,17 @@ def results(tmp_path_factory):
         (root / "calibration" / f"{st.name}.json").write_text(json.dumps(cal))
     summary = {"preset": "laptop", "task": "laptop_task", "stages": [s.name for s in stages],
                "plan": [{"name": s.name, "kind": s.kind, "seed": s.seed} for s in stages],
-               "reward_curves": {s.name: [{"step": 1, "reward": 0.5, "frac_reward_zero_std": 0.2, "kl": 0.01 * k}]
+               # 10 rounds: RL's reward rises by 0.02 a round, every other GRPO stage's is flat
+               "reward_curves": {s.name: [{"step": 8 * i + 1, "reward": 0.4 + 0.02 * i if s.kind == "rl" else 0.5,
+                                           "frac_reward_zero_std": 0.2, "kl": 0.01 * k} for i in range(10)]
                                  for k, s in enumerate(stages) if s.method == "grpo"},
+               "training": {s.name: {"rollouts": 2560} for s in stages if s.method == "grpo"},
+               "validation_curves": {s.name: [{"step": st, "p_s": 0.5 + 0.1 * j, "p_s_ci": [0.4, 0.7],
+                                               "p_d_given_correct": 0.9, "p_d_given_correct_ci": [0.8, 1.0],
+                                               "p_d_given_wrong": None, "p_d_given_wrong_ci": [None, None],
+                                               "observed_accuracy": 0.5, "ci_low": 0.4, "ci_high": 0.6}
+                                              for j, st in enumerate((0, 40, 80))]
+                                     for s in stages if s.kind == "rl"},
                "timings_s": {f"train_{s.name}": 1.0 for s in stages if s.method} |
                             {f"evaluate_{s.name}": 2.0 for s in stages}}
     (root / "summary.json").write_text(json.dumps(summary))
@@ -76,9 +85,10 @@ def test_long_table_recovers_the_truth(results):
 
 def test_kl_table_and_deltas_have_the_signs_of_the_truth(results):
     kl = report.kl_table(results)
-    assert list(kl.comparison) == ["beta = 0", "beta = 0.01", "beta = 0.1"]
+    # the ablation's arms and the RL arm at the preset's beta (0.001), in order of beta
+    assert list(kl.comparison) == ["beta = 0", "beta = 0.001", "beta = 0.1"]
     dw = [float(x.split(" ")[0]) for x in kl["Δp_dW"]]
-    assert dw[0] > dw[2] > 0          # truth: +0.5, +0.4, +0.1
+    assert dw[0] > dw[2] > 0 and dw[1] > dw[2]          # truth: +0.5, +0.5, +0.1
     d = report.delta_table(results, [("rl vs its SFT", "rl", "sft_reflection")])
     assert d.seeds[0] == 2 and float(d["Δp_dW"][0].split(" ")[0]) > 0.3
 
@@ -104,6 +114,17 @@ def test_claims_faithfulness_timings_and_figures(results):
     assert len(fig.axes[1].lines) == 5 + 5 * 2 * len(LEVELS)   # 5 mean lines, a dot per seed and level
     fig = report.plot_reward_curves(results)
     assert [x.get_text() for x in fig.axes[0].get_legend().get_texts()] == ["rl-s0", "rl-s1", "rl_verdict-s0"]
+    fig = report.plot_validation_curves(results)
+    assert [x.get_text() for x in fig.axes[0].get_legend().get_texts()] == ["rl-s0", "rl-s1"]
+    assert list(fig.axes[0].lines[0].get_ydata()) == [0.5, 0.6, 0.7]
+
+
+def test_the_reward_trend_says_which_runs_learned(results):
+    t = report.reward_trend_table(results).set_index("stage")
+    assert (t.loc[["rl-s0", "rl-s1"], "verdict"] == "rises").all()
+    assert (t.drop(["rl-s0", "rl-s1"]).verdict == "cannot tell").all()      # flat curves
+    assert t.loc["rl-s0", "reward first fifth"] == 0.41 and t.loc["rl-s0", "reward last fifth"] == 0.57
+    assert t.loc["rl-s0", "rollouts"] == 2560 and t.loc["rl-s0", "rounds"] == 10
 
 
 def test_unfaithful_causes_sorts_the_misses():
@@ -134,4 +155,4 @@ def test_one_seed_feeds_the_papers_claims_and_the_headline_follows_the_data(resu
     lines = report.headline(results, ("1x6", "1x7"))
     assert lines[0].startswith("Base: mean accuracy") and "% on 1x6, 1x7." in lines[0]
     assert any(x.startswith("RL minus SFT (reflection)") and "over 2 seeds" in x for x in lines)
-    assert any(x.startswith("KL ablation (beta = 0, beta = 0.01, beta = 0.1)") and "over 1 seed:" in x for x in lines)
+    assert any(x.startswith("KL ablation (beta = 0, beta = 0.001, beta = 0.1)") and "no interval" in x for x in lines)

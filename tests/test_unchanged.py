@@ -88,10 +88,16 @@ def test_every_preset_config_and_plan_is_as_before_the_layout_move():
         laptop_attempts into the task's own settings (task_options, the non-default values only), also in the
         ablation's overrides. Issue 30 set the laptop preset's reflection traces (SFT with reflection, DFT and the
         verdict-only ablation): injected wrong attempts, half of them miscopies, none learned (every SFT method's
-        config carries them; only reflection traces read them). Nothing else may differ."""
+        config carries them; only reflection traces read them); gave every TrainConfig the validation fields (off by
+        default) and the laptop preset's GRPO the design of chapter 04 (10,240 rollouts at temperature 2, learning
+        rate 2e-4, validation every 80 steps); its plan runs the ablations on every seed, the KL ablation at beta 0
+        and 0.1 beside the RL arm's 0.001 (below). Nothing else may differ."""
         if isinstance(x, dict):
+            if "method" in x and "trust_remote_code" in x:          # a TrainConfig
+                x.update(validation_every=0, validation_per_level=25, validation_max_new_tokens=None)
             if x.get("method") == "grpo" and x.get("task") == "laptop_task":
                 x.update(generation_batch_size=256, max_steps=32, save_steps=16, padding_free=True)
+                x.update(n_train=1280, max_steps=320, learning_rate=2e-4, temperature=2.0, validation_every=80)
             if "laptop_check" in x:
                 check, attempts = x.pop("laptop_check"), x.pop("laptop_attempts", "own")
                 if "task" in x:
@@ -117,6 +123,18 @@ def test_every_preset_config_and_plan_is_as_before_the_layout_move():
     # that chapter 04 used to train for it (stages/laptop, plan/laptop ...) were a second plan and are gone
     for key in ("stages/laptop", "plan/laptop", "plan/laptop/starts", "needed/laptop"):
         want.pop(key)
+    # issue 30: no KL arm at beta 0.01; the preset's configs hold the ablations on seeds 1 and 2 as on seed 0 (their
+    # seed, names and paths; laptop/jobs is dumped with ablation seed 0 only)
+    jobs = [j for j in want["laptop/jobs"] if j["name"] != "rl_beta0.01-s0"]
+    abl = [j for j in jobs if j["stage"].startswith(("rl_beta", "sft_verdict", "rl_verdict"))]
+    for k in (1, 2):
+        for j in abl:
+            c = want["laptop/configs"][j["name"]]
+            want["laptop/configs"][j["name"].replace("-s0", f"-s{k}")] = {
+                **c, "seed": k, "model": c["model"].replace("-s0", f"-s{k}"),
+                "output_dir": c["output_dir"].replace("-s0", f"-s{k}")}
+    want["laptop/configs"].pop("rl_beta0.01-s0")
+    want["laptop/jobs"] = jobs
     got = dump()
     assert sorted(got) == sorted(want)
     for key in want:

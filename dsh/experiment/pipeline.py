@@ -31,6 +31,7 @@ from ..core.provenance import git_commit, hardware, provenance
 from ..llm.models import resolve_model
 from ..measure.stage import calibrate_stage, preferred
 from ..task.problems import level_index
+from ..training import validation
 from ..training.train import METHODS, train
 from .evaluate import evaluate, model_identity, settings_path
 from .presets import DEFAULT, get
@@ -154,7 +155,7 @@ def run_pipeline(preset: str = DEFAULT, results_dir: str | None = None, runs_dir
     make_folders(results, runs, ("generations", "calibration"))
     clock = Clock(progress)
     prov, load = provenance(), [(0.0, os.getloadavg()[0])]
-    models_of, train_summaries, curves, calib = {}, {}, {}, {}
+    models_of, train_summaries, curves, calib, along = {}, {}, {}, {}, {}
     for st in plan_:
         if st.name not in needed:
             continue
@@ -164,6 +165,8 @@ def run_pipeline(preset: str = DEFAULT, results_dir: str | None = None, runs_dir
             models_of[st.name] = cfgs[st.name].output_dir
             if st.method == "grpo":
                 curves[st.name] = reward_curve(Path(cfgs[st.name].output_dir))
+            if cfgs[st.name].validation_every:
+                along[st.name] = validation.read_log(Path(cfgs[st.name].output_dir) / "validation.jsonl")
         if st.name not in chosen:
             continue
         name = st.name
@@ -176,7 +179,8 @@ def run_pipeline(preset: str = DEFAULT, results_dir: str | None = None, runs_dir
                   f"truncated {100 * (calib[name]['truncated'] or 0):.1f} % (load {load[-1][1]:.2f})")
     summary = _summary(p, model, [s for s in plan_ if s.name in chosen], settings, seed, clock, train_summaries,
                        cfgs, calib)
-    summary.update(reward_curves=curves, load_average_1min=load, provenance=prov, date=time.strftime("%Y-%m-%d %H:%M:%S"))
+    summary.update(reward_curves=curves, validation_curves=along, load_average_1min=load, provenance=prov,
+                   date=time.strftime("%Y-%m-%d %H:%M:%S"))
     write_text(results / "summary.json", json.dumps(summary, indent=1, default=str))
     clock.say(f"done in {summary['wall_s']} s: {results}")
     return summary

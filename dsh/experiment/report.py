@@ -18,6 +18,8 @@ from ..measure import tasks
 from ..measure.calibration import normal_interval
 from ..measure.claims import verdicts
 from ..measure.stage import preferred
+from ..measure.trend import fifths_contrast
+from ..measure.trend import verdict as trend_verdict
 from ..task.problems import level_index
 from .pipeline import design_checks, plan, plan_of
 from .presets import get, stage_label
@@ -323,20 +325,81 @@ def _curves(results: dict, kind: str) -> list:
     return [curves[x["name"]] for x in plan_of(results) if x["kind"] == kind and curves.get(x["name"])]
 
 
+def _kl_arms(results: dict) -> list:
+    """The KL ablation's arms as (beta, kind): the ``rl_beta<b>`` kinds and, where they exist, the RL arm itself at
+    its preset's coefficient (one of the ablation's values), sorted by beta."""
+    kinds = {x["kind"] for x in plan_of(results)}
+    arms = {float(k[len("rl_beta"):]): k for k in kinds if k.startswith("rl_beta")}
+    beta = get(results["summary"]["preset"]).training.get("grpo", {}).get("beta")
+    if arms and "rl" in kinds and beta is not None and float(beta) not in arms:
+        arms[float(beta)] = "rl"
+    return sorted(arms.items())
+
+
 def kl_table(results: dict) -> pd.DataFrame:
-    """The KL ablation: for each GRPO coefficient beta (kinds ``rl_beta<b>``), the change from SFT (reflection)
-    of p_s (pi_sample) and of p_dC, p_dW (pi_d), and the last logged KL (mean over seeds)."""
-    kinds = sorted({x["kind"] for x in plan_of(results) if x["kind"].startswith("rl_beta")},
-                   key=lambda s: float(s[len("rl_beta"):]))
-    df = delta_table(results, [(f"beta = {k[len('rl_beta'):]}", k, "sft_reflection") for k in kinds])
+    """The KL ablation: for each GRPO coefficient beta (kinds ``rl_beta<b>``, and ``rl`` at the preset's beta), the
+    change from SFT (reflection) of p_s (pi_sample) and of p_dC, p_dW (pi_d), and the last logged KL (mean over
+    seeds)."""
+    arms = _kl_arms(results)
+    df = delta_table(results, [(f"beta = {b:g}", k, "sft_reflection") for b, k in arms])
     if not df.empty:
         kl = []
-        for k in kinds:
+        for _, k in arms:
             xs = [c[-1].get("kl") for c in _curves(results, k)]
             xs = [x for x in xs if x is not None]
             kl.append(f"{sum(xs) / len(xs):.4f}" if xs else "-")
         df["last KL"] = kl
     return df
+
+
+def reward_trend_table(results: dict) -> pd.DataFrame:
+    """Did GRPO learn? Per GRPO stage: its rollouts, the mean reward of the first and the last fifth of its rollout
+    rounds, the difference with its 95 % interval (:func:`dsh.measure.trend.fifths_contrast`, rounds as units) and
+    the verdict, and the share of zero-variance groups (no learning signal) in the first and last fifth."""
+    curves = results["summary"].get("reward_curves") or {}
+    train = results["summary"].get("training") or {}
+    rows = []
+    for x in plan_of(results):
+        c = curves.get(x["name"])
+        if not c:
+            continue
+        t = fifths_contrast([r["reward"] for r in c])
+        z = fifths_contrast([r["frac_reward_zero_std"] for r in c])
+        row = {"stage": x["name"], "rollouts": (train.get(x["name"]) or {}).get("rollouts"), "rounds": len(c)}
+        if t is not None:
+            row.update({"reward first fifth": round(t["first"], 3), "reward last fifth": round(t["last"], 3),
+                        "difference (95 % interval)": f"{t['delta']:+.3f} ({t['ci'][0]:+.3f}, {t['ci'][1]:+.3f})",
+                        "verdict": trend_verdict(t), "zero-variance groups first / last":
+                        f"{z['first']:.2f} / {z['last']:.2f}"})
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def plot_validation_curves(results: dict, kinds=("rl",)):
+    """p_s, p_dC and p_dW along GRPO (:mod:`dsh.training.validation`: fixed validation questions at the rollouts'
+    temperature), one line per stage with its 95 % bootstrap band, one panel per quantity."""
+    import matplotlib.pyplot as plt
+
+    along = results["summary"].get("validation_curves") or {}
+    keys = (("p_s", "p_s (pi_sample)"), ("p_d_given_correct", "p_dC (pi_d after a right answer)"),
+            ("p_d_given_wrong", "p_dW (pi_d after a wrong answer)"), ("observed_accuracy", "accuracy"))
+    fig, axes = plt.subplots(1, len(keys), figsize=(14, 3.3))
+    for x in plan_of(results):
+        rows = along.get(x["name"])
+        if x["kind"] not in kinds or not rows:
+            continue
+        steps = [r["step"] for r in rows]
+        for ax, (k, label) in zip(axes, keys):
+            ys = [r[k] for r in rows]
+            line, = ax.plot(steps, [float("nan") if y is None else y for y in ys], marker=".", label=x["name"])
+            ci = [r.get(f"{k}_ci") or ([r["ci_low"], r["ci_high"]] if k == "observed_accuracy" else [None, None])
+                  for r in rows]
+            ax.fill_between(steps, [float("nan") if c[0] is None else c[0] for c in ci],
+                            [float("nan") if c[1] is None else c[1] for c in ci], color=line.get_color(), alpha=0.15)
+            ax.set(xlabel="GRPO step", title=label)
+    axes[0].legend(fontsize=7)
+    fig.tight_layout()
+    return fig
 
 
 def plot_reward_curves(results: dict, kinds=("rl", "rl_verdict")):

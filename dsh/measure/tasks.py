@@ -31,12 +31,13 @@ import random
 from ..core import validate as v
 from ..task import laptop_task as lt
 from ..task.parse import DEFAULT_MARKERS, operands, parse_response, truth_value
-from ..task.problems import make_splits, parse_level
+from ..task.problems import draw_problems, make_splits, parse_level, test_problems
 from ..task.records import prompt_records, sft_records
 from ..task.traces import TraceConfig
 from .faithfulness import summarize
 
 STYLE_OF = {"sft": "no_reflection", "sft_reflection": "reflection", "dft": "reflection"}
+VALIDATION_SEED = 7     # the validation questions' draw (apart from the test questions' and every training set's)
 
 
 class Task:
@@ -98,6 +99,18 @@ class Task:
     def faithfulness(self, records) -> dict:
         """Decision faithfulness of evaluation records: ``{"overall": {...}, "by_level": {level: {...}}}``."""
         raise NotImplementedError
+
+    def held_out(self) -> frozenset:
+        """The test questions as (a, b) pairs, in both operand orders: what no training or validation set holds."""
+        pairs = {(p.a, p.b) for p in test_problems()}
+        return frozenset(pairs | {(b, a) for a, b in pairs})
+
+    def validation_questions(self, levels, n_per_level: int) -> list:
+        """Fixed validation questions: ``n_per_level`` of each level, drawn with :data:`VALIDATION_SEED`, none of
+        the test questions in either order (what training measures its progress on, never the test ladder)."""
+        v.positive_int("n_per_level", n_per_level)
+        held = self.held_out()
+        return [p for lv in levels for p in draw_problems(lv, n_per_level, seed=VALIDATION_SEED, exclude=held)]
 
 
 class TracesTask(Task):
@@ -168,6 +181,9 @@ class LaptopTask(Task):
                 rec["segment_texts"], rec["segment_loss"] = [x for x, _ in segs], [bool(y) for _, y in segs]
             out.append(rec)
         return out
+
+    def held_out(self) -> frozenset:
+        return lt.held_out(both_orders=True)
 
     @staticmethod
     def parse(text, a=None, b=None, markers=DEFAULT_MARKERS):

@@ -7,6 +7,7 @@ preset's values; the task it names (:mod:`dsh.measure.tasks`) writes the trainin
 
     run_dir/run_config.json   resolved configuration (and the TRL one)
     run_dir/metrics.jsonl     one JSON object per logging step
+    run_dir/validation.jsonl  p_s, p_dC, p_dW along the run (validation_every > 0; dsh.training.validation)
     run_dir/runs/             TensorBoard events
     run_dir/checkpoint-N/     checkpoints (resume continues from the last one; deleted when the run
                               finishes unless keep_checkpoints)
@@ -31,6 +32,7 @@ from ..task.arithmetic import CHECKS
 from ..task.problems import parse_level
 from ..task.records import chat_length
 from ..task.traces import GRANULARITIES
+from . import validation
 from .loss_mask import has_segments, token_records
 from .own_attempts import own_attempts
 from .rollout import engine_unsuitable, make_trainer_class
@@ -107,6 +109,14 @@ class TrainConfig:
     generation_backend: str = _field("auto", "GRPO rollouts: dsh (dsh.llm.engine), trl (model.generate), or auto "
                                      "(vLLM when in use, else dsh where the model allows, else trl)")
     vllm_mode: str = _field("colocate", "GRPO with vLLM: colocate or server")
+    # validation along the run (dsh.training.validation)
+    validation_every: int = _field(0, "measure p_s, p_dC, p_dW on the task's validation questions before the first "
+                                   "step, every this many optimizer steps and after the last (validation.jsonl); "
+                                   "0: never")
+    validation_per_level: int = _field(25, "validation questions a training level (drawn apart from the test "
+                                       "questions, the same at every measurement)")
+    validation_max_new_tokens: int | None = _field(None, "validation answers: token limit (None: "
+                                                   "max_completion_length); sampled at temperature")
     # run
     logging_steps: int = _field(1, "log metrics every this many steps")
     save_steps: int = _field(50, "save a checkpoint every this many steps")
@@ -158,6 +168,10 @@ class TrainConfig:
         v.choice("vllm_mode", self.vllm_mode, ("colocate", "server"))
         v.choice("cache_implementation", self.cache_implementation, ("auto", "static", "dynamic", None))
         v.choice("generation_backend", self.generation_backend, ("auto", "dsh", "trl"))
+        v.length("validation_every", self.validation_every)
+        v.positive_int("validation_per_level", self.validation_per_level)
+        if self.validation_max_new_tokens is not None:
+            v.positive_int("validation_max_new_tokens", self.validation_max_new_tokens)
         if not isinstance(self.padding_free, bool):
             raise ValueError(f"padding_free must be true or false, got {self.padding_free!r}")
         if self.method == "grpo":
@@ -442,8 +456,13 @@ def train(cfg: TrainConfig) -> dict:
 
         model.set_attn_implementation(register())
     rows = token_records(tok, records) if has_segments(records) else records   # partly learned completions
-    trainer = TRAINERS[cfg.method](cfg, trl_cfg, model, tok, Dataset.from_list(rows), _lora(cfg),
-                                   [_metrics_callback(run / "metrics.jsonl")])
+    callbacks = [_metrics_callback(run / "metrics.jsonl")]
+    if cfg.validation_every:
+        callbacks.append(validation.make_callback(
+            tok, tasks.get(cfg.task).validation_questions(cfg.train_levels, cfg.validation_per_level), cfg.task,
+            cfg.validation_every, cfg.temperature, cfg.validation_max_new_tokens or cfg.max_completion_length,
+            run / "validation.jsonl", seed=cfg.seed))
+    trainer = TRAINERS[cfg.method](cfg, trl_cfg, model, tok, Dataset.from_list(rows), _lora(cfg), callbacks)
     cut = example_truncation(records, tok, cfg.max_length) if cfg.method != "grpo" else None
     if cut and cut["rate"] and cut["rate"] > 0.01:
         print(f"dsh: warning: {cut['over']} of {cut['n']} training examples ({100 * cut['rate']:.1f} %) are longer "

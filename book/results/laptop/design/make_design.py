@@ -191,7 +191,58 @@ rows.append({"question": "an edge of competence (issue 30, a lead, not chosen ye
                          f"{r6['beyond']['chance_agreement']:.2f}); GRPO at 1x6: mean reward {p6['reward']:.2f}, groups "
                          f"whose rewards all agree {p6['frac_reward_zero_std']:.2f}, clipped "
                          f"{p6['completions/clipped_ratio']:.2f}",
-             "chosen": "not yet: GRPO gets a signal at 1x6, but first attempts on 1x2 ... 1x5 fall and responses loop "
-                       "past the token limit; 1x6 would no longer lie beyond the fine-tuning data (next session)"})
+             "chosen": "not chosen: GRPO gets a signal at 1x6, but first attempts on 1x2 ... 1x5 fall, responses loop "
+                       "past the token limit and 1x6 would no longer lie beyond the fine-tuning data; the rollouts' "
+                       "temperature (next rows) gives a signal without these costs"})
+temps = {n: jsonl(f"grpo_probe_{n}.jsonl")[-1] for n in ("tuned", "t125_tuned", "t15_tuned", "t2_tuned")}
+rows.append({"question": "GRPO (issue 30): a signal from the rollouts' temperature instead (r5, fine-tuning prompts)",
+             "tried": "one rollout round (256 completions) on 1x2 ... 1x5 prompts at temperature 1, 1.25, 1.5, 2",
+             "measured": "; ".join(f"T={p['overrides'].get('temperature', 1.0):g}: mean reward "
+                                   f"{p['steps'][0]['reward']:.2f}, groups whose rewards all agree "
+                                   f"{p['steps'][0]['frac_reward_zero_std']:.2f}" for p in temps.values()),
+             "chosen": "temperatures 1.5 and 2 into the sweep (T <= 1.25 leaves >= 94 % of the groups without a signal)"})
+sweep = {n: jsonl(f"grpo_probe_sweep_{n}.jsonl")[-1] for n in ("T1.5_lr5e-05", "T1.5_lr0.0002", "T2.0_lr5e-05",
+                                                               "T2.0_lr0.0002")}
+
+
+def sweep_cell(p):
+    r = [s["reward"] for s in p["steps"]]
+    return (f"T={p['overrides']['temperature']:g}, lr {p['overrides']['learning_rate']:g}: reward {r[0]:.2f} -> "
+            f"last two rounds {sum(r[-2:]) / 2:.2f} (first two {sum(r[:2]) / 2:.2f}, difference "
+            f"{sum(r[-2:]) / 2 - sum(r[:2]) / 2:+.3f}), mean length {p['steps'][0]['completions/mean_length']:.0f} -> "
+            f"{p['steps'][-1]['completions/mean_length']:.0f} tokens, {p['wall_s']:.0f} s")
+
+
+rows.append({"question": "GRPO (issue 30): temperature and learning rate, chosen before the test ladder was looked at",
+             "tried": "10 rollout rounds (2,560 rollouts, 80 steps) from r5 on 1x2 ... 1x5 prompts, seed 0, each of "
+                      "T in {1.5, 2} x learning rate in {5e-5, 2e-4}; rule fixed before the runs: the largest rise of "
+                      "the mean reward (last two rounds minus first two)",
+             "measured": "; ".join(sweep_cell(p) for p in sweep.values()),
+             "chosen": "T=2, learning rate 2e-4 (the laptop preset's GRPO); at T=1.5 the larger rate made the reward "
+                       "fall, the smaller left it flat"})
+long = jsonl("grpo_probe_long_T2_lr2e-4.jsonl")[-1]
+from dsh.measure.trend import fifths_contrast  # noqa: E402
+
+t = fifths_contrast([s["reward"] for s in long["steps"]])
+val = long["validation"]
+
+
+def val_cell(r):
+    return (f"step {r['step']}: accuracy {r['observed_accuracy']:.2f}, p_s {r['p_s']:.2f} "
+            f"[{r['p_s_ci'][0]:.2f}, {r['p_s_ci'][1]:.2f}], p_dC {r['p_d_given_correct']:.2f} "
+            f"[{r['p_d_given_correct_ci'][0]:.2f}, {r['p_d_given_correct_ci'][1]:.2f}], p_dW "
+            f"{r['p_d_given_wrong']:.2f} [{r['p_d_given_wrong_ci'][0]:.2f}, {r['p_d_given_wrong_ci'][1]:.2f}]")
+
+
+rows.append({"question": "GRPO (issue 30): does the chosen setting learn over >= 10,000 rollouts?",
+             "tried": f"the chosen setting for {long['rollouts']:,} rollouts (320 steps, 40 rounds), seed 0, p_s, p_dC, "
+                      "p_dW measured every 80 steps on 200 validation questions of the fine-tuning levels at T=2",
+             "measured": f"mean reward, first vs last fifth of the rounds: {t['first']:.3f} -> {t['last']:.3f} "
+                         f"(difference {t['delta']:+.3f}, 95 % interval {t['ci'][0]:+.3f} to {t['ci'][1]:+.3f}); "
+                         f"mean length {long['steps'][0]['completions/mean_length']:.0f} -> "
+                         f"{long['steps'][-1]['completions/mean_length']:.0f} tokens; {long['wall_s']:.0f} s; "
+                         + "; ".join(val_cell(r) for r in (val[0], val[-1])),
+             "chosen": "the laptop preset's RL: 320 steps, validation every 80 steps. The reward rises, and the run "
+                       "shows what the reward buys at T=2: p_s and p_dC rise, p_dW falls (the decision stops resampling)"})
 (HERE / "design.json").write_text(json.dumps(rows, indent=1) + "\n")
 print(json.dumps(rows, indent=1))
