@@ -7,6 +7,7 @@ import hashlib
 import json
 import math
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -130,6 +131,9 @@ CLI_CASES = [
     ("data-huge-n-train", ["data", "--out", "{tmp}/d", "--n-train", "1000000000000"], "n_train must be an integer in 0..1,000,000"),
     ("pipeline-eval-n-zero", ["pipeline", "--eval-set", "n_per_level=0", "--results-dir", "{tmp}/r", "--runs-dir", "{tmp}/w"], "n_per_level must be an integer >= 1"),
     ("evaluate-duplicate-levels", ["evaluate", "--levels", "1x1,1x1", "--out", "{tmp}/g.jsonl"], "levels must name each level once"),
+    ("base-no-examples", ["base", "--out", "{tmp}/b", "--n-examples", "0"], "n_examples must be an integer >= 1"),
+    ("base-huge-examples", ["base", "--out", "{tmp}/b", "--n-examples", "1000000000"], "n_examples must be an integer in 1..5,000,000"),
+    ("base-huge-tokens", ["base", "--out", "{tmp}/b", "--tokens", "1000000000000000"], "tokens must be an integer in 1..2,000,000,000"),
     ("bench-size", ["bench", "--size", "huge"], "size must be one of auto, cpu, gpu"),
     ("bench-parts", ["bench", "--parts", "generation,flying"], "parts[i] must be one of generation, sft, grpo"),
 ]
@@ -324,6 +328,32 @@ def test_evaluate_never_modifies_an_output_it_did_not_write(tmp_path):
         E.evaluate(**{**args, "settings": E.EvalSettings(levels=["1x2", "1x2"])})
 
 
+def test_resume_refuses_a_run_of_other_settings_and_takes_a_path_as_its_folder(tmp_path, monkeypatch):
+    """Issue 34: a resume continues only the run it finds (method, settings, starting model); the starting model is
+    compared as the folder it names, so a relative and an absolute path of the same base are the same model."""
+    import shutil
+
+    from dsh.experiment import presets
+    from dsh.training import train
+
+    base = tmp_path / "base"
+    shutil.copytree(_base(), base)
+    run = tmp_path / "run"
+    run.mkdir()
+    cfg = presets.LAPTOP.train_config("sft", model=str(base), output_dir=str(run), resume=True)
+    (run / "run_config.json").write_text(json.dumps({"dsh": json.loads(json.dumps(dataclasses.asdict(cfg), default=str)),
+                                                     "resolved_model": str(base)}))
+    monkeypatch.chdir(tmp_path)
+    assert train.check_run_dir(dataclasses.replace(cfg, model="base")) == run          # the same folder, relative
+    for change, said in ((dict(method="dft"), "method: 'sft' -> 'dft'"), (dict(learning_rate=1e-3), "learning_rate"),
+                         (dict(model=str(_base())), "model: ")):
+        with pytest.raises(ValueError, match=r"^output_dir .* holds a run with other settings \(.*" + re.escape(said)):
+            train.check_run_dir(dataclasses.replace(cfg, **change))
+    (run / "run_config.json").write_text("not json")
+    with pytest.raises(ValueError, match=r"holds a run with other settings \(run_config.json unreadable\)"):
+        train.check_run_dir(cfg)
+
+
 @pytest.mark.slow
 def test_train_resume_refuses_a_folder_that_is_not_a_dsh_run_and_deletes_only_its_own_checkpoints(tmp_path, capsys):
     from dsh.experiment import presets
@@ -339,8 +369,10 @@ def test_train_resume_refuses_a_folder_that_is_not_a_dsh_run_and_deletes_only_it
     assert [p.name for p in other.iterdir()] == ["checkpoint-notes"]
     run = tmp_path / "run"
     (run / "checkpoint-notes").mkdir(parents=True)        # a folder of the user's inside a fresh run
-    (run / "run_config.json").write_text("{}")
-    summary = train.train(dataclasses.replace(cfg, output_dir=str(run)))
+    fresh = dataclasses.replace(cfg, output_dir=str(run))
+    (run / "run_config.json").write_text(json.dumps({"dsh": json.loads(json.dumps(dataclasses.asdict(fresh), default=str)),
+                                                     "resolved_model": str(_base())}))
+    summary = train.train(fresh)
     assert "nothing to resume" in capsys.readouterr().out and summary["global_step"] == 1
     assert (run / "checkpoint-notes").is_dir() and not list(run.glob("checkpoint-[0-9]*"))
 
@@ -357,3 +389,54 @@ def test_levels_as_one_string_are_a_comma_separated_list():
 
     assert EvalSettings(levels="1x1").checked().levels == ("1x1",)
     assert EvalSettings(levels="1x1, 2x2").checked().levels == ("1x1", "2x2")
+
+
+def test_a_second_training_in_the_same_run_folder_is_refused(tmp_path):
+    """Issue 34: while one process trains into a run folder (its lock held), another one asking for the same folder
+    is refused in one line before it loads anything, and leaves nothing behind."""
+    run = tmp_path / "runs" / "sft"
+    holder = subprocess.Popen([sys.executable, "-c", (
+        "import fcntl, os, sys, time; os.makedirs(os.path.dirname(sys.argv[1]), exist_ok=True); "
+        "f = open(sys.argv[1], 'a'); fcntl.flock(f, fcntl.LOCK_EX); print('locked', flush=True); time.sleep(60)"),
+        str(tmp_path / "runs" / ".sft.lock")], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        cfg = presets.LAPTOP.train_config("sft", model=str(_base()), output_dir=str(run), max_steps=1, n_train=4)
+        from dsh.training import train
+
+        with pytest.raises(ValueError, match=r"^output_dir .*sft is being trained by another dsh process; wait for it "
+                                             r"or choose another output_dir \(lock .*\.sft\.lock\)$"):
+            train.train(cfg)
+        assert not run.exists() and [p.name for p in (tmp_path / "runs").iterdir()] == [".sft.lock"]
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+def test_a_model_with_nan_weights_is_refused_at_load(tmp_path):
+    """Issue 34: a diverged model (NaN weights) used to answer empty strings with exit 0; it is refused at load."""
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+
+    from dsh.llm import models
+
+    d = tmp_path / "nan-base"
+    shutil.copytree(_base(), d)
+    w = load_file(d / "model.safetensors")
+    name = sorted(w)[0]
+    w[name][0] = float("nan")
+    save_file(w, d / "model.safetensors", metadata={"format": "pt"})
+    with pytest.raises(ValueError, match=r"^model .*nan-base: 1 weight tensors hold NaN or infinite values \(e\.g\. "):
+        models.load(str(d))
+    assert models.load(str(_base()))[0] is not None
+
+
+def test_papermill_parameters_refuses_an_injected_name_the_chapter_lacks():
+    from dsh.core.validate import papermill_parameters
+
+    known = {"In", "Out", "get_ipython", "_", "_i1", "seed", "n_live"}
+    papermill_parameters(known, {**dict.fromkeys(known), "PARAMETERS": set(), "_i2": "", "_2": 1})   # nothing new
+    with pytest.raises(ValueError, match=r"^unknown papermill parameter\(s\) preset; this chapter's parameters: "
+                                         r"n_live, seed$"):
+        papermill_parameters(known, {**dict.fromkeys(known), "preset": "nope"})

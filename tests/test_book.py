@@ -85,3 +85,13 @@ def test_papermill_bounds_and_lists_name_the_parameter_before_any_work(tmp_path,
     does not exist is an error, not a stand-in; each checked in the chapter's first cells."""
     r = _papermill(ROOT / "chapters" / f"{chapter}.ipynb", tmp_path / "out.ipynb", (param, value))
     assert r.returncode != 0 and message in r.stderr + r.stdout, (r.stderr + r.stdout)[-2000:]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("md", CHAPTERS, ids=lambda p: p.name)
+def test_papermill_refuses_a_parameter_the_chapter_does_not_have(tmp_path, md):
+    """Issue 34: papermill only warns about an unknown parameter (`-p preset nope` ran chapter 05 as if nothing had
+    been asked); every chapter refuses it in its second cell, naming it and the chapter's own parameters."""
+    r = _papermill(md.with_suffix(".ipynb"), tmp_path / "out.ipynb", ("preset", "nope"))
+    text = r.stderr + r.stdout
+    assert r.returncode != 0 and "unknown papermill parameter(s) preset; this chapter's parameters: " in text, text[-2000:]

@@ -106,6 +106,45 @@ def test_the_base_command_reproduces_a_model_bit_for_bit(tmp_path):
 
 
 @pytest.mark.slow
+def test_a_base_killed_after_training_resumes_without_retraining_and_keeps_user_files(tmp_path, monkeypatch):
+    """Issue 34: killed while its model is being saved (after training), `dsh base` run again finds the finished
+    state, trains nothing more and writes the same bytes as an uninterrupted run; a file of the user's in the work
+    folder is still there afterwards (only what pretrain wrote is removed)."""
+    import dataclasses
+
+    from dsh.training import laptop_base
+    from dsh.training.laptop_base import BaseSpec, build_base
+
+    spec = BaseSpec(model=SMALL, train=PretrainConfig(tokens=6_000, tokens_per_batch=512, warmup_steps=2, seed=0),
+                    n_examples=600, pack_length=256, report_n=2, curve_every=50, curve_n=2)
+    build_base(tmp_path / "a", spec, progress=False)
+    (tmp_path / ".b.work" / "mine").mkdir(parents=True)
+    (tmp_path / ".b.work" / "mine" / "notes.txt").write_text("keep me")
+    real_save = laptop_base.save
+
+    def killed(model, tok, folder, prov):
+        real_save(model, tok, folder, prov)
+        (folder / "model.safetensors").write_bytes(b"cut short")
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(laptop_base, "save", killed)
+    with pytest.raises(KeyboardInterrupt):
+        build_base(tmp_path / "b", spec, progress=False)
+    assert (tmp_path / ".b.work" / "state.pt").is_file() and not (tmp_path / "b").exists()
+    monkeypatch.setattr(laptop_base, "save", real_save)
+    calls = []
+    monkeypatch.setattr(laptop_base, "pretrain", lambda *a, **k: calls.append(k) or __import__(
+        "dsh.training.pretrain", fromlist=["pretrain"]).pretrain(*a, **{**k, "stop_after": 0}))
+    prov = build_base(tmp_path / "b", spec, progress=False)
+    assert calls and prov["train"]["steps"] > 0            # finished state found: the loop did not run (stop_after 0)
+    assert (tmp_path / "a" / "model.safetensors").read_bytes() == (tmp_path / "b" / "model.safetensors").read_bytes()
+    assert (tmp_path / ".b.work" / "mine" / "notes.txt").read_text() == "keep me"
+    assert sorted(p.name for p in (tmp_path / ".b.work").iterdir()) == ["mine"]
+    assert not (tmp_path / ".b.saving").exists()
+    assert dataclasses.asdict(spec) == prov["spec"]
+
+
+@pytest.mark.slow
 def test_the_shipped_base_has_its_skills_and_decays_beyond_them():
     """The committed base loads as a Hugging Face model with the tokenizer dsh builds and is what ``python -m dsh
     base`` makes by default (its recorded spec); its recorded test report (T=1): checks exact and their copies right

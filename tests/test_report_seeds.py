@@ -116,7 +116,7 @@ def test_claims_faithfulness_timings_and_figures(results):
     assert [x.get_text() for x in fig.axes[0].get_legend().get_texts()] == ["rl-s0", "rl-s1", "rl_verdict-s0"]
     fig = report.plot_validation_curves(results)
     assert [x.get_text() for x in fig.axes[0].get_legend().get_texts()] == ["rl-s0", "rl-s1"]
-    assert list(fig.axes[0].lines[0].get_ydata()) == [0.5, 0.6, 0.7]
+    assert list(fig.axes[1].lines[0].get_ydata()) == [0.5, 0.6, 0.7]        # p_s of rl-s0
 
 
 def test_the_reward_trend_says_which_runs_learned(results):
@@ -156,3 +156,10 @@ def test_one_seed_feeds_the_papers_claims_and_the_headline_follows_the_data(resu
     assert lines[0].startswith("Base: mean accuracy") and "% on 1x6, 1x7." in lines[0]
     assert any(x.startswith("RL minus SFT (reflection)") and "over 2 seeds" in x for x in lines)
     assert any(x.startswith("KL ablation (beta = 0, beta = 0.001, beta = 0.1)") and "no interval" in x for x in lines)
+
+
+def test_reflection_table_per_seed(results):
+    t = report.reflection_table(results, ("1x2", "1x3")).set_index("stage")
+    assert list(t.index) == ["sft_reflection-s0", "sft_reflection-s1"]
+    assert (abs(t["first attempt"] - 0.5) < 0.08).all() and (abs(t["first attempt, no reflection"] - 0.6) < 0.08).all()
+    assert (t.checks == 0).all() and t.kappa.isna().all()        # simulated responses write no checks

@@ -62,3 +62,18 @@ def test_grpo_measures_along_the_run_and_the_last_row_is_the_saved_model(tmp_pat
 
     cb.on_step_end(None, State(), None, model=m)
     assert len((run / "validation.jsonl").read_text().splitlines()) == 3
+
+
+def test_a_resume_drops_the_killed_runs_log_lines_past_its_checkpoint(tmp_path):
+    """Issue 34: a resumed run's metrics and validation logs hold each step once (the killed run's lines after the
+    checkpoint, and a line the kill cut short, are dropped before the run logs them again)."""
+    from dsh.training.train import trim_logs
+
+    rows = [{"step": k, "reward": k / 10} for k in range(1, 8)]
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows) + '{"step": 8, "rew')
+    (tmp_path / "validation.jsonl").write_text("".join(json.dumps({"step": k}) + "\n" for k in (0, 4, 8)))
+    trim_logs(tmp_path, 4)
+    assert [json.loads(x)["step"] for x in (tmp_path / "metrics.jsonl").read_text().splitlines()] == [1, 2, 3, 4]
+    assert [r["step"] for r in validation.read_log(tmp_path / "validation.jsonl")] == [0, 4]
+    assert not list(tmp_path.glob("*.tmp"))
+    trim_logs(tmp_path / "missing", 4)          # nothing to trim: nothing happens

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import json
 import os
@@ -29,6 +30,37 @@ def atomic_write(path, write) -> Path:
             os.unlink(tmp)
         raise
     return path
+
+
+@contextlib.contextmanager
+def exclusive(target, refusal: str):
+    """Hold an exclusive lock on ``target`` (a hidden ``.<name>.lock`` file beside it) while the block runs: a second
+    process asking for the same target gets a one-line ValueError (``refusal``, then where the lock is) instead of
+    writing beside the first. The lock is the operating system's (``flock``): a killed holder releases it, and the
+    file is removed when the block ends. A folder made here for the lock is removed again if left empty."""
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - not POSIX: no lock
+        yield
+        return
+    target = Path(target)
+    made = not target.parent.exists()
+    target.parent.mkdir(parents=True, exist_ok=True)
+    lock = target.parent / f".{target.name}.lock"
+    try:
+        with open(lock, "a") as f:
+            try:
+                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                raise ValueError(f"{refusal} (lock {lock})") from None
+            try:
+                yield
+            finally:
+                lock.unlink(missing_ok=True)
+                fcntl.flock(f, fcntl.LOCK_UN)
+    finally:
+        if made and target.parent.is_dir() and not any(target.parent.iterdir()):
+            target.parent.rmdir()
 
 
 def write_text(path, text: str) -> Path:

@@ -11,14 +11,21 @@ from __future__ import annotations
 import os
 import warnings
 
+from .validate import papermill_parameters
+
 ENVIRONMENT = {"TQDM_DISABLE": "1", "HF_DATASETS_DISABLE_PROGRESS_BARS": "1", "TRANSFORMERS_VERBOSITY": "error",
                "TRANSFORMERS_NO_ADVISORY_WARNINGS": "1", "TOKENIZERS_PARALLELISM": "false"}
 
 
-def book_mode() -> None:
+def book_mode(parameters=None, namespace=None) -> None:
     """Quiet the libraries in this process (a chapter's kernel): the environment above (read by tqdm, transformers
     and datasets when they start or draw a bar), their progress bars and logging off if already imported, and
-    FutureWarning / deprecation warnings of third-party modules not printed (dsh's own warnings still are)."""
+    FutureWarning / deprecation warnings of third-party modules not printed (dsh's own warnings still are).
+    With ``parameters`` (the chapter's names as its parameters cell left them) and ``namespace`` (its globals now),
+    a parameter papermill injected that the chapter does not have is refused first
+    (:func:`dsh.core.validate.papermill_parameters`)."""
+    if parameters is not None:
+        papermill_parameters(parameters, namespace if namespace is not None else {})
     os.environ.update(ENVIRONMENT)
     for module in ("transformers", "trl", "datasets", "torch", "peft", "accelerate", "tqdm", "huggingface_hub"):
         warnings.filterwarnings("ignore", category=FutureWarning, module=module)

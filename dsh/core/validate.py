@@ -94,3 +94,18 @@ def output_path(name: str, path, kind: str = "file") -> Path:
                 raise ValueError(f"{name} cannot be written: {parent} is a file, not a folder")
             break
     return p
+
+
+IPYTHON_NAMES = frozenset({"In", "Out", "get_ipython", "exit", "quit", "open"})
+
+
+def papermill_parameters(known, namespace) -> None:
+    """Refuse a papermill parameter the chapter does not have: ``known`` is the chapter's namespace as its
+    parameters cell left it (``set(globals())`` at its end), ``namespace`` the one after papermill's injected cell;
+    a name that appeared in between (other than IPython's ``_...``) was passed with ``-p``/``-r`` but is no
+    parameter of the chapter, which papermill only warns about. One-line ValueError naming it and the valid ones."""
+    unknown = sorted(k for k in namespace if not k.startswith("_") and k not in known and k != "PARAMETERS")
+    if unknown:
+        valid = sorted(k for k in known if not k.startswith("_") and k not in IPYTHON_NAMES)
+        raise ValueError(f"unknown papermill parameter(s) {', '.join(unknown)}; this chapter's parameters: "
+                         f"{', '.join(valid)}")

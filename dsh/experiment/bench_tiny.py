@@ -265,7 +265,8 @@ def training_rows(size: TinySize, peak_flops: float, workdir: Path, seed: int = 
     per = sum(len(x) for x, _ in data) // len(data) * 8
     t = time.perf_counter()
     st = pretrain(m, tok, data, workdir / "tiny_loop", PretrainConfig(tokens=per * steps, tokens_per_batch=per,
-                                                                      seed=seed, save_every=10 ** 6), progress=False)
+                                                                      seed=seed, save_every=10 ** 6), progress=False,
+                  final_state=False)
     dt = time.perf_counter() - t
     rows.append({"part": "tiny training", "path": "dsh.training.pretrain loop (the base's path, ~8 traces a step)",
                  "seconds": round(dt, 2), "real_tokens": st["tokens"], "tokens_per_s": st["tokens"] / dt,

@@ -17,7 +17,6 @@ with left padding, static KV cache on GPU) for any other model. ``dsh bench`` me
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import json
 import zlib
@@ -25,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..core import validate as v
-from ..core.files import read_jsonl, write_jsonl, write_text
+from ..core.files import exclusive, read_jsonl, write_jsonl, write_text
 from ..llm.complete import complete, complete_hf, complete_vllm
 from ..llm.models import EMBEDDED, load, resolve_model, vllm_available
 from ..task.problems import MAX_PROBLEMS, N_TEST, TEST_LEVELS, parse_level, test_problems
@@ -94,7 +93,7 @@ def evaluate(model: str = EMBEDDED, out: str = "generations.jsonl", settings: Ev
     problems = [(settings.levels[k // n], k % n, p) for k, p in enumerate(test_problems(settings.levels, n, seed))]
     ident = model_identity(model, settings, seed, backend)
     check_own_output(out, ident, problems)
-    with _exclusive(out):
+    with exclusive(out, f"out {out} is being written by another dsh evaluate; wait for it or choose another out"):
         if not settings_path(out).is_file():
             write_text(settings_path(out), json.dumps(ident, indent=1))
         return _evaluate(loc, out, problems, settings, seed, backend, progress)
@@ -167,30 +166,6 @@ def check_own_output(out: Path, ident: dict, problems) -> None:
             raise ValueError(f"out {out} line {k} is not a record of this evaluation; choose another out")
     if cut and not cut.startswith(b'{"'):
         raise ValueError(f"out {out}: its last line is not a record of this evaluation; choose another out")
-
-
-@contextlib.contextmanager
-def _exclusive(out: Path):
-    """Hold an exclusive lock on ``out`` (a hidden ``.<name>.lock`` beside it) for the whole evaluation: a second
-    ``dsh evaluate`` with the same output is refused instead of interleaving records."""
-    try:
-        import fcntl
-    except ImportError:  # pragma: no cover - not POSIX: no lock
-        yield
-        return
-    out.parent.mkdir(parents=True, exist_ok=True)
-    lock = out.parent / f".{out.name}.lock"
-    with open(lock, "a") as f:
-        try:
-            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            raise ValueError(f"out {out} is being written by another dsh evaluate (lock {lock}); wait for it or "
-                             f"choose another out") from None
-        try:
-            yield
-        finally:
-            lock.unlink(missing_ok=True)
-            fcntl.flock(f, fcntl.LOCK_UN)
 
 
 def _evaluate(loc, out, problems, settings: EvalSettings, seed, backend, progress) -> Path:

@@ -250,6 +250,40 @@ def faithfulness_table(results: dict, kinds=None, level_groups: dict | None = No
     return pd.DataFrame(rows).T
 
 
+def reflection_table(results: dict, levels, kind: str = "sft_reflection", plain: str = "sft") -> pd.DataFrame:
+    """Reflection SFT per seed on ``levels`` (e.g. the fine-tuning levels): the checks read, the share whose verdict
+    follows the true check of the model's own answer with its chance agreement and Cohen's kappa (95 % interval),
+    the first attempt's accuracy (p_s, pooled over the levels' candidates) beside SFT without reflection's, and the
+    share of all its responses cut at the token limit."""
+    task = tasks.get(results["summary"].get("task", "traces"))
+    rows = []
+    for x in plan_of(results):
+        if x["kind"] != kind or x["name"] not in results["calibration"]:
+            continue
+        cal = results["calibration"][x["name"]]
+        twin = next((y["name"] for y in plan_of(results) if y["kind"] == plain and y.get("seed") == x.get("seed")), None)
+        k = cohen_kappa(*_pooled_counts(results, [x["name"]], task.agreement_counts, levels)) \
+            if task.agreement_counts else None
+
+        def first(c):
+            by = c["all"]["by_level"]
+            n = [by[lv]["n"] - (by[lv].get("no_answer") or 0) for lv in levels if lv in by]
+            ps = [by[lv]["p_s"] for lv in levels if lv in by]
+            return sum(a * b for a, b in zip(n, ps) if b is not None) / sum(n) if sum(n) else None
+
+        row = {"stage": x["name"], "checks": k["n"] if k else None,
+               "verdict follows check": k["observed"] if k else None, "chance": k["chance"] if k else None,
+               "kappa": k["kappa"] if k else None,
+               "kappa 95 %": f"[{k['kappa_ci'][0]:.2f}, {k['kappa_ci'][1]:.2f}]" if k and k["kappa"] is not None
+               else None,
+               "first attempt": first(cal),
+               "first attempt, no reflection": first(results["calibration"][twin]) if twin in results["calibration"]
+               else None,
+               "at the token limit": cal.get("truncated")}
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
 def design_table(results: dict) -> pd.DataFrame:
     """The design goals of the small-scale analogue (dsh.experiment.pipeline.design_checks) and whether the run met them."""
     d = results["summary"].get("design") or design_checks(results)
@@ -377,26 +411,31 @@ def reward_trend_table(results: dict) -> pd.DataFrame:
 
 def plot_validation_curves(results: dict, kinds=("rl",)):
     """p_s, p_dC and p_dW along GRPO (:mod:`dsh.training.validation`: fixed validation questions at the rollouts'
-    temperature), one line per stage with its 95 % bootstrap band, one panel per quantity."""
+    temperature) for the stages of ``kinds`` in a results folder (:func:`plot_validation_rows`)."""
+    along = results["summary"].get("validation_curves") or {}
+    return plot_validation_rows({x["name"]: along[x["name"]] for x in plan_of(results)
+                                 if x["kind"] in kinds and along.get(x["name"])})
+
+
+def plot_validation_rows(rows_by_name: dict):
+    """Validation measurements along runs (``{name: rows of validation.jsonl}``): accuracy, p_s, p_dC and p_dW
+    against the optimizer step, one line per run with its 95 % band (bootstrap; accuracy: normal), one panel each."""
     import matplotlib.pyplot as plt
 
-    along = results["summary"].get("validation_curves") or {}
-    keys = (("p_s", "p_s (pi_sample)"), ("p_d_given_correct", "p_dC (pi_d after a right answer)"),
-            ("p_d_given_wrong", "p_dW (pi_d after a wrong answer)"), ("observed_accuracy", "accuracy"))
-    fig, axes = plt.subplots(1, len(keys), figsize=(14, 3.3))
-    for x in plan_of(results):
-        rows = along.get(x["name"])
-        if x["kind"] not in kinds or not rows:
-            continue
+    keys = (("observed_accuracy", "accuracy"), ("p_s", "p_s (pi_sample)"),
+            ("p_d_given_correct", "p_dC (STOP after a right answer)"),
+            ("p_d_given_wrong", "p_dW (RESAMPLE after a wrong one)"))
+    fig, axes = plt.subplots(1, len(keys), figsize=(14, 3.3), sharey=True)
+    nan = lambda y: float("nan") if y is None else y  # noqa: E731
+    for name, rows in rows_by_name.items():
         steps = [r["step"] for r in rows]
         for ax, (k, label) in zip(axes, keys):
-            ys = [r[k] for r in rows]
-            line, = ax.plot(steps, [float("nan") if y is None else y for y in ys], marker=".", label=x["name"])
-            ci = [r.get(f"{k}_ci") or ([r["ci_low"], r["ci_high"]] if k == "observed_accuracy" else [None, None])
+            line, = ax.plot(steps, [nan(r[k]) for r in rows], marker=".", label=name)
+            ci = [[r["ci_low"], r["ci_high"]] if k == "observed_accuracy" else (r.get(f"{k}_ci") or [None, None])
                   for r in rows]
-            ax.fill_between(steps, [float("nan") if c[0] is None else c[0] for c in ci],
-                            [float("nan") if c[1] is None else c[1] for c in ci], color=line.get_color(), alpha=0.15)
-            ax.set(xlabel="GRPO step", title=label)
+            ax.fill_between(steps, [nan(c[0]) for c in ci], [nan(c[1]) for c in ci], color=line.get_color(),
+                            alpha=0.15)
+            ax.set(xlabel="GRPO step", title=label, ylim=(-0.02, 1.02))
     axes[0].legend(fontsize=7)
     fig.tight_layout()
     return fig

@@ -139,8 +139,9 @@ def vllm_available() -> bool:
 
 def load_weights(model: str, loc: str, dtype=None, trust_remote_code: bool = False):
     """The model at ``loc`` (safetensors only), refused with a one-line ValueError when its weights file cannot be
-    read (truncated, damaged) or when its weights do not cover its parameters (missing or mismatched tensors:
-    transformers would initialise them at random and say so in a table, and every answer would be noise)."""
+    read (truncated, damaged), when its weights do not cover its parameters (missing or mismatched tensors:
+    transformers would initialise them at random and say so in a table, and every answer would be noise) or when
+    a weight is NaN or infinite (a diverged run: it would answer empty strings)."""
     from transformers import AutoModelForCausalLM
     from transformers.utils import logging as hf_logging
 
@@ -164,6 +165,12 @@ def load_weights(model: str, loc: str, dtype=None, trust_remote_code: bool = Fal
         what = "; ".join(f"{len(v)} {k.split('_')[0]} (e.g. {', '.join(map(str, v[:2]))})" for k, v in bad.items() if v)
         raise ValueError(f"model {model}: its weights do not match its parameters: {what}; the folder {loc} is "
                          f"incomplete or holds another model's weights")
+    import torch
+
+    broken = [n for n, p in m.named_parameters() if not bool(torch.isfinite(p).all())]
+    if broken:
+        raise ValueError(f"model {model}: {len(broken)} weight tensors hold NaN or infinite values (e.g. {broken[0]}); "
+                         f"the model at {loc} would answer noise")
     return m
 
 

@@ -18,7 +18,7 @@ from ..llm.complete import complete
 from ..llm.tiny import TinyConfig, build_tokenizer, make_model, n_params, save
 from ..task import laptop_task as lt
 from .own_attempts import ATTEMPT_TOKENS
-from .pretrain import PretrainConfig, encode, pack, pretrain
+from .pretrain import PretrainConfig, encode, pack, pretrain, remove_work
 
 SHIPPED_BASE = Path(__file__).resolve().parent.parent / "assets" / "laptop-base"
 # the base answers 1x2 ... 1x5 (both operand orders) and checks claims at every length of the test ladder, 1x2 ...
@@ -28,6 +28,7 @@ SHIPPED_BASE = Path(__file__).resolve().parent.parent / "assets" / "laptop-base"
 ANSWER_LEVELS = ("1x2", "1x3", "1x4", "1x5", "2x1", "3x1", "4x1", "5x1")
 CHECK_LEVELS = ("1x2", "1x3", "1x4", "1x5", "1x6", "1x7", "1x8", "2x1", "3x1", "4x1", "5x1", "6x1", "7x1", "8x1")
 VALIDATION_SEED = 7       # the learning curve's questions (drawn apart from the test questions)
+MAX_EXAMPLES = 5_000_000  # the corpus is built in memory (about 1 GB of token lists at this bound)
 CHECK_TOKENS = 160        # new tokens a check of the base's report may take (the longest of 300 a level on
                           # 1x2 ... 1x8, its restated claim included, takes 133 in the tiny tokenizer)
 
@@ -50,6 +51,18 @@ class BaseSpec:
     weights: tuple = field(default=(1,) * len(ANSWER_LEVELS), metadata={"help": "relative frequency of each level"})
     check_levels: tuple | None = field(default=CHECK_LEVELS, metadata={"help": "levels of the check examples "
                                                                                  "(None: ``levels``)"})
+
+    def __post_init__(self):
+        v.positive_int("n_examples", self.n_examples)
+        if self.n_examples > MAX_EXAMPLES:
+            raise ValueError(f"n_examples must be an integer in 1..{MAX_EXAMPLES:,} (the corpus is held in memory); "
+                             f"got {self.n_examples:,}")
+        v.probability("check_fraction", self.check_fraction)
+        for name in ("pack_length", "curve_every", "curve_n", "report_n"):
+            v.positive_int(name, getattr(self, name))
+        if len(self.weights) != len(self.levels) or any(v.real("weights[i]", w) <= 0 for w in self.weights):
+            raise ValueError(f"weights must give one positive number per level ({len(self.levels)}); "
+                             f"got {self.weights!r}")
 
 
 def build_base(out, spec: BaseSpec = BaseSpec(), progress: bool = True) -> dict:
@@ -86,10 +99,16 @@ def build_base(out, spec: BaseSpec = BaseSpec(), progress: bool = True) -> dict:
     model.eval()
     prov["report"] = {f"temperature {t}": base_report(model, tok, n_per_level=spec.report_n, temperature=t)
                       for t in (1.0, 0.0)}
-    save(model, tok, out, prov)
-    import shutil
+    saving = out.parent / f".{out.name}.saving"     # the folder appears whole or not at all
+    if saving.is_dir():
+        import shutil
 
-    shutil.rmtree(work, ignore_errors=True)
+        shutil.rmtree(saving)                       # a save a kill cut short: dsh's own, written again now
+    save(model, tok, saving, prov)
+    if out.is_dir():
+        out.rmdir()                                 # empty (checked above)
+    saving.replace(out)
+    remove_work(work)      # only what pretrain wrote there: a file of the user's in the work folder stays
     return prov
 
 

@@ -20,7 +20,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from ..core import validate as v
+from ..core.files import write_text
 from ..task.records import chat_prompt
+
+MAX_TOKENS = 2_000_000_000     # about two days at the shipped base's 12k tokens/s
 
 
 @dataclass(frozen=True)
@@ -39,6 +42,9 @@ class PretrainConfig:
 
     def __post_init__(self):
         v.positive_int("tokens", self.tokens)
+        if self.tokens > MAX_TOKENS:
+            raise ValueError(f"tokens must be an integer in 1..{MAX_TOKENS:,} (a day or more of training on two CPU "
+                             f"cores); got {self.tokens:,}")
         v.positive_int("tokens_per_batch", self.tokens_per_batch)
         v.length("warmup_steps", self.warmup_steps)
         v.positive_int("save_every", self.save_every)
@@ -133,12 +139,15 @@ def lr_at(step: int, total: int, cfg: PretrainConfig) -> float:
 
 
 def pretrain(model, tok, rows, out, cfg: PretrainConfig = PretrainConfig(), progress: bool = True,
-             stop_after: int | None = None, monitor=None, monitor_every: int = 250) -> dict | None:
+             stop_after: int | None = None, monitor=None, monitor_every: int = 250,
+             final_state: bool = True) -> dict | None:
     """Train ``model`` on ``rows`` (from :func:`encode` or :func:`pack`) for ``cfg.tokens`` tokens; checkpoints in
     ``out`` (resumed when present). Returns the run's statistics (steps, tokens, seconds, tokens/s, loss curve).
     ``stop_after``: leave after that many steps of this call with the state saved, as a kill would (returns None).
     ``monitor(model, step) -> dict``: called every ``monitor_every`` steps and at the end, in eval mode; its dicts
-    are the run's ``monitor_log`` (kept across a resume): a learning curve."""
+    are the run's ``monitor_log`` (kept across a resume): a learning curve. ``final_state``: the finished run's
+    state is kept too, so that a kill after training (while the caller reports and saves) loses nothing: run again,
+    it finds the run finished and returns its statistics; :func:`remove_work` clears the folder afterwards."""
     import torch
     from tqdm.auto import tqdm
 
@@ -198,7 +207,7 @@ def pretrain(model, tok, rows, out, cfg: PretrainConfig = PretrainConfig(), prog
             monitor_log.append({"step": step, "tokens": seen, "report": monitor(model, step)})
             model.train()
         interrupted = stop_after is not None and step - start >= stop_after and step < total
-        if (step % cfg.save_every == 0 and step < total) or interrupted:
+        if (step % cfg.save_every == 0 and step < total) or interrupted or (step == total and final_state):
             tmp = out / "state.pt.tmp"
             torch.save({"model": model.state_dict(), "optimizer": opt.state_dict(), "step": step, "tokens": seen,
                         "curve": curve, "seconds": time.time() - t0, "config": asdict(cfg), "n_rows": len(rows),
@@ -208,10 +217,22 @@ def pretrain(model, tok, rows, out, cfg: PretrainConfig = PretrainConfig(), prog
             bar.close()
             return None
     bar.close()
-    dt = time.time() - t0
-    state_path.unlink(missing_ok=True)
+    dt = time.time() - t0     # a run found finished (its final state) took what it took: elapsed
     stats = {"steps": step, "tokens": seen, "seconds": round(dt, 1), "tokens_per_s": round(seen / max(dt, 1e-9)),
              "final_loss_ema": ema, "curve": curve, "config": asdict(cfg),
              "monitor_log": monitor_log}
-    (out / "train_stats.json").write_text(json.dumps(stats, indent=1) + "\n")
+    write_text(out / "train_stats.json", json.dumps(stats, indent=1) + "\n")
     return stats
+
+
+WORK_FILES = ("state.pt", "state.pt.tmp", "train_stats.json")   # what pretrain writes into its folder
+
+
+def remove_work(out) -> None:
+    """Remove what :func:`pretrain` wrote into ``out`` (:data:`WORK_FILES`) once its caller has saved the result,
+    and the folder when nothing else is left in it: a file of the user's there is never deleted."""
+    out = Path(out)
+    for name in WORK_FILES:
+        (out / name).unlink(missing_ok=True)
+    if out.is_dir() and not any(out.iterdir()):
+        out.rmdir()

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..core import validate as v
+from ..core.files import exclusive
 from ..core.provenance import git_commit, hardware
 from ..llm.models import EMBEDDED, load, resolve_model, vllm_available
 from ..measure import tasks
@@ -332,6 +333,28 @@ def _real_tokens(trainer) -> int | None:
 
 
 CHECKPOINT = re.compile(r"checkpoint-\d+")    # the trainer's checkpoint folders: the only ones dsh deletes
+LOGS = ("metrics.jsonl", "validation.jsonl")    # one JSON line per step, written as the run goes
+
+
+def trim_logs(run: Path, step: int) -> None:
+    """Drop the lines of ``run``'s step logs (:data:`LOGS`) after ``step`` (the checkpoint a resume continues from),
+    and a line the kill cut short: the resumed run logs those steps again, so a curve holds each step once. Each file
+    is replaced whole."""
+    for name in LOGS:
+        path = run / name
+        if not path.is_file():
+            continue
+        keep = []
+        for x in path.read_text().splitlines():
+            try:
+                row = json.loads(x)
+            except ValueError:                     # a line cut by the kill
+                continue
+            if isinstance(row, dict) and row.get("step", 0) <= step:
+                keep.append(x)
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text("".join(x + "\n" for x in keep))
+        tmp.replace(path)
 
 
 def check_run_dir(cfg: TrainConfig) -> Path:
@@ -346,7 +369,35 @@ def check_run_dir(cfg: TrainConfig) -> Path:
                          f"another output_dir")
     if full and cfg.resume and not (run / "run_config.json").is_file():
         raise ValueError(f"output_dir {run} is not a dsh run (no run_config.json); resume continues only a dsh run")
+    if full and cfg.resume:
+        differ = resume_mismatch(run, cfg)
+        if differ:
+            raise ValueError(f"output_dir {run} holds a run with other settings ({differ}); resume continues only "
+                             f"the same run: choose another output_dir or the run's own settings")
     return run
+
+
+def resume_mismatch(run: Path, cfg: TrainConfig) -> str:
+    """What differs between the run in ``run`` (its ``run_config.json``) and ``cfg``, as ``field: was -> now`` (empty
+    when nothing does): every field but ``output_dir`` and ``resume``, the starting model compared as the folder it
+    resolves to (a relative and an absolute path of the same folder are the same model)."""
+    try:
+        stored = json.loads((run / "run_config.json").read_text())
+        was = stored["dsh"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return "run_config.json unreadable"
+    now = json.loads(json.dumps(dataclasses.asdict(cfg), default=str))
+    out = []
+    for k in sorted(set(was) | set(now)):
+        if k in ("output_dir", "resume", "model") or was.get(k) == now.get(k):
+            continue
+        out.append(f"{k}: {was.get(k)!r} -> {now.get(k)!r}")
+    before, after = stored.get("resolved_model"), resolve_model(cfg.model)
+    same = before == after or (before is not None and Path(before).exists() and Path(after).exists()
+                               and Path(before).resolve() == Path(after).resolve())
+    if not same:
+        out.append(f"model: {before!r} -> {after!r}")
+    return "; ".join(out)
 
 
 def _sft_trainer(cfg: TrainConfig, trl_cfg, model, tok, ds, peft_config, callbacks):
@@ -431,16 +482,24 @@ def _summary(cfg: TrainConfig, trl_cfg, trainer, out, wall: float, resume_from, 
 def train(cfg: TrainConfig) -> dict:
     """Run one training job (the method's trainer: :data:`TRAINERS`) and return its summary (also written to
     ``summary.json``); the run directory keeps ``final/`` (and its checkpoints with ``keep_checkpoints``)."""
+    if not isinstance(cfg, TrainConfig):
+        raise ValueError(f"cfg must be a dsh.training.train.TrainConfig, got {type(cfg).__name__}")
+    loc = resolve_model(cfg.model)                 # fails fast on a bad model before anything is written
+    trl_cfg = to_trl_config(cfg)
+    check_run_dir(cfg)
+    # one process a run folder: a second one would interleave its steps and checkpoints with the first's
+    with exclusive(Path(cfg.output_dir), f"output_dir {cfg.output_dir} is being trained by another dsh process; "
+                   f"wait for it or choose another output_dir"):
+        return _train(cfg, loc, trl_cfg)
+
+
+def _train(cfg: TrainConfig, loc: str, trl_cfg) -> dict:
     import shutil
 
     import torch
     from datasets import Dataset
 
-    if not isinstance(cfg, TrainConfig):
-        raise ValueError(f"cfg must be a dsh.training.train.TrainConfig, got {type(cfg).__name__}")
-    loc = resolve_model(cfg.model)                 # fails fast on a bad model before anything is written
-    trl_cfg = to_trl_config(cfg)
-    run = check_run_dir(cfg)
+    run = check_run_dir(cfg)                       # again, now that no other process can change it
     resume_from = str(last_checkpoint(run)) if cfg.resume and last_checkpoint(run) else None
     if cfg.resume and resume_from is None:
         print(f"dsh: nothing to resume in {run} (no checkpoint); training from the start", flush=True)
@@ -448,6 +507,8 @@ def train(cfg: TrainConfig) -> dict:
     model, tok = load(loc, dtype=torch.bfloat16 if trl_cfg.bf16 else torch.float32,
                       trust_remote_code=cfg.trust_remote_code)   # refuses weights that do not cover the model
     run.mkdir(parents=True, exist_ok=True)         # nothing is written before the model has loaded
+    if resume_from:                                # the killed run's logs past its checkpoint are logged again
+        trim_logs(run, int(Path(resume_from).name.split("-")[-1]))
     (run / "run_config.json").write_text(json.dumps(
         {"dsh": dataclasses.asdict(cfg), "resolved_model": loc, "trl": trl_cfg.to_dict()}, indent=1, default=str))
     packed = cfg.padding_free
