@@ -436,7 +436,10 @@ def test_papermill_parameters_refuses_an_injected_name_the_chapter_lacks():
     from dsh.core.validate import papermill_parameters
 
     known = {"In", "Out", "get_ipython", "_", "_i1", "seed", "n_live"}
-    papermill_parameters(known, {**dict.fromkeys(known), "PARAMETERS": set(), "_i2": "", "_2": 1})   # nothing new
+    import json as imported_module
+
+    papermill_parameters(known, {**dict.fromkeys(known), "PARAMETERS": set(), "_i2": "", "_2": 1, "book_mode": print,
+                                 "json": imported_module, "Path": Path})   # nothing new but imports
     with pytest.raises(ValueError, match=r"^unknown papermill parameter\(s\) preset; this chapter's parameters: "
                                          r"n_live, seed$"):
         papermill_parameters(known, {**dict.fromkeys(known), "preset": "nope"})

@@ -102,9 +102,12 @@ IPYTHON_NAMES = frozenset({"In", "Out", "get_ipython", "exit", "quit", "open"})
 def papermill_parameters(known, namespace) -> None:
     """Refuse a papermill parameter the chapter does not have: ``known`` is the chapter's namespace as its
     parameters cell left it (``set(globals())`` at its end), ``namespace`` the one after papermill's injected cell;
-    a name that appeared in between (other than IPython's ``_...``) was passed with ``-p``/``-r`` but is no
-    parameter of the chapter, which papermill only warns about. One-line ValueError naming it and the valid ones."""
-    unknown = sorted(k for k in namespace if not k.startswith("_") and k not in known and k != "PARAMETERS")
+    a value that appeared in between (not IPython's ``_...``, not a module, function or class the cell imported) was
+    passed with ``-p``/``-r`` but is no parameter of the chapter, which papermill only warns about. One-line ValueError naming it and the valid ones."""
+    import types
+
+    unknown = sorted(k for k, x in namespace.items() if not k.startswith("_") and k not in known and k != "PARAMETERS"
+                     and not callable(x) and not isinstance(x, types.ModuleType))   # imports are no parameters
     if unknown:
         valid = sorted(k for k in known if not k.startswith("_") and k not in IPYTHON_NAMES)
         raise ValueError(f"unknown papermill parameter(s) {', '.join(unknown)}; this chapter's parameters: "

@@ -332,21 +332,32 @@ def config_table(configs: dict, fields) -> pd.DataFrame:
                          for name, c in configs.items()})
 
 
+DELTA_KEYS = (("p_s", "Δp_s"), ("p_d_given_correct", "Δp_dC"), ("p_d_given_wrong", "Δp_dW"),
+              ("observed_accuracy", "Δaccuracy"))
+
+
+def seed_deltas(results: dict, kind: str, init: str) -> dict:
+    """``{"Δp_s": [...], "Δp_dC": [...], "Δp_dW": [...], "Δaccuracy": [...]}``: the change of each estimate (over
+    every response) from stage kind ``init`` to ``kind`` of the same training seed, one value a seed that has both
+    (a quantity undefined for one of the two is left out for that seed)."""
+    out = {}
+    for s in seeds_of(results):
+        cal = calibration_by_kind(results, s)
+        if kind not in cal or init not in cal:
+            continue
+        a, b = cal[kind]["all"]["overall"], cal[init]["all"]["overall"]
+        for key, name in DELTA_KEYS:
+            if a[key] is not None and b[key] is not None:
+                out.setdefault(name, []).append(a[key] - b[key])
+    return out
+
+
 def delta_table(results: dict, pairs) -> pd.DataFrame:
     """For (label, kind, init kind) pairs: the change of p_s, p_dC, p_dW and accuracy (over every response) from
-    the init stage of the same seed, mean and range over seeds."""
-    by_seed = {s: calibration_by_kind(results, s) for s in seeds_of(results)}
+    the init stage of the same seed, mean and range over seeds (:func:`seed_deltas`)."""
     rows = []
     for label, kind, init in pairs:
-        deltas = {}
-        for cal in by_seed.values():
-            if kind not in cal or init not in cal:
-                continue
-            a, b = cal[kind]["all"]["overall"], cal[init]["all"]["overall"]
-            for key, name in (("p_s", "Δp_s"), ("p_d_given_correct", "Δp_dC"), ("p_d_given_wrong", "Δp_dW"),
-                              ("observed_accuracy", "Δaccuracy")):
-                if a[key] is not None and b[key] is not None:
-                    deltas.setdefault(name, []).append(a[key] - b[key])
+        deltas = seed_deltas(results, kind, init)
         row = {"comparison": label, "seeds": len(next(iter(deltas.values()), []))}
         for name, xs in deltas.items():
             row[name] = f"{sum(xs) / len(xs):+.3f} [{min(xs):+.3f}, {max(xs):+.3f}]"
@@ -359,7 +370,7 @@ def _curves(results: dict, kind: str) -> list:
     return [curves[x["name"]] for x in plan_of(results) if x["kind"] == kind and curves.get(x["name"])]
 
 
-def _kl_arms(results: dict) -> list:
+def kl_arms(results: dict) -> list:
     """The KL ablation's arms as (beta, kind): the ``rl_beta<b>`` kinds and, where they exist, the RL arm itself at
     its preset's coefficient (one of the ablation's values), sorted by beta."""
     kinds = {x["kind"] for x in plan_of(results)}
@@ -374,7 +385,7 @@ def kl_table(results: dict) -> pd.DataFrame:
     """The KL ablation: for each GRPO coefficient beta (kinds ``rl_beta<b>``, and ``rl`` at the preset's beta), the
     change from SFT (reflection) of p_s (pi_sample) and of p_dC, p_dW (pi_d), and the last logged KL (mean over
     seeds)."""
-    arms = _kl_arms(results)
+    arms = kl_arms(results)
     df = delta_table(results, [(f"beta = {b:g}", k, "sft_reflection") for b, k in arms])
     if not df.empty:
         kl = []
