@@ -91,7 +91,9 @@ def test_papermill_bounds_and_lists_name_the_parameter_before_any_work(tmp_path,
 @pytest.mark.parametrize("md", CHAPTERS, ids=lambda p: p.name)
 def test_papermill_refuses_a_parameter_the_chapter_does_not_have(tmp_path, md):
     """Issue 34: papermill only warns about an unknown parameter (`-p preset nope` ran chapter 05 as if nothing had
-    been asked); every chapter refuses it in its second cell, naming it and the chapter's own parameters."""
-    r = _papermill(md.with_suffix(".ipynb"), tmp_path / "out.ipynb", ("preset", "nope"))
+    been asked; chapter 04 has a `preset`, so the name here is one no chapter has); every chapter refuses it in its
+    second cell, naming it and the chapter's own parameters."""
+    r = _papermill(md.with_suffix(".ipynb"), tmp_path / "out.ipynb", ("no_such_parameter", "nope"))
     text = r.stderr + r.stdout
-    assert r.returncode != 0 and "unknown papermill parameter(s) preset; this chapter's parameters: " in text, text[-2000:]
+    assert r.returncode != 0 and "unknown papermill parameter(s) no_such_parameter; this chapter's parameters: " in text, \
+        text[-2000:]

@@ -103,7 +103,8 @@ def papermill_parameters(known, namespace) -> None:
     """Refuse a papermill parameter the chapter does not have: ``known`` is the chapter's namespace as its
     parameters cell left it (``set(globals())`` at its end), ``namespace`` the one after papermill's injected cell;
     a value that appeared in between (not IPython's ``_...``, not a module, function or class the cell imported) was
-    passed with ``-p``/``-r`` but is no parameter of the chapter, which papermill only warns about. One-line ValueError naming it and the valid ones."""
+    passed with ``-p``/``-r`` but is no parameter of the chapter, which papermill only warns about. One-line
+    ValueError naming it and the valid ones."""
     import types
 
     unknown = sorted(k for k, x in namespace.items() if not k.startswith("_") and k not in known and k != "PARAMETERS"
