@@ -250,6 +250,14 @@ def faithfulness_table(results: dict, kinds=None, level_groups: dict | None = No
     return pd.DataFrame(rows).T
 
 
+def _pooled_p_s(cal: dict, levels):
+    """p_s of a stage's calibration pooled over ``levels``: first attempts right over responses with an answer."""
+    by = cal["all"]["by_level"]
+    n = [by[lv]["n"] - (by[lv].get("no_answer") or 0) for lv in levels if lv in by]
+    ps = [by[lv]["p_s"] for lv in levels if lv in by]
+    return sum(a * b for a, b in zip(n, ps) if b is not None) / sum(n) if sum(n) else None
+
+
 def reflection_table(results: dict, levels, kind: str = "sft_reflection", plain: str = "sft") -> pd.DataFrame:
     """Reflection SFT per seed on ``levels`` (e.g. the fine-tuning levels): the checks read, the share whose verdict
     follows the true check of the model's own answer with its chance agreement and Cohen's kappa (95 % interval),
@@ -264,20 +272,13 @@ def reflection_table(results: dict, levels, kind: str = "sft_reflection", plain:
         twin = next((y["name"] for y in plan_of(results) if y["kind"] == plain and y.get("seed") == x.get("seed")), None)
         k = cohen_kappa(*_pooled_counts(results, [x["name"]], task.agreement_counts, levels)) \
             if task.agreement_counts else None
-
-        def first(c):
-            by = c["all"]["by_level"]
-            n = [by[lv]["n"] - (by[lv].get("no_answer") or 0) for lv in levels if lv in by]
-            ps = [by[lv]["p_s"] for lv in levels if lv in by]
-            return sum(a * b for a, b in zip(n, ps) if b is not None) / sum(n) if sum(n) else None
-
         row = {"stage": x["name"], "checks": k["n"] if k else None,
                "verdict follows check": k["observed"] if k else None, "chance": k["chance"] if k else None,
                "kappa": k["kappa"] if k else None,
                "kappa 95 %": f"[{k['kappa_ci'][0]:.2f}, {k['kappa_ci'][1]:.2f}]" if k and k["kappa"] is not None
                else None,
-               "first attempt": first(cal),
-               "first attempt, no reflection": first(results["calibration"][twin]) if twin in results["calibration"]
+               "first attempt": _pooled_p_s(cal, levels),
+               "first attempt, no reflection": _pooled_p_s(results["calibration"][twin], levels) if twin in results["calibration"]
                else None,
                "at the token limit": cal.get("truncated")}
         rows.append(row)

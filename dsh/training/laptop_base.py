@@ -16,6 +16,7 @@ from ..core import validate as v
 from ..core.provenance import provenance
 from ..llm.complete import complete
 from ..llm.tiny import TinyConfig, build_tokenizer, make_model, n_params, save
+from ..measure.tasks import VALIDATION_SEED  # the learning curve's questions (apart from the test questions)
 from ..task import laptop_task as lt
 from .own_attempts import ATTEMPT_TOKENS
 from .pretrain import PretrainConfig, encode, pack, pretrain, remove_work
@@ -27,7 +28,6 @@ SHIPPED_BASE = Path(__file__).resolve().parent.parent / "assets" / "laptop-base"
 # orders. Trained to the end of its budget (no early stop): every skill learned, measured on validation questions.
 ANSWER_LEVELS = ("1x2", "1x3", "1x4", "1x5", "2x1", "3x1", "4x1", "5x1")
 CHECK_LEVELS = ("1x2", "1x3", "1x4", "1x5", "1x6", "1x7", "1x8", "2x1", "3x1", "4x1", "5x1", "6x1", "7x1", "8x1")
-VALIDATION_SEED = 7       # the learning curve's questions (drawn apart from the test questions)
 MAX_EXAMPLES = 5_000_000  # the corpus is built in memory (about 1 GB of token lists at this bound)
 CHECK_TOKENS = 160        # new tokens a check of the base's report may take (the longest of 300 a level on
                           # 1x2 ... 1x8, its restated claim included, takes 133 in the tiny tokenizer)

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..core import validate as v
-from ..core.files import exclusive
+from ..core.files import exclusive, write_text
 from ..core.provenance import git_commit, hardware
 from ..llm.models import EMBEDDED, load, resolve_model, vllm_available
 from ..measure import tasks
@@ -352,9 +352,7 @@ def trim_logs(run: Path, step: int) -> None:
                 continue
             if isinstance(row, dict) and row.get("step", 0) <= step:
                 keep.append(x)
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text("".join(x + "\n" for x in keep))
-        tmp.replace(path)
+        write_text(path, "".join(x + "\n" for x in keep))
 
 
 def check_run_dir(cfg: TrainConfig) -> Path:

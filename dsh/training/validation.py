@@ -50,13 +50,9 @@ def read_log(path) -> list[dict]:
     path = Path(path)
     if not path.is_file():
         return []
-    rows = [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
-    seen, out = set(), []
-    for r in rows:                      # a step measured twice (killed between writing and checkpointing): keep one
-        if r["step"] not in seen:
-            seen.add(r["step"])
-            out.append(r)
-    return sorted(out, key=lambda r: r["step"])
+    # one line a step, in step order: the callback measures a step once and a resume first drops the killed run's
+    # lines past its checkpoint (dsh.training.train.trim_logs)
+    return [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
 
 
 def make_callback(tok, questions, task: str, every: int, temperature: float, max_new_tokens: int, path,
