@@ -10,10 +10,12 @@ from . import __version__
 from .core.files import read_jsonl, write_jsonl
 from .core.validate import output_path
 from .experiment import bench
+from .experiment.check_probe import ProbeSettings, run_probe
 from .experiment.evaluate import BACKENDS, EvalSettings, evaluate
 from .experiment.presets import DEFAULT, DERIVED, NAMES, resolve
 from .llm.models import EMBEDDED
 from .measure.calibration import calibrate, format_table, read_records
+from .task.laptop_task import TEST_LEVELS
 from .task.parse import DEFAULT_MARKERS
 from .task.problems import N_TEST, N_TRAIN, make_splits
 from .task.records import prompt_records, sft_records
@@ -159,6 +161,27 @@ def _cmd_pipeline(args) -> int:
     return 0
 
 
+def _cmd_probe(args) -> int:
+    from .experiment.pipeline import probe_results
+
+    if (args.results_dir is None) == (args.model is None):
+        raise ValueError("probe needs either --model and --out (one model) or --results-dir and --runs-dir "
+                         "(every stage of a pipeline's results)")
+    if args.results_dir is not None:
+        if args.runs_dir is None:
+            raise ValueError("runs_dir must name the runs folder of the pipeline that wrote --results-dir")
+        got = probe_results(args.results_dir, args.runs_dir, progress=not args.quiet)
+    else:
+        levels = tuple(x.strip() for x in args.levels.split(",") if x.strip())
+        settings = ProbeSettings(n_per_level=args.n, temperature=args.temperature, seed=args.seed)
+        got = {args.model: run_probe(args.model, args.out or "probe.json", levels, settings, progress=not args.quiet)}
+    for name, x in got.items():
+        t = x["tuned"]
+        print(f"{name}: fine-tuning levels {t['checks']} checks of {t['items']} items, verdict follows the true "
+              f"check {t.get('verdict_follows_check')}, chance {t.get('chance_agreement')}, kappa {t['kappa']}")
+    return 0
+
+
 def _int_list(name: str, text: str) -> tuple:
     try:
         return tuple(int(x) for x in text.split(",") if x.strip())
@@ -235,6 +258,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_train(sub, presets_help, model_help)
     _add_evaluate(sub, model_help)
     _add_pipeline(sub, presets_help, model_help)
+    _add_probe(sub, model_help)
     _add_base(sub)
     _add_budgets(sub)
     _add_bench(sub, model_help)
@@ -335,6 +359,21 @@ def _add_pipeline(sub, presets_help, model_help) -> None:
     pl.add_argument("--ablation-seeds", help="seeds of the preset's ablations, a subset of --seeds (laptop: 0,1,2)")
     pl.add_argument("--quiet", action="store_true", help="no progress output")
     pl.set_defaults(func=_cmd_pipeline)
+
+
+def _add_probe(sub, model_help) -> None:
+    pr = sub.add_parser("probe", help="the check probe: does a laptop model's verdict follow its own check, asked "
+                        "about right and wrong answers alike")
+    pr.add_argument("--model", help=model_help + " (a laptop model)")
+    pr.add_argument("--out", help="output JSON (its records beside it as .jsonl.gz; default probe.json)")
+    pr.add_argument("--levels", default=",".join(TEST_LEVELS))
+    pr.add_argument("--n", type=int, default=ProbeSettings.n_per_level, help="test questions per level")
+    pr.add_argument("--temperature", type=float, default=ProbeSettings.temperature)
+    pr.add_argument("--seed", type=int, default=ProbeSettings.seed)
+    pr.add_argument("--results-dir", help="instead of --model: probe every stage of this pipeline results folder")
+    pr.add_argument("--runs-dir", help="with --results-dir: the runs folder of the pipeline that wrote it")
+    pr.add_argument("--quiet", action="store_true", help="no progress output")
+    pr.set_defaults(func=_cmd_probe)
 
 
 def _add_base(sub) -> None:

@@ -140,3 +140,15 @@ def gzip_copy(src, dst) -> Path:
             shutil.copyfileobj(f, g)
 
     return atomic_write(dst, w)
+
+
+def write_jsonl_gz(path, records) -> Path:
+    """Records as gzipped JSON lines, atomically, with the same header as :func:`gzip_copy` (the same records give
+    the same bytes)."""
+
+    def w(tmp):
+        with open(tmp, "wb") as raw, gzip.GzipFile(filename="", fileobj=raw, mode="wb", mtime=0) as g:
+            for r in records:
+                g.write((json.dumps(r) + "\n").encode())
+
+    return atomic_write(path, w)

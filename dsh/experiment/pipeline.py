@@ -20,6 +20,7 @@ own design goals (:func:`design_checks`). ``python3 -m dsh.experiment.gpu_small`
 from __future__ import annotations
 
 import dataclasses
+import gzip
 import json
 import os
 import time
@@ -33,6 +34,7 @@ from ..measure.stage import calibrate_stage, preferred
 from ..task.problems import level_index
 from ..training import validation
 from ..training.train import METHODS, train
+from .check_probe import run_probe, weights_digest
 from .evaluate import evaluate, model_identity, settings_path
 from .presets import DEFAULT, get
 
@@ -152,7 +154,7 @@ def run_pipeline(preset: str = DEFAULT, results_dir: str | None = None, runs_dir
     needed = stages_needed(plan_, chosen)
     settings = p.eval_settings(**(eval_overrides or {})).checked()   # before the first stage trains
     resolve_model(model)  # fail fast
-    make_folders(results, runs, ("generations", "calibration"))
+    make_folders(results, runs, ("generations", "calibration") + (("probe",) if p.probe else ()))
     clock = Clock(progress)
     prov, load = provenance(), [(0.0, os.getloadavg()[0])]
     models_of, train_summaries, curves, calib, along = {}, {}, {}, {}, {}
@@ -174,6 +176,8 @@ def run_pipeline(preset: str = DEFAULT, results_dir: str | None = None, runs_dir
         calib[name] = calibrate_stage(recs, seed=seed, task=p.task)
         write_text(results / "calibration" / f"{name}.json", json.dumps(calib[name], indent=1))
         gzip_copy(runs / "generations" / f"{name}.jsonl", results / "generations" / f"{name}.jsonl.gz")
+        if p.probe:
+            probe_stage(models_of[name], results / "probe" / f"{name}.json", p, settings, seed, clock, name)
         load.append((round(clock.elapsed(), 1), os.getloadavg()[0]))
         clock.say(f"{name}: accuracy {calib[name]['all']['overall']['observed_accuracy']:.3f}, "
                   f"truncated {100 * (calib[name]['truncated'] or 0):.1f} % (load {load[-1][1]:.2f})")
@@ -269,6 +273,64 @@ def evaluate_model(model: str, gen: Path, settings, seed: int, name: str, clock:
     return recs
 
 
+def probe_settings(p, settings, seed: int):
+    """The preset's check probe (:mod:`dsh.experiment.check_probe`) as this evaluation asks it: at most the
+    evaluation's questions a level, its temperature and seed."""
+    return dataclasses.replace(p.probe, n_per_level=min(p.probe.n_per_level, settings.n_per_level),
+                               temperature=settings.temperature, seed=seed).checked()
+
+
+def probe_stage(model: str, out: Path, p, settings, seed: int, clock: Clock, name: str) -> dict:
+    """The check probe of one stage's model into ``out`` (reused when it is there for the same weights, levels and
+    settings), on the evaluation's levels; the fine-tuning levels are those of the preset's SFT data."""
+    ps = probe_settings(p, settings, seed)
+    tuned = tuple(lv for lv in settings.levels if lv in p.training["sft"].get("train_levels", ()))
+    t0 = time.time()
+    if out.is_file():
+        old = json.loads(out.read_text())
+        if (old.get("settings") == dataclasses.asdict(ps) and old.get("levels") == list(settings.levels)
+                and old.get("weights") == weights_digest(resolve_model(model))
+                and old.get("tuned_levels") == list(tuned)):
+            clock.say(f"probe {name}: reused")
+            return old
+    got = run_probe(model, out, settings.levels, ps, tuned, progress=False)
+    t = got["tuned"]
+    clock.say(f"probe {name}: {t['checks']} checks on the fine-tuning levels, kappa "
+              f"{t['kappa'] if t['kappa'] is None else round(t['kappa'], 3)} in {clock.took(f'probe_{name}', t0)} s")
+    return got
+
+
+def probe_results(results_dir, runs_dir, progress: bool = True) -> dict:
+    """The check probe of every stage of a finished pipeline's results folder, for results written before the
+    preset had a probe: each stage's model is the one its evaluation used (the settings record beside the working
+    generations in ``runs_dir``); the working generations must equal the committed ones and the model's weights
+    the record's (:func:`dsh.experiment.evaluate.weights_id`), else the stage is refused in one line before any
+    probe runs. Writes ``results_dir/probe/<stage>.json`` (and its records); the summary is left as it is.
+    Returns ``{stage: probe summary}``."""
+    results, runs = Path(results_dir), Path(runs_dir)
+    lap = load_results(results)
+    summ = lap["summary"]
+    p = get(summ["preset"])
+    if not p.probe:
+        raise ValueError(f"results_dir {results}: preset {p.name!r} has no check probe (only laptop has one)")
+    settings = p.eval_settings(**{k: x for k, x in summ["eval"].items() if k != "batch_size"})
+    models = {}
+    for name in summ["stages"]:
+        gen, rec = runs / "generations" / f"{name}.jsonl", settings_path(runs / "generations" / f"{name}.jsonl")
+        if not (gen.is_file() and rec.is_file()):
+            raise ValueError(f"runs_dir {runs}: no generations of stage {name} (the pipeline that wrote {results})")
+        ident = json.loads(rec.read_text())
+        with gzip.open(results / "generations" / f"{name}.jsonl.gz", "rb") as f:
+            same = f.read() == gen.read_bytes()
+        if not same or ident["weights"] != model_identity(ident["model"], settings, summ["seed"])["weights"]:
+            raise ValueError(f"runs_dir {runs}: stage {name}'s model or generations are not the ones of {results}")
+        models[name] = ident["model"]
+    clock = Clock(progress)
+    (results / "probe").mkdir(exist_ok=True)
+    return {name: probe_stage(m, results / "probe" / f"{name}.json", p, settings, summ["seed"], clock, name)
+            for name, m in models.items()}
+
+
 def _summary(p, model, chosen, settings, seed, clock: Clock, train_summaries, cfgs, calib) -> dict:
     names = [s.name for s in chosen]
     summary = {
@@ -291,17 +353,21 @@ def _summary(p, model, chosen, settings, seed, clock: Clock, train_summaries, cf
     return summary
 
 
-RESULTS_LAYOUT = ("summary.json", "calibration/<stage>.json", "generations/<stage>.jsonl.gz")
+RESULTS_LAYOUT = ("summary.json", "calibration/<stage>.json", "generations/<stage>.jsonl.gz", "probe/<stage>.json",
+                  "probe/<stage>.jsonl.gz")
 
 
 def load_results(results_dir) -> dict:
-    """A results folder written by :func:`run_pipeline`: summary and calibration per stage."""
+    """A results folder written by :func:`run_pipeline`: summary, calibration per stage and, where the preset has
+    one, the check probe per stage."""
     root = Path(results_dir)
     if not (root / "summary.json").is_file():
         raise ValueError(f"results_dir must be a folder written by dsh pipeline; {root}/summary.json not found")
     summary = json.loads((root / "summary.json").read_text())
     calib = {s: json.loads((root / "calibration" / f"{s}.json").read_text()) for s in summary["stages"]}
-    return {"summary": summary, "calibration": calib}
+    probe = {s: json.loads((root / "probe" / f"{s}.json").read_text()) for s in summary["stages"]
+             if (root / "probe" / f"{s}.json").is_file()}
+    return {"summary": summary, "calibration": calib, "probe": probe}
 
 
 def plan_of(results: dict) -> list[dict]:

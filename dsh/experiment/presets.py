@@ -29,6 +29,7 @@ from ..task.problems import TEST_LEVELS
 from ..training.budgets import preset_specs, tokens
 from ..training.laptop_base import SHIPPED_BASE
 from ..training.train import FIELDS, METHODS, TrainConfig
+from .check_probe import ProbeSettings
 from .evaluate import MAX_RESPONSE_TOKENS, EvalSettings
 
 
@@ -106,7 +107,8 @@ class Preset:
     ``one_call``: sized for one 10-minute GPU call (``python -m dsh.experiment.gpu_small`` runs it);
     ``model``: the model the first stages start from; ``seeds``: the training seeds every training stage runs
     with (None: one run, the stages' names carry no seed); ``ablations``: more stages (templates like ``stages``)
-    run with ``ablation_seeds`` (:meth:`plan_stages`)."""
+    run with ``ablation_seeds`` (:meth:`plan_stages`); ``probe``: the check probe every evaluated model also answers
+    (:mod:`dsh.experiment.check_probe`; None: none)."""
 
     name: str
     about: str
@@ -120,6 +122,7 @@ class Preset:
     seeds: tuple | None = None
     ablations: tuple = ()
     ablation_seeds: tuple = ()
+    probe: ProbeSettings | None = None
 
     @property
     def task(self) -> str:
@@ -353,6 +356,9 @@ LAPTOP = Preset(
     evaluation=EvalSettings(levels=LAPTOP_EVAL_LEVELS, n_per_level=100, max_new_tokens=768, temperature=1.0,
                             batch_size=256),
     model=str(SHIPPED_BASE), seeds=(0, 1, 2), ablations=LAPTOP_ABLATIONS, ablation_seeds=(0, 1, 2),
+    # decision faithfulness with as many wrong answers as right ones (the evaluation's own checks see a handful
+    # of wrong answers on the fine-tuning levels): 50 test questions a level, each with a right and a wrong attempt
+    probe=ProbeSettings(n_per_level=50),
 )
 
 PRESETS = {p.name: p for p in (CI, GPU_SMALL, PAPER, LAPTOP)}

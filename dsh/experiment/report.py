@@ -12,6 +12,7 @@ import re
 
 import pandas as pd
 
+from ..core import validate as v
 from ..core.agreement import cohen_kappa
 from ..core.paper import paper_results
 from ..measure import tasks
@@ -282,6 +283,43 @@ def reflection_table(results: dict, levels, kind: str = "sft_reflection", plain:
                else None,
                "at the token limit": cal.get("truncated")}
         rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def probe_table(results: dict, kinds=None, group: str = "tuned") -> pd.DataFrame:
+    """The check probe (:mod:`dsh.experiment.check_probe`) per stage of ``kinds`` and per seed, pooled over the
+    levels of ``group`` ("tuned": the fine-tuning levels; "beyond"): items asked, checks read, the share whose
+    verdict follows the true check of the given candidate with its chance agreement and Cohen's kappa (95 %
+    interval), the share of check lines exactly right, the share of verdicts that follow the check as written, the
+    share of failing verdicts followed by the marker; then for each kind the seeds pooled (counts added)."""
+    v.choice("group", group, ("tuned", "beyond"))
+    probe = results.get("probe") or {}
+    rows = []
+
+    def row(stage, kind, seed, blocks):
+        counts = [sum(c) for c in zip(*(b["follows_counts"] for b in blocks if b.get("checks")))] or [0, 0, 0, 0]
+        k = cohen_kappa(*counts)
+        n = sum(b.get("checks") or 0 for b in blocks)
+
+        def mean(key):      # weighted by the checks of each block that has the key
+            got = [(b[key], b["checks"]) for b in blocks if b.get(key) is not None and b.get("checks")]
+            return sum(x * w for x, w in got) / sum(w for _, w in got) if got else None
+
+        return {"stage": stage, "kind": kind, "seed": seed, "items": sum(b["items"] for b in blocks), "checks": n,
+                "verdict follows check": k["observed"], "chance": k["chance"], "kappa": k["kappa"],
+                "kappa low": k["kappa_ci"][0], "kappa high": k["kappa_ci"][1], "check exact": mean("check_exact"),
+                "verdict follows written check": mean("follows_written"),
+                "marker after fails": None}
+
+    for kind in _kinds(results, kinds):
+        mine = [x for x in plan_of(results) if x["kind"] == kind and x["name"] in probe]
+        for x in mine:
+            b = probe[x["name"]][group]
+            r = row(x["name"], kind, x["seed"], [b])
+            r["marker after fails"] = b.get("resample_after_fail")
+            rows.append(r)
+        if len(mine) > 1:
+            rows.append(row(f"{kind} (seeds pooled)", kind, "pooled", [probe[x["name"]][group] for x in mine]))
     return pd.DataFrame(rows)
 
 

@@ -28,10 +28,12 @@ class Completion:
 
 
 def complete(model, tok, questions, max_new_tokens: int, temperature: float = 1.0, seed: int = 0, rows: int = 64,
-             keys=None, on_finish=None, progress: bool = False) -> list[Completion]:
+             keys=None, on_finish=None, progress: bool = False, prefixes=None) -> list[Completion]:
     """:class:`Completion` of each question string (in order): at most ``max_new_tokens`` new tokens, sampled at
     ``temperature`` (0: greedy) with the counted streams of ``seed`` and ``keys`` (one int per question; default
     the index), ``rows`` rows decoded at once (capped by what the KV cache can hold on a GPU).
+    ``prefixes`` (one string per question): the start of each response, written for the model, which goes on from
+    it (the completion's text and token count leave the prefix out).
     ``on_finish(i, completion)`` is called as question ``i`` finishes (e.g. to write it at once)."""
     from .engine import Engine, fit_slots
 
@@ -42,9 +44,12 @@ def complete(model, tok, questions, max_new_tokens: int, temperature: float = 1.
         raise ValueError(f"temperature must be a number >= 0 (0: greedy), got {temperature!r}")
     if keys is not None and len(keys) != len(questions):
         raise ValueError(f"keys must give one stream key per question ({len(questions)}); got {len(keys)}")
+    if prefixes is not None and (len(prefixes) != len(questions) or not all(isinstance(x, str) for x in prefixes)):
+        raise ValueError(f"prefixes must give one string per question ({len(questions)}); got {prefixes!r:.80}")
     if not questions:
         return []
-    prompts = [tok(chat_prompt(tok, q), add_special_tokens=False)["input_ids"] for q in questions]
+    prefixes = [""] * len(questions) if prefixes is None else list(prefixes)
+    prompts = [tok(chat_prompt(tok, q) + x, add_special_tokens=False)["input_ids"] for q, x in zip(questions, prefixes)]
     max_len = max(map(len, prompts)) + max_new_tokens
     eos = model.generation_config.eos_token_id
     eos = [tok.eos_token_id] if eos is None else ([eos] if isinstance(eos, int) else list(eos))

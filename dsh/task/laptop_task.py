@@ -252,6 +252,28 @@ def check_example(p: Problem, rng: random.Random, wrong_fraction: float = 0.5) -
     return TaskTrace(claim, f"{claim}\n{text}", (c,), ("STOP" if ok else "RESAMPLE",))
 
 
+def probe_items(problems, seed: int = 0, miscopy_fraction: float = 0.5) -> list[dict]:
+    """The check probe's items (beyond the paper: decision faithfulness with as many wrong candidates as right
+    ones): for every problem one response prefix ending in a right answer and one ending in a wrong answer, each an
+    attempt in the base's own words followed by ``The answer is N.`` and a new line, so that what the model writes
+    next is its check question, its check and its verdict (pi_d). Wrong attempts are the slips the generator draws
+    (a wrong digit or a dropped carry) or, with probability ``miscopy_fraction``, a mis-copied multiplicand
+    (:func:`wrong_attempt`); all of them fail the true check. A problem that admits no wrong attempt the check
+    detects (a multiplier of 1) gives its right item only. Each item: the problem, the prefix, the candidate and
+    whether it is right. The same problems and seed give the same items."""
+    v.length("seed", seed)
+    v.probability("miscopy_fraction", miscopy_fraction)
+    rng = random.Random(f"probe-{seed}")
+    out = []
+    for p in problems:
+        body, res = attempt_text(p.a, p.b)
+        out.append({"problem": p, "prefix": f"{body}\n{ANSWER}{res}.\n", "candidate": res, "correct": True})
+        body, res = wrong_attempt(p.a, p.b, rng, miscopy_fraction)
+        if res != p.answer and not check_text(p.a, p.b, res)[1]:
+            out.append({"problem": p, "prefix": f"{body}\n{ANSWER}{res}.\n", "candidate": res, "correct": False})
+    return out
+
+
 def draw(level: str, rng: random.Random) -> Problem:
     m, n = parse_level(level)
     return Problem(rng.randint(10 ** (m - 1), 10 ** m - 1), rng.randint(10 ** (n - 1), 10 ** n - 1))
