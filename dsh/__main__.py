@@ -182,6 +182,18 @@ def _cmd_probe(args) -> int:
     return 0
 
 
+def _cmd_attribution(args) -> int:
+    from .experiment.pipeline import attribution_results
+
+    stages = [x.strip() for x in args.stages.split(",") if x.strip()]
+    if not stages:
+        raise ValueError("stages must name at least one stage of the results folder, e.g. sft_reflection-s0,rl-s0")
+    got = attribution_results(args.results_dir, args.runs_dir, stages, seed=args.seed, progress=not args.quiet)
+    for name, r in got.items():
+        print(f"{name}: {len(r['trajectories'])} trajectories, {r['wall_s']} s")
+    return 0
+
+
 def _int_list(name: str, text: str) -> tuple:
     try:
         return tuple(int(x) for x in text.split(",") if x.strip())
@@ -259,6 +271,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_evaluate(sub, model_help)
     _add_pipeline(sub, presets_help, model_help)
     _add_probe(sub, model_help)
+    _add_attribution(sub)
     _add_base(sub)
     _add_budgets(sub)
     _add_bench(sub, model_help)
@@ -374,6 +387,17 @@ def _add_probe(sub, model_help) -> None:
     pr.add_argument("--runs-dir", help="with --results-dir: the runs folder of the pipeline that wrote it")
     pr.add_argument("--quiet", action="store_true", help="no progress output")
     pr.set_defaults(func=_cmd_probe)
+
+
+def _add_attribution(sub) -> None:
+    at = sub.add_parser("attribution", help="gradient attribution (attempt / check / decision) in the models of a "
+                        "laptop pipeline's results, each against the model its training started from")
+    at.add_argument("--results-dir", required=True, help="a laptop pipeline's results folder")
+    at.add_argument("--runs-dir", required=True, help="the runs folder of the pipeline that wrote it")
+    at.add_argument("--stages", required=True, help="comma-separated stages, e.g. sft_reflection-s0,rl-s0")
+    at.add_argument("--seed", type=int, default=0, help="the questions' and samples' seed (default 0)")
+    at.add_argument("--quiet", action="store_true", help="no progress output")
+    at.set_defaults(func=_cmd_attribution)
 
 
 def _add_base(sub) -> None:

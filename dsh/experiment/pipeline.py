@@ -300,6 +300,54 @@ def probe_stage(model: str, out: Path, p, settings, seed: int, clock: Clock, nam
     return got
 
 
+def _recorded_models(results: Path, runs: Path, summ: dict, settings, names) -> dict:
+    """``{stage: model folder}`` for ``names`` of a finished results folder: the model each stage's evaluation used
+    (the settings record beside its working generations in ``runs``), refused in one line unless the working
+    generations equal the committed ones and the model's weights the record's."""
+    models = {}
+    for name in names:
+        gen, rec = runs / "generations" / f"{name}.jsonl", settings_path(runs / "generations" / f"{name}.jsonl")
+        if not (gen.is_file() and rec.is_file()):
+            raise ValueError(f"runs_dir {runs}: no generations of stage {name} (the pipeline that wrote {results})")
+        ident = json.loads(rec.read_text())
+        with gzip.open(results / "generations" / f"{name}.jsonl.gz", "rb") as f:
+            same = f.read() == gen.read_bytes()
+        if not same or ident["weights"] != model_identity(ident["model"], settings, summ["seed"])["weights"]:
+            raise ValueError(f"runs_dir {runs}: stage {name}'s model or generations are not the ones of {results}")
+        models[name] = ident["model"]
+    return models
+
+
+def attribution_results(results_dir, runs_dir, stages, seed: int = 0, progress: bool = True) -> dict:
+    """The gradient-attribution study (:mod:`dsh.experiment.attribution_study`) of ``stages`` of a finished laptop
+    results folder, each model against the model its training started from (the plan's ``init``; the base against
+    itself), the models found as :func:`probe_results` finds them. Writes
+    ``results_dir/attribution/<stage>.json`` (``<stage>-t<seed>.json`` for a trajectory seed other than 0).
+    Returns ``{stage: study}``."""
+    from .attribution_study import StudySettings, run_study
+
+    results, runs = Path(results_dir), Path(runs_dir)
+    lap = load_results(results)
+    summ = lap["summary"]
+    if summ.get("task") != "laptop_task":
+        raise ValueError(f"results_dir {results}: the attribution study reads the laptop task's responses only")
+    plan_ = {x["name"]: x for x in summ["plan"]}
+    stages = list(stages)
+    for s in stages:
+        v.choice("stages[i]", s, list(plan_))
+    settings = get(summ["preset"]).eval_settings(**{k: x for k, x in summ["eval"].items() if k != "batch_size"})
+    need = sorted({*stages, *(plan_[s]["init"] for s in stages if plan_[s]["init"])})
+    models = _recorded_models(results, runs, summ, settings, need)
+    out = {}
+    (results / "attribution").mkdir(exist_ok=True)
+    for s in stages:
+        ref = models[plan_[s]["init"]] if plan_[s]["init"] else models[s]
+        name = s if seed == 0 else f"{s}-t{seed}"
+        out[s] = run_study(models[s], ref, results / "attribution" / f"{name}.json", StudySettings(seed=seed),
+                           progress=progress)
+    return out
+
+
 def probe_results(results_dir, runs_dir, progress: bool = True) -> dict:
     """The check probe of every stage of a finished pipeline's results folder, for results written before the
     preset had a probe: each stage's model is the one its evaluation used (the settings record beside the working
@@ -314,17 +362,7 @@ def probe_results(results_dir, runs_dir, progress: bool = True) -> dict:
     if not p.probe:
         raise ValueError(f"results_dir {results}: preset {p.name!r} has no check probe (only laptop has one)")
     settings = p.eval_settings(**{k: x for k, x in summ["eval"].items() if k != "batch_size"})
-    models = {}
-    for name in summ["stages"]:
-        gen, rec = runs / "generations" / f"{name}.jsonl", settings_path(runs / "generations" / f"{name}.jsonl")
-        if not (gen.is_file() and rec.is_file()):
-            raise ValueError(f"runs_dir {runs}: no generations of stage {name} (the pipeline that wrote {results})")
-        ident = json.loads(rec.read_text())
-        with gzip.open(results / "generations" / f"{name}.jsonl.gz", "rb") as f:
-            same = f.read() == gen.read_bytes()
-        if not same or ident["weights"] != model_identity(ident["model"], settings, summ["seed"])["weights"]:
-            raise ValueError(f"runs_dir {runs}: stage {name}'s model or generations are not the ones of {results}")
-        models[name] = ident["model"]
+    models = _recorded_models(results, runs, summ, settings, summ["stages"])
     clock = Clock(progress)
     (results / "probe").mkdir(exist_ok=True)
     return {name: probe_stage(m, results / "probe" / f"{name}.json", p, settings, summ["seed"], clock, name)

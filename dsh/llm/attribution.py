@@ -16,11 +16,13 @@ sampling and the decision part.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 import torch
 
 from ..core import validate as v
+from ..task import laptop_task as lt
 from ..task.parse import decision_spans, operands
 from ..task.problems import draw_problems
 from ..task.records import chat_prompt
@@ -50,6 +52,7 @@ class Segmented:
     sample_mask: torch.Tensor     # (T-1,) bool, over targets input_ids[1:]
     decision_mask: torch.Tensor   # (T-1,) bool
     attempt_lengths: list         # sampling tokens per attempt (approximately: between decisions)
+    check_mask: torch.Tensor | None = None   # (T-1,) bool: the check pi_d reads (laptop format), else None
 
 
 def segment(tokenizer, question: str, response: str, end_of_turn: str | None = None) -> Segmented:
@@ -85,17 +88,90 @@ def segment(tokenizer, question: str, response: str, end_of_turn: str | None = N
     return Segmented(torch.tensor(ids), smask, dmask, lengths)
 
 
-def _token_logps(model, ids):
+_LAPTOP_ANSWER = re.compile(r"The answer is \d+\.")
+_LAPTOP_VERDICT = re.compile(re.escape(lt.PASSES) + "|" + re.escape(lt.FAILS))
+_LAPTOP_MARKER = re.compile(r"\n" + re.escape(lt.MARKER) + r"\n?")
+
+
+def laptop_parts(response: str) -> list[tuple[int, int, str]]:
+    """Character spans of a laptop response (:mod:`dsh.task.laptop_task`) by who writes them: ``attempt``
+    (pi_sample: the steps and ``The answer is N.``), ``check`` (the check question and the check up to its verdict:
+    what pi_d reads), ``decision`` (pi_d: the verdict, and the marker line that starts a new attempt). Text after
+    the last verdict that is not a marker (a cut or stray response) is ``other``. Spans cover the response in
+    order."""
+    out, pos = [], 0
+    while pos < len(response):
+        ans = _LAPTOP_ANSWER.search(response, pos)
+        ver = _LAPTOP_VERDICT.search(response, ans.end()) if ans else None
+        if ver is None:
+            out.append((pos, len(response), "other"))
+            break
+        out += [(pos, ans.end(), "attempt"), (ans.end(), ver.start(), "check"), (ver.start(), ver.end(), "decision")]
+        pos = ver.end()
+        mark = _LAPTOP_MARKER.match(response, pos)
+        if mark is None:
+            if pos < len(response):
+                out.append((pos, len(response), "other"))
+            break
+        out.append((pos, mark.end(), "decision"))
+        pos = mark.end()
+    return [x for x in out if x[1] > x[0]]
+
+
+def segment_laptop(tokenizer, question: str, response: str) -> Segmented:
+    """Tokenize a laptop response after its chat prompt and mark its targets by :func:`laptop_parts`: attempt tokens
+    (``sample_mask``), check tokens (``check_mask``), decision tokens (``decision_mask``: the verdicts, the markers,
+    and the end-of-turn token when the response stops right after a passing or failing verdict, i.e. STOP). A token
+    belongs to the part of its first character; ``other`` tokens are in no mask. ``attempt_lengths``: tokens of
+    each attempt. Raises ValueError for a response with no decision (no verdict)."""
+    if not isinstance(question, str) or not isinstance(response, str) or not response:
+        raise ValueError("question and response must be non-empty strings")
+    parts = laptop_parts(response)
+    if not any(k == "decision" for _, _, k in parts):
+        raise ValueError("response holds no decision (no verdict after a stated answer)")
+    p_ids = tokenizer(chat_prompt(tokenizer, question), add_special_tokens=False)["input_ids"]
+    enc = tokenizer(response, add_special_tokens=False, return_offsets_mapping=True)
+    r_ids, offs = enc["input_ids"], enc["offset_mapping"]
+    stops = parts[-1][2] == "decision" and _LAPTOP_VERDICT.fullmatch(response[parts[-1][0]:parts[-1][1]]) is not None
+    e_ids = [tokenizer.eos_token_id] if stops and tokenizer.eos_token_id is not None else []
+    ids = p_ids + r_ids + e_ids
+    masks = {k: torch.zeros(len(ids) - 1, dtype=torch.bool) for k in ("attempt", "check", "decision")}
+    start = len(p_ids) - 1
+    lengths, cur, prev = [], 0, None
+    for i, (a, _) in enumerate(offs):
+        kind = next(k for s, e, k in parts if s <= a < e)
+        if kind in masks:
+            masks[kind][start + i] = True
+        if kind == "attempt":
+            cur += 1
+        elif prev == "attempt":
+            lengths.append(cur)
+            cur = 0
+        prev = kind
+    if cur:
+        lengths.append(cur)
+    for j in range(len(e_ids)):
+        masks["decision"][start + len(r_ids) + j] = True
+    return Segmented(torch.tensor(ids), masks["attempt"], masks["decision"], lengths, masks["check"])
+
+
+def _token_logps(model, ids, temperature: float = 1.0):
+    """log pi(token | prefix) of every target token, the logits divided by ``temperature`` first (as TRL's GRPO
+    scores rollouts sampled at that temperature)."""
     logits = model(input_ids=ids[None]).logits[0, :-1]
     if logits.dtype in (torch.float16, torch.bfloat16):
         logits = logits.float()
+    if temperature != 1.0:
+        logits = logits / temperature
     return torch.log_softmax(logits, -1).gather(-1, ids[1:, None])[:, 0]
 
 
-def objective_terms(model, ref_model, seg: Segmented, objective: str, advantage: float = 1.0) -> torch.Tensor:
-    """Per-target-token terms whose gradient, summed over a segment, is that segment's gradient."""
+def objective_terms(model, ref_model, seg: Segmented, objective: str, advantage: float = 1.0,
+                    temperature: float = 1.0) -> torch.Tensor:
+    """Per-target-token terms whose gradient, summed over a segment, is that segment's gradient (log-probabilities
+    at ``temperature``, the policy's and the reference's alike)."""
     v.choice("objective", objective, OBJECTIVES)
-    lp = _token_logps(model, seg.input_ids)
+    lp = _token_logps(model, seg.input_ids, temperature)
     if objective in ("reward", "sft", "dft"):
         if objective == "reward":
             return advantage * lp
@@ -103,7 +179,7 @@ def objective_terms(model, ref_model, seg: Segmented, objective: str, advantage:
             return -lp
         return -lp.detach().exp() * lp
     with torch.no_grad():
-        lp_ref = _token_logps(ref_model, seg.input_ids)
+        lp_ref = _token_logps(ref_model, seg.input_ids, temperature)
     k1 = lp - lp_ref
     if objective == "kl_k1":
         return k1
@@ -111,7 +187,7 @@ def objective_terms(model, ref_model, seg: Segmented, objective: str, advantage:
         r = torch.exp(lp_ref - lp)
         return r - torch.log(r) - 1
     # kl_reward: score times the KL-to-go over the response (prompt positions carry no penalty)
-    resp = (seg.sample_mask | seg.decision_mask).float()
+    resp = (seg.sample_mask | seg.decision_mask | (seg.check_mask if seg.check_mask is not None else False)).float()
     d = (k1.detach() * resp)
     togo = torch.flip(torch.cumsum(torch.flip(d, [0]), 0), [0])
     return lp * togo
@@ -154,6 +230,30 @@ def attribute(model, ref_model, seg: Segmented, objective: str, advantage: float
     return Attribution(objective, ns, nd, ns / nd if nd > 0 else float("inf"), cos, groups,
                        int(seg.sample_mask.sum()), int(seg.decision_mask.sum()),
                        sum(seg.attempt_lengths) / max(len(seg.attempt_lengths), 1))
+
+
+def part_gradients(model, ref_model, seg: Segmented, objective: str, advantage: float = 1.0,
+                   temperature: float = 1.0) -> dict:
+    """The gradient of one objective on one trajectory restricted to each part, as one flat vector over the
+    trainable parameters per part: ``attempt`` (``sample_mask``), ``decision`` and, where the segmentation has one,
+    ``check``. The parts' vectors add up to the gradient over those tokens."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    terms = objective_terms(model, ref_model, seg, objective, advantage, temperature)
+    masks = {"attempt": seg.sample_mask, "decision": seg.decision_mask}
+    if seg.check_mask is not None:
+        masks["check"] = seg.check_mask
+    out = {}
+    for k, m in masks.items():
+        gs = _flat_grads(model, terms[m].sum(), params) if bool(m.any()) else [torch.zeros_like(p) for p in params]
+        out[k] = torch.cat([g.flatten() for g in gs]).detach()
+    return out
+
+
+def token_kl(model, ref_model, seg: Segmented, temperature: float = 1.0) -> torch.Tensor:
+    """k1 = log(pi / pi_ref) of every target token of ``seg`` (the immediate KL penalty of Theorem 3.2 per token),
+    both at ``temperature``."""
+    with torch.no_grad():
+        return _token_logps(model, seg.input_ids, temperature) - _token_logps(ref_model, seg.input_ids, temperature)
 
 
 def length_sweep(model, ref_model, tokenizer, levels=("1x1", "2x2", "3x3", "4x4"), per_level: int = 1,

@@ -1,0 +1,234 @@
+"""Gradient attribution measured in the trained laptop models (beyond the paper, which argues it on a toy).
+
+For one model and its reference (the model its training started from), the model answers questions of every
+length of the ladder, a group of samples per question at the rollouts' temperature; each response is split into
+the tokens pi_sample writes (the attempts), the check pi_d reads and the decision tokens (verdict, marker, or the
+end of turn that stops: :func:`dsh.llm.attribution.segment_laptop`), and for every objective term the gradient of
+each part is taken by autograd (:func:`dsh.llm.attribution.part_gradients`): the surrogate reward with GRPO's
+group-relative advantage (Theorem 3.1), the KL penalty as a reward (k1 KL-to-go: Theorem 3.2's setting), the KL
+penalty in the loss as TRL computes it (k3), the SFT loss and the DFT loss (Appendix D). Per trajectory this gives
+|g_attempt| / |g_decision| against the attempt's length L; per group the same split of the group's summed reward
+gradient (GRPO's update for one prompt, where trajectories with opposite advantages cancel); and the immediate KL
+of Theorem 3.2 itself, the k1 sums of the attempt and of the decision tokens, with the mean k1 by position along
+the first attempt (the stationarity premise that chapter 02's counterexample breaks). Log-probabilities are taken
+at the sampling temperature, the policy's and the reference's, as TRL's GRPO scores its rollouts. The length law is
+fitted on a log-log scale with bootstrap intervals over trajectories (:mod:`dsh.measure.length_law`).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+
+from ..core import validate as v
+from ..core.files import write_text
+from ..core.provenance import git_commit
+from ..llm.complete import complete
+from ..measure import tasks
+from ..measure.length_law import loglog_slope, slope_verdict
+from ..task import laptop_task as lt
+from ..task.problems import parse_level
+
+OBJECTIVES = ("reward", "kl_reward", "kl_k3", "sft", "dft")
+KL_OBJECTIVES = ("kl_reward", "kl_k3")
+PREDICTED_SLOPE = {"reward": 0.0, "kl_reward": 1.0, "kl_k3": 1.0, "sft": None, "dft": None, "kl_immediate": 1.0,
+                   "reward_group": 0.0}
+POSITIONS = 128     # positions along the first attempt whose mean k1 is kept
+
+
+@dataclass(frozen=True)
+class StudySettings:
+    """What the attribution study samples and measures."""
+
+    levels: tuple = ("1x1", "1x2", "1x3", "1x4", "1x5", "1x6", "1x7", "1x8")   # attempts of ~17 to ~100 tokens
+    prompts_per_level: int = 4      # questions a level
+    group: int = 8                  # samples a question (the laptop GRPO's num_generations)
+    temperature: float = 2.0        # the laptop GRPO's rollout temperature
+    max_new_tokens: int = 400
+    objectives: tuple = OBJECTIVES
+    seed: int = 0                   # questions and sampling streams
+
+    def checked(self) -> StudySettings:
+        if isinstance(self.levels, str) or not self.levels:
+            raise ValueError(f"levels must be a non-empty list of levels like '1x3', got {self.levels!r}")
+        for lv in self.levels:
+            m, _ = parse_level(lv)
+            if m != 1:
+                raise ValueError(f"levels must be laptop levels 1xN, got {lv!r}")
+        v.positive_int("prompts_per_level", self.prompts_per_level)
+        if v.length("group", self.group) < 2:
+            raise ValueError(f"group must be an integer >= 2 (a group-relative advantage), got {self.group!r}")
+        if v.real("temperature", self.temperature) <= 0:
+            raise ValueError(f"temperature must be a number > 0 (samples of a group must differ), got {self.temperature!r}")
+        v.positive_int("max_new_tokens", self.max_new_tokens)
+        if isinstance(self.objectives, str) or not self.objectives:
+            raise ValueError(f"objectives must be a non-empty list of {', '.join(OBJECTIVES)}; got {self.objectives!r}")
+        for o in self.objectives:
+            v.choice("objectives[i]", o, OBJECTIVES)
+        v.length("seed", self.seed)
+        return self
+
+
+def questions(settings: StudySettings) -> list:
+    """The study's questions: ``prompts_per_level`` drawn per level from the settings' seed."""
+    rng = random.Random(f"attribution-{settings.seed}")
+    return [lt.draw(lv, rng) for lv in settings.levels for _ in range(settings.prompts_per_level)]
+
+
+def sample_groups(model, tok, settings: StudySettings) -> list[dict]:
+    """``group`` samples of every question at the settings' temperature, with the task's reward and GRPO's
+    group-relative advantage (reward minus the group's mean, over the group's standard deviation; 0 for a group
+    whose rewards all agree)."""
+    task = tasks.get("laptop_task")
+    qs = questions(settings)
+    outs = complete(model, tok, [p.question for p in qs for _ in range(settings.group)], settings.max_new_tokens,
+                    settings.temperature, settings.seed, rows=min(256, len(qs) * settings.group))
+    rows = []
+    for i, p in enumerate(qs):
+        mine = outs[i * settings.group:(i + 1) * settings.group]
+        r = np.array([task.reward(c.text, p.answer, p.question) for c in mine])
+        adv = (r - r.mean()) / r.std() if r.std() > 0 else np.zeros_like(r)
+        rows += [{"question": p.question, "level": p.level, "prompt": i, "response": c.text, "stopped": c.stopped,
+                  "reward": float(x), "advantage": float(a)} for c, x, a in zip(mine, r, adv)]
+    return rows
+
+
+def _norm(x) -> float:
+    return float(x.norm())
+
+
+def _split(g: dict) -> dict:
+    """Norms of a gradient's parts: the attempt (pi_sample), the check, the decision tokens (verdict, marker, end
+    of turn: the paper's one action of pi_d) and the decision stage (check and decision together); the cosine of
+    the attempt's and the decision stage's."""
+    stage = g["check"] + g["decision"]
+    na, ns = _norm(g["attempt"]), _norm(stage)
+    return {"attempt": na, "check": _norm(g["check"]), "decision": _norm(g["decision"]), "stage": ns,
+            "cosine": float(g["attempt"] @ stage) / (na * ns) if na > 0 and ns > 0 else None}
+
+
+def attribute_groups(model, ref_model, tok, samples, objectives, temperature: float = 1.0
+                     ) -> tuple[list[dict], list[dict], dict]:
+    """Per trajectory: its attempt length, token counts and k1 sums per part, and per objective the norm of each
+    part's gradient and the cosine of the attempt's and the decision's; per group with reward variance: the norms
+    of the parts of the summed reward gradient. Trajectories with no decision (cut before a verdict) are left out
+    (counted). Also the mean k1 by position along the first attempt (sum and count per position). Log-probabilities
+    at ``temperature`` (the sampling's, as GRPO scores its rollouts)."""
+    from ..llm.attribution import part_gradients, segment_laptop, token_kl
+
+    rows, groups, pos_sum, pos_n = [], {}, np.zeros(POSITIONS), np.zeros(POSITIONS)
+    skipped = 0
+    for s in samples:
+        try:
+            seg = segment_laptop(tok, s["question"], s["response"])
+        except ValueError:
+            skipped += 1
+            continue
+        k1 = token_kl(model, ref_model, seg, temperature)
+        att = seg.sample_mask.nonzero()[:, 0]
+        first = att[:seg.attempt_lengths[0]] if seg.attempt_lengths else att[:0]
+        n = min(len(first), POSITIONS)
+        pos_sum[:n] += k1[first[:n]].numpy()
+        pos_n[:n] += 1
+        row = {"level": s["level"], "prompt": s["prompt"], "reward": s["reward"], "advantage": s["advantage"],
+               "L": float(np.mean(seg.attempt_lengths)), "attempts": len(seg.attempt_lengths),
+               "tokens": {k: int(m.sum()) for k, m in (("attempt", seg.sample_mask), ("check", seg.check_mask),
+                                                       ("decision", seg.decision_mask))},
+               "kl": {k: float(k1[m].sum()) for k, m in (("attempt", seg.sample_mask), ("check", seg.check_mask),
+                                                         ("decision", seg.decision_mask))}}
+        row["grad"] = {}
+        for o in objectives:
+            adv = s["advantage"] if o == "reward" else 1.0
+            if o == "reward" and adv == 0:
+                row["grad"][o] = None          # a group whose rewards agree: no reward gradient
+                continue
+            g = part_gradients(model, ref_model, seg, o, adv, temperature)
+            row["grad"][o] = _split(g)
+            if o == "reward":
+                acc = groups.setdefault(s["prompt"], {"level": s["level"], "L": [], "sum": None})
+                acc["L"].append(row["L"])
+                acc["sum"] = g if acc["sum"] is None else {k: acc["sum"][k] + g[k] for k in g}
+        rows.append(row)
+    group_rows = [{"prompt": k, "level": x["level"], "L": float(np.mean(x["L"])), "trajectories": len(x["L"]),
+                   **_split(x["sum"])} for k, x in groups.items()]
+    positions = {"sum": pos_sum.tolist(), "n": pos_n.tolist(), "skipped": skipped}
+    return rows, group_rows, positions
+
+
+SILENT = 1e-6   # a part whose gradient norm is below this share of the attempt's carries none at float32 precision
+
+
+def _carries(split: dict, part: str) -> bool:
+    """Whether ``part`` of a gradient split carries a gradient distinguishable from float32 rounding: its norm
+    above :data:`SILENT` times the attempt's (a verdict the model is certain of has none)."""
+    return split[part] > SILENT * split["attempt"]
+
+
+def fits(rows, group_rows, objectives, seed: int = 0) -> dict:
+    """The length law per objective, keyed ``"<objective> / decision"`` and ``"<objective> / stage"``: the log-log
+    slope of |g_attempt| / |g_decision| (the paper's one decision action) and of |g_attempt| / |g_stage| (check and
+    decision together) on L over trajectories, with its bootstrap interval and, against the decision, the verdict on
+    Theorem 3.2's prediction (:data:`PREDICTED_SLOPE`; None: the theorem predicts nothing for it); the same for
+    the group-summed reward gradient (``reward_group``) and for the immediate KL itself (``kl_immediate``: |k1 sum
+    of the attempt| / |k1 sum of the decision|, or of check and decision). Trajectories whose part carries no
+    gradient (:func:`_carries`: a verdict the model is certain of) are left out of the fit and counted
+    (``silent``)."""
+    out = {}
+    for against in ("decision", "stage"):
+        series = {o: [(r["L"], r["grad"][o]["attempt"] / r["grad"][o][against]) for r in rows
+                      if r["grad"].get(o) and _carries(r["grad"][o], against)] for o in objectives}
+        series["reward_group"] = [(g["L"], g["attempt"] / g[against]) for g in group_rows if _carries(g, against)]
+        kl_part = (lambda r: r["kl"]["decision"]) if against == "decision" else \
+            (lambda r: r["kl"]["decision"] + r["kl"]["check"])
+        series["kl_immediate"] = [(r["L"], abs(r["kl"]["attempt"]) / abs(kl_part(r))) for r in rows if kl_part(r) != 0]
+        for o, pairs in series.items():
+            got = [r["grad"][o] for r in rows if r["grad"].get(o)] if o in objectives else \
+                group_rows if o == "reward_group" else []
+            silent = sum(not _carries(x, against) for x in got)
+            f = loglog_slope([x for x, _ in pairs], [y for _, y in pairs], seed=seed) if pairs else \
+                {"n": 0, "span": None, "slope": None, "ci": [None, None]}
+            # Theorem 3.2 speaks of the decision as one action; with the check counted as pi_d's it predicts nothing
+            pred = PREDICTED_SLOPE.get(o) if against == "decision" else None
+            f["silent"] = silent        # trajectories whose part carries no gradient at float32 precision
+            f["predicted"] = pred
+            f["verdict"] = None if pred is None else slope_verdict(f["ci"], pred)
+            out[f"{o} / {against}"] = f
+    return out
+
+
+def run_study(model: str, reference: str, out, settings: StudySettings = StudySettings(),
+              progress: bool = False) -> dict:
+    """Sample, attribute and fit (:func:`sample_groups`, :func:`attribute_groups`, :func:`fits`) for ``model``
+    against ``reference`` (model folders; the reference is the model its training started from) and write ``out``
+    (JSON: settings, models, per-trajectory and per-group rows, the k1 profile, the fits, time, commit). The KL
+    terms are left out when the reference is the model itself (their gradients vanish). Returns what it wrote."""
+    from ..llm.models import load, resolve_model
+
+    settings = settings.checked()
+    out = Path(out)
+    if out.suffix != ".json":
+        raise ValueError(f"out must name a .json file, got {str(out)!r}")
+    loc, ref_loc = resolve_model(model), resolve_model(reference)
+    t0 = time.time()
+    m, tok = load(loc)
+    ref, _ = load(ref_loc)
+    ref.eval()
+    m.eval()        # no dropout in the tiny models; the gradients are those of the weights as they are
+    same = Path(loc).resolve() == Path(ref_loc).resolve()
+    objectives = tuple(o for o in settings.objectives if not (same and o in KL_OBJECTIVES))
+    samples = sample_groups(m, tok, settings)
+    t_sample = time.time() - t0
+    rows, group_rows, positions = attribute_groups(m, ref, tok, samples, objectives, settings.temperature)
+    result = {"model": str(model), "reference": str(reference), "settings": asdict(settings),
+              "objectives": list(objectives), "trajectories": rows, "groups": group_rows, "kl_positions": positions,
+              "fits": fits(rows, group_rows, objectives, settings.seed), "sample_s": round(t_sample, 1),
+              "wall_s": round(time.time() - t0, 1), "commit": git_commit(), "date": time.strftime("%Y-%m-%d %H:%M:%S")}
+    write_text(out, json.dumps(result, indent=1))
+    if progress:
+        print(f"[dsh attribution] {model}: {len(rows)} trajectories in {result['wall_s']} s")
+    return result

@@ -1,0 +1,147 @@
+"""Gradient attribution in the laptop models (issue 31): the laptop segmentation, the split on cases whose answer is
+known, the length-law fit against known truth, the study end to end on the shipped base."""
+
+import json
+import random
+
+import numpy as np
+import pytest
+import torch
+
+from dsh.experiment import attribution_study as st
+from dsh.experiment import presets
+from dsh.llm import attribution as at
+from dsh.llm.models import load
+from dsh.measure.length_law import loglog_slope, slope_verdict
+from dsh.task import laptop_task as lt
+
+
+@pytest.fixture(scope="module")
+def base():
+    model, tok = load(str(presets.LAPTOP.model))
+    return model, tok
+
+
+def _two_attempts(seed=0, level="1x4"):
+    rng = random.Random(seed)
+    while True:             # a multiplier of 1 admits no wrong attempt the check catches: draw again
+        p = lt.draw(level, rng)
+        t = lt.trace_from_attempts(p, [lt.wrong_attempt(p.a, p.b, rng)])
+        if t is not None and t.decisions == ("RESAMPLE", "STOP"):
+            return p, t.text
+
+
+def test_laptop_parts_cover_the_response_in_order_and_name_each_writer():
+    p, text = _two_attempts()
+    parts = at.laptop_parts(text)
+    assert [k for *_, k in parts] == ["attempt", "check", "decision", "decision", "attempt", "check", "decision"]
+    assert parts[0][0] == 0 and parts[-1][1] == len(text)
+    assert all(a[1] == b[0] for a, b in zip(parts, parts[1:]))
+    got = {k: [text[s:e] for s, e, kk in parts if kk == k] for k in ("attempt", "decision")}
+    assert all(x.endswith(".") and "The answer is" in x for x in got["attempt"])
+    assert got["decision"] == [lt.FAILS, f"\n{lt.MARKER}\n", lt.PASSES]
+    cut = text[: text.index(lt.PASSES) - 3]                     # cut inside the second check: no second decision
+    assert [k for *_, k in at.laptop_parts(cut)][-1] == "other"
+    assert at.laptop_parts(text + "\n12") [-1][2] == "other"     # stray text after a passing verdict
+
+
+def test_segment_laptop_masks_tokens_by_part_and_adds_the_stop(base):
+    _, tok = base
+    p, text = _two_attempts(1)
+    seg = at.segment_laptop(tok, p.question, text)
+    ids = seg.input_ids[1:]
+    masks = (seg.sample_mask, seg.check_mask, seg.decision_mask)
+    assert not any((a & b).any() for i, a in enumerate(masks) for b in masks[i + 1:])      # disjoint
+    assert int(sum(m.sum() for m in masks)) == len(tok(text, add_special_tokens=False)["input_ids"]) + 1
+    assert tok.decode(ids[seg.decision_mask]) == f"{lt.FAILS}\n{lt.MARKER}\n{lt.PASSES}" + tok.eos_token
+    attempts = [text[s:e] for s, e, k in at.laptop_parts(text) if k == "attempt"]
+    assert seg.attempt_lengths == [len(tok(a, add_special_tokens=False)["input_ids"]) for a in attempts]
+    assert tok.decode(ids[seg.sample_mask]) == "".join(attempts)
+    with pytest.raises(ValueError, match="no decision"):
+        at.segment_laptop(tok, p.question, text.split("\nCheck")[0])
+
+
+class _FrozenAt(torch.nn.Module):
+    """A policy whose logits at the masked target positions do not depend on the parameters."""
+
+    def __init__(self, model, frozen):
+        super().__init__()
+        self.model, self.frozen = model, frozen
+
+    def forward(self, input_ids):
+        logits = self.model(input_ids=input_ids).logits
+        keep = torch.cat([self.frozen, torch.zeros(1, dtype=torch.bool)])[None, :, None]
+        return type("Out", (), {"logits": torch.where(keep, logits.detach(), logits)})()
+
+
+def test_split_on_cases_whose_answer_is_known(base):
+    model, tok = base
+    p, text = _two_attempts(2)
+    seg = at.segment_laptop(tok, p.question, text)
+    # the parts add up to the gradient over all the response's tokens, computed directly
+    for o in ("reward", "sft", "dft", "kl_k3", "kl_reward"):
+        ref = load(str(presets.LAPTOP.model))[0]
+        with torch.no_grad():
+            for q in ref.parameters():
+                q.mul_(0.97)
+        g = at.part_gradients(model, ref, seg, o, 0.7)
+        terms = at.objective_terms(model, ref, seg, o, 0.7)
+        allm = seg.sample_mask | seg.check_mask | seg.decision_mask
+        direct = torch.autograd.grad(terms[allm].sum(), list(model.parameters()))
+        direct = torch.cat([d.flatten() for d in direct])
+        diff = g["attempt"] + g["check"] + g["decision"] - direct
+        assert float(diff.norm()) <= 1e-4 * float(direct.norm()) and float(direct.norm()) > 0, o   # float32 sums
+    # a reference equal to the policy: the KL terms give no gradient at all
+    same = load(str(presets.LAPTOP.model))[0]
+    for o in ("kl_k3", "kl_reward"):
+        g = at.part_gradients(model, same, seg, o)
+        assert all(float(x.abs().max()) == 0 for x in g.values()), o
+    # decision tokens that do not depend on the parameters: no decision gradient for any objective
+    frozen = _FrozenAt(model, seg.decision_mask)
+    for o in ("reward", "sft", "dft"):
+        g = at.part_gradients(frozen, model, seg, o)
+        assert float(g["decision"].abs().max()) == 0 and float(g["attempt"].norm()) > 0
+    # a one-token attempt: its part is the gradient of that token's log-probability (times the advantage)
+    one = at.Segmented(seg.input_ids, torch.zeros_like(seg.sample_mask), seg.decision_mask, [1], seg.check_mask)
+    k = int(seg.sample_mask.nonzero()[0, 0])
+    one.sample_mask[k] = True
+    g = at.part_gradients(model, model, one, "reward", -2.0)
+    lp = torch.log_softmax(model(input_ids=seg.input_ids[None]).logits[0, k], -1)[seg.input_ids[k + 1]]
+    want = torch.cat([d.flatten() for d in torch.autograd.grad(-2.0 * lp, list(model.parameters()))])
+    assert float((g["attempt"] - want).norm()) <= 1e-5 * float(want.norm())
+
+
+def test_length_law_recovers_a_known_slope_with_its_stated_coverage():
+    rng = np.random.default_rng(0)
+    hits, n_rep = 0, 200
+    for rep in range(n_rep):
+        L = rng.uniform(10, 100, 120)
+        ratio = 3.0 * L ** 0.8 * np.exp(rng.normal(0, 0.4, L.size))
+        f = loglog_slope(L, ratio, n_boot=400, seed=rep)
+        hits += f["ci"][0] <= 0.8 <= f["ci"][1]
+    assert 0.88 <= hits / n_rep <= 0.99, hits
+    f = loglog_slope([10, 20, 40, 80, -1, np.nan], [1, 2, 4, 8, 5, 5])
+    assert f["n"] == 4 and f["span"] == pytest.approx(8) and f["slope"] == pytest.approx(1)
+    assert loglog_slope([5, 5, 5], [1, 2, 3])["slope"] is None
+    assert slope_verdict([0.7, 1.2], 1.0) == "holds" and slope_verdict([1.6, 2.0], 1.0) == "fails"
+    assert slope_verdict([0.2, 1.2], 1.0) == "cannot tell" and slope_verdict([None, None], 0.0) == "cannot tell"
+    with pytest.raises(ValueError, match="same length"):
+        loglog_slope([1, 2], [1])
+
+
+def test_study_on_the_shipped_base_writes_what_it_measured(tmp_path):
+    base = str(presets.LAPTOP.model)
+    settings = st.StudySettings(levels=("1x2", "1x5"), prompts_per_level=1, group=3, max_new_tokens=120)
+    r = st.run_study(base, base, tmp_path / "a.json", settings)
+    assert json.loads((tmp_path / "a.json").read_text()) == json.loads(json.dumps(r))
+    assert r["objectives"] == ["reward", "sft", "dft"]           # reference = the model: no KL terms
+    assert len(r["trajectories"]) + r["kl_positions"]["skipped"] == 6
+    assert set(r["fits"]) == {f"{o} / {p}" for o in ("reward", "sft", "dft", "reward_group", "kl_immediate")
+                              for p in ("decision", "stage")}
+    for bad, match in ((dict(levels=("2x2",)), "levels"), (dict(group=1), "group"), (dict(temperature=0), "temp"),
+                       (dict(objectives=("kl",)), "objectives"), (dict(prompts_per_level=0), "prompts_per_level")):
+        with pytest.raises(ValueError, match=match):
+            st.run_study(base, base, tmp_path / "b.json", st.StudySettings(**bad))
+    with pytest.raises(ValueError, match="out"):
+        st.run_study(base, base, tmp_path / "b.txt", settings)
+    assert not (tmp_path / "b.json").exists()
