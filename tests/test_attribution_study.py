@@ -145,3 +145,23 @@ def test_study_on_the_shipped_base_writes_what_it_measured(tmp_path):
     with pytest.raises(ValueError, match="out"):
         st.run_study(base, base, tmp_path / "b.txt", settings)
     assert not (tmp_path / "b.json").exists()
+
+
+def test_attribution_results_refuses_what_it_cannot_study(tmp_path):
+    from dsh.experiment.pipeline import attribution_results
+
+    res = tmp_path / "res"
+    (res / "calibration").mkdir(parents=True)
+    summary = {"preset": "laptop", "task": "traces", "stages": ["base"], "seed": 0,
+               "plan": [{"name": "base", "kind": "base", "seed": None, "init": None}], "eval": {}}
+    (res / "summary.json").write_text(json.dumps(summary))
+    (res / "calibration" / "base.json").write_text("{}")
+    with pytest.raises(ValueError, match="laptop task"):
+        attribution_results(res, tmp_path / "runs", ["base"])
+    summary["task"] = "laptop_task"
+    (res / "summary.json").write_text(json.dumps(summary))
+    with pytest.raises(ValueError, match="stages"):
+        attribution_results(res, tmp_path / "runs", ["rl-s0"])
+    with pytest.raises(ValueError, match="no generations of stage base"):
+        attribution_results(res, tmp_path / "runs", ["base"])
+    assert not (res / "attribution").exists()

@@ -77,12 +77,12 @@ def test_papermill_bad_parameter_names_it(tmp_path):
 @pytest.mark.parametrize("chapter,param,value,message", [
     ("01_decision_sampling", "n_monte_carlo", 10 ** 12, "n_monte_carlo must be an integer in 1..10,000,000"),
     ("06_sft_dft", "concrete_lengths", "a,b", "concrete_lengths[i] must be an integer >= 1, got 'a'"),
-    ("07_attribution_in_llms", "levels", "1x1,zz", "level must look like '3x5'"),
-    ("07_attribution_in_llms", "policy", "/no/such/model", "model must be 'embedded', a Hugging Face id"),
+    ("07_attribution_in_llms", "live_levels", "1x1,zz", "level must look like '3x5'"),
+    ("07_attribution_in_llms", "live_levels", "2x2", "levels must be laptop levels 1xN, got '2x2'"),
 ])
 def test_papermill_bounds_and_lists_name_the_parameter_before_any_work(tmp_path, chapter, param, value, message):
-    """Sizes have bounds, a list given as a string is a comma-separated list (not its characters), and a model that
-    does not exist is an error, not a stand-in; each checked in the chapter's first cells."""
+    """Sizes have bounds, a list given as a string is a comma-separated list (not its characters), and a level the
+    chapter cannot use is named; each checked in the chapter's first cells."""
     r = _papermill(ROOT / "chapters" / f"{chapter}.ipynb", tmp_path / "out.ipynb", (param, value))
     assert r.returncode != 0 and message in r.stderr + r.stdout, (r.stderr + r.stdout)[-2000:]
 

@@ -29,6 +29,7 @@ from ..core import validate as v
 from ..core.files import write_text
 from ..core.provenance import git_commit
 from ..llm.complete import complete
+from ..llm.models import load, resolve_model
 from ..measure import tasks
 from ..measure.length_law import loglog_slope, slope_verdict
 from ..task import laptop_task as lt
@@ -96,6 +97,42 @@ def sample_groups(model, tok, settings: StudySettings) -> list[dict]:
         rows += [{"question": p.question, "level": p.level, "prompt": i, "response": c.text, "stopped": c.stopped,
                   "reward": float(x), "advantage": float(a)} for c, x, a in zip(mine, r, adv)]
     return rows
+
+
+def generator_samples(levels, per_level: int = 1, seed: int = 0) -> list[dict]:
+    """Two-attempt reflection traces written by the task's generator (a wrong attempt the check catches, the
+    marker, the right attempt, STOP), ``per_level`` a level, as samples for :func:`attribute_groups` (advantage 1:
+    no groups): the mechanics of the split on a model that does not reflect itself, such as the shipped base."""
+    v.positive_int("per_level", per_level)
+    v.length("seed", seed)
+    rng, out = random.Random(f"generator-{seed}"), []
+    for lv in levels:
+        got = 0
+        while got < per_level:
+            p = lt.draw(lv, rng)
+            t = lt.trace_from_attempts(p, [lt.wrong_attempt(p.a, p.b, rng)])
+            if t is None or t.decisions != ("RESAMPLE", "STOP"):
+                continue        # a multiplier of 1 admits no wrong attempt the check catches
+            out.append({"question": p.question, "level": p.level, "prompt": len(out), "response": t.text,
+                        "stopped": True, "reward": 1.0, "advantage": 1.0})
+            got += 1
+    return out
+
+
+def perturbed(model, noise: float, seed: int = 0):
+    """A copy of ``model`` with seeded N(0, noise^2) added to every weight: a reference a little away from it."""
+    import copy
+
+    import torch
+
+    if v.real("noise", noise) < 0:
+        raise ValueError(f"noise must be a number >= 0, got {noise!r}")
+    out = copy.deepcopy(model)
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for q in out.parameters():
+            q.add_(noise * torch.randn(q.shape, generator=g, dtype=q.dtype))
+    return out
 
 
 def _norm(x) -> float:
@@ -207,8 +244,6 @@ def run_study(model: str, reference: str, out, settings: StudySettings = StudySe
     against ``reference`` (model folders; the reference is the model its training started from) and write ``out``
     (JSON: settings, models, per-trajectory and per-group rows, the k1 profile, the fits, time, commit). The KL
     terms are left out when the reference is the model itself (their gradients vanish). Returns what it wrote."""
-    from ..llm.models import load, resolve_model
-
     settings = settings.checked()
     out = Path(out)
     if out.suffix != ".json":

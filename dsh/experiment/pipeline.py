@@ -34,6 +34,7 @@ from ..measure.stage import calibrate_stage, preferred
 from ..task.problems import level_index
 from ..training import validation
 from ..training.train import METHODS, train
+from .attribution_study import StudySettings, run_study
 from .check_probe import run_probe, weights_digest
 from .evaluate import evaluate, model_identity, settings_path
 from .presets import DEFAULT, get
@@ -324,8 +325,6 @@ def attribution_results(results_dir, runs_dir, stages, seed: int = 0, progress: 
     itself), the models found as :func:`probe_results` finds them. Writes
     ``results_dir/attribution/<stage>.json`` (``<stage>-t<seed>.json`` for a trajectory seed other than 0).
     Returns ``{stage: study}``."""
-    from .attribution_study import StudySettings, run_study
-
     results, runs = Path(results_dir), Path(runs_dir)
     lap = load_results(results)
     summ = lap["summary"]

@@ -22,6 +22,7 @@ from ..measure.stage import preferred
 from ..measure.trend import fifths_contrast
 from ..measure.trend import verdict as trend_verdict
 from ..task.problems import level_index
+from .attribution_study import SILENT
 from .pipeline import design_checks, plan, plan_of
 from .presets import get, stage_label
 
@@ -584,3 +585,68 @@ def claims_by_seed(results: dict, min_n: int = 30) -> pd.DataFrame:
                          "per level": ", ".join(f"{r['level']}: {r['verdict']}" for r in per) or "-",
                          "evidence": c["evidence"]})
     return pd.DataFrame(rows)
+
+
+def load_attribution(results_dir) -> dict:
+    """The gradient-attribution studies of a results folder (``attribution/<stage>.json``, written by
+    :func:`dsh.experiment.pipeline.attribution_results`), by file stem; empty when there are none."""
+    import json
+    from pathlib import Path
+
+    return {f.stem: json.loads(f.read_text()) for f in sorted(Path(results_dir).glob("attribution/*.json"))}
+
+
+def attribution_table(studies: dict) -> pd.DataFrame:
+    """One row per study, term and denominator: the log-log slope of |g_attempt| / |g_part| on the attempt length
+    with its 95 % bootstrap interval, the pairs used, those left out because the part carries no gradient, the
+    lengths' span, Theorem 3.2's predicted slope and the verdict (:mod:`dsh.measure.length_law`)."""
+    rows = []
+    for name, s in studies.items():
+        for key, f in s["fits"].items():
+            term, against = key.split(" / ")
+            rows.append({"study": name, "term": term, "against": against, "pairs": f["n"],
+                         "silent": f.get("silent"), "span": f["span"], "slope": f["slope"], "low": f["ci"][0],
+                         "high": f["ci"][1], "predicted": f["predicted"], "verdict": f["verdict"]})
+    return pd.DataFrame(rows)
+
+
+def kl_profile(study: dict, width: int = 10) -> pd.DataFrame:
+    """The mean k1 = log(pi / pi_ref) by position along the first attempt, in bins of ``width`` positions (positions
+    with at least 10 trajectories): the stationarity premise says it is flat."""
+    import numpy as np
+
+    s, n = np.asarray(study["kl_positions"]["sum"]), np.asarray(study["kl_positions"]["n"])
+    rows = []
+    for start in range(0, len(s), width):
+        ok = n[start:start + width] >= 10
+        if ok.any():
+            rows.append({"positions": f"{start}-{start + width - 1}", "first": start,
+                         "mean k1": float(s[start:start + width][ok].sum() / n[start:start + width][ok].sum()),
+                         "trajectories": int(n[start:start + width][ok].min())})
+    return pd.DataFrame(rows)
+
+
+def plot_attribution(study: dict, terms=("reward", "kl_reward", "kl_k3"), against: str = "stage", title: str = ""):
+    """|g_attempt| / |g_<against>| of every trajectory against its attempt length (log-log), one panel per term,
+    with the fitted slope and its interval in the legend."""
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    fig, axes = plt.subplots(1, len(terms), figsize=(4 * len(terms), 3.4), squeeze=False)
+    for ax, term in zip(axes[0], terms):
+        pts = [(r["L"], r["grad"][term]["attempt"] / r["grad"][term][against]) for r in study["trajectories"]
+               if r["grad"].get(term) and r["grad"][term][against] > SILENT * r["grad"][term]["attempt"]]
+        f = study["fits"].get(f"{term} / {against}")
+        if pts:
+            x, y = np.array(pts).T
+            ax.scatter(x, y, s=8, alpha=0.5)
+            if f and f["slope"] is not None:
+                xs = np.linspace(np.log(x.min()), np.log(x.max()), 20)
+                c = np.mean(np.log(y)) - f["slope"] * np.mean(np.log(x))
+                ax.plot(np.exp(xs), np.exp(c + f["slope"] * xs), "k-",
+                        label=f"slope {f['slope']:.2f} [{f['ci'][0]:.2f}, {f['ci'][1]:.2f}]")
+                ax.legend(fontsize=8)
+        ax.set(xscale="log", yscale="log", xlabel="attempt length L (tokens)",
+               ylabel=f"|g_attempt| / |g_{against}|", title=f"{title} {term}".strip())
+    fig.tight_layout()
+    return fig
