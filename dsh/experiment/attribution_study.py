@@ -119,6 +119,21 @@ def generator_samples(levels, per_level: int = 1, seed: int = 0) -> list[dict]:
     return out
 
 
+def full_attempt_lengths(tok, levels, n: int = 20, seed: int = 0) -> dict:
+    """Median tokens of a correct attempt in the task's own form (the steps and ``The answer is N.``) at each level,
+    over ``n`` drawn questions: how long an attempt that copies the whole multiplicand is."""
+    v.positive_int("n", n)
+    rng, out = random.Random(f"full-{seed}"), {}
+    for lv in levels:
+        lens = []
+        for _ in range(n):
+            p = lt.draw(lv, rng)
+            body, res = lt.attempt_text(p.a, p.b)
+            lens.append(len(tok(f"{body}\n{lt.ANSWER}{res}.", add_special_tokens=False)["input_ids"]))
+        out[lv] = float(np.median(lens))
+    return out
+
+
 def perturbed(model, noise: float, seed: int = 0):
     """A copy of ``model`` with seeded N(0, noise^2) added to every weight: a reference a little away from it."""
     import copy

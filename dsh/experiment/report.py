@@ -650,3 +650,17 @@ def plot_attribution(study: dict, terms=("reward", "kl_reward", "kl_k3"), agains
                ylabel=f"|g_attempt| / |g_{against}|", title=f"{title} {term}".strip())
     fig.tight_layout()
     return fig
+
+
+def attempt_lengths(studies: dict) -> pd.DataFrame:
+    """Median attempt length (tokens) per level of each study's own trajectories, and the span of those medians
+    (longest / shortest): the range of L the length law is fitted over, free of a few outlying attempts."""
+    rows = {}
+    for name, s in studies.items():
+        if not s["trajectories"]:
+            continue
+        df = pd.DataFrame([{"level": t["level"], "L": t["L"]} for t in s["trajectories"]])
+        med = df.groupby("level")["L"].median()
+        rows[name] = {**med.to_dict(), "span of medians": med.max() / med.min(),
+                      "span of all": df.L.max() / df.L.min()}
+    return pd.DataFrame(rows).T
