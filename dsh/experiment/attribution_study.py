@@ -47,7 +47,7 @@ class StudySettings:
     """What the attribution study samples and measures."""
 
     levels: tuple = ("1x1", "1x2", "1x3", "1x4", "1x5", "1x6", "1x7", "1x8")   # attempts of ~17 to ~100 tokens
-    prompts_per_level: int = 4      # questions a level
+    prompts_per_level: int = 8      # questions a level (8 x 8 x 8 = 512 samples: >= 200 with a reward signal)
     group: int = 8                  # samples a question (the laptop GRPO's num_generations)
     temperature: float = 2.0        # the laptop GRPO's rollout temperature
     max_new_tokens: int = 400
