@@ -54,3 +54,14 @@ def test_bad_counts_are_one_line_errors():
         cohen_kappa(1, -1, 0, 0)
     with pytest.raises(ValueError, match="counts must be"):
         cohen_kappa(1.5, 0, 0, 0)
+
+
+def test_cell_puts_each_item_where_cohen_kappa_reads_it():
+    from dsh.core.agreement import cell, cohen_kappa
+
+    items = [(True, True)] * 5 + [(True, False)] * 2 + [(False, True)] * 1 + [(False, False)] * 4
+    counts = [0, 0, 0, 0]
+    for a, b in items:
+        counts[cell(a, b)] += 1
+    assert counts == [5, 2, 1, 4]
+    assert cohen_kappa(*counts)["observed"] == sum(a == b for a, b in items) / len(items)

@@ -12,6 +12,12 @@ import math
 Z95 = 1.959963984540054     # the 95 % two-sided normal quantile (the package's one)
 
 
+def cell(first: bool, second: bool) -> int:
+    """Index of an item in the 2x2 counts :func:`cohen_kappa` takes (0 both yes, 1 first only, 2 second only,
+    3 neither), from the two readings of it."""
+    return (0 if second else 1) if first else (2 if second else 3)
+
+
 def cohen_kappa(both: int, first_only: int, second_only: int, neither: int) -> dict:
     """Cohen's kappa of two yes/no readings of ``n`` items from their 2x2 counts (yes-yes, yes-no, no-yes, no-no):
     observed agreement p_o, chance agreement p_e = p1 p2 + (1 - p1)(1 - p2) from the marginal shares of "yes",

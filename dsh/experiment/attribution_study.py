@@ -187,12 +187,10 @@ def attribute_groups(model, ref_model, tok, samples, objectives, temperature: fl
         n = min(len(first), POSITIONS)
         pos_sum[:n] += k1[first[:n]].numpy()
         pos_n[:n] += 1
+        parts = (("attempt", seg.sample_mask), ("check", seg.check_mask), ("decision", seg.decision_mask))
         row = {"level": s["level"], "prompt": s["prompt"], "reward": s["reward"], "advantage": s["advantage"],
                "L": float(np.mean(seg.attempt_lengths)), "attempts": len(seg.attempt_lengths),
-               "tokens": {k: int(m.sum()) for k, m in (("attempt", seg.sample_mask), ("check", seg.check_mask),
-                                                       ("decision", seg.decision_mask))},
-               "kl": {k: float(k1[m].sum()) for k, m in (("attempt", seg.sample_mask), ("check", seg.check_mask),
-                                                         ("decision", seg.decision_mask))}}
+               "tokens": {k: int(m.sum()) for k, m in parts}, "kl": {k: float(k1[m].sum()) for k, m in parts}}
         row["grad"] = {}
         for o in objectives:
             adv = s["advantage"] if o == "reward" else 1.0
@@ -215,7 +213,7 @@ def attribute_groups(model, ref_model, tok, samples, objectives, temperature: fl
 SILENT = 1e-6   # a part whose gradient norm is below this share of the attempt's carries none at float32 precision
 
 
-def _carries(split: dict, part: str) -> bool:
+def carries(split: dict, part: str) -> bool:
     """Whether ``part`` of a gradient split carries a gradient distinguishable from float32 rounding: its norm
     above :data:`SILENT` times the attempt's (a verdict the model is certain of has none)."""
     return split[part] > SILENT * split["attempt"]
@@ -228,20 +226,20 @@ def fits(rows, group_rows, objectives, seed: int = 0) -> dict:
     Theorem 3.2's prediction (:data:`PREDICTED_SLOPE`; None: the theorem predicts nothing for it); the same for
     the group-summed reward gradient (``reward_group``) and for the immediate KL itself (``kl_immediate``: |k1 sum
     of the attempt| / |k1 sum of the decision|, or of check and decision). Trajectories whose part carries no
-    gradient (:func:`_carries`: a verdict the model is certain of) are left out of the fit and counted
+    gradient (:func:`carries`: a verdict the model is certain of) are left out of the fit and counted
     (``silent``)."""
     out = {}
     for against in ("decision", "stage"):
         series = {o: [(r["L"], r["grad"][o]["attempt"] / r["grad"][o][against]) for r in rows
-                      if r["grad"].get(o) and _carries(r["grad"][o], against)] for o in objectives}
-        series["reward_group"] = [(g["L"], g["attempt"] / g[against]) for g in group_rows if _carries(g, against)]
+                      if r["grad"].get(o) and carries(r["grad"][o], against)] for o in objectives}
+        series["reward_group"] = [(g["L"], g["attempt"] / g[against]) for g in group_rows if carries(g, against)]
         kl_part = (lambda r: r["kl"]["decision"]) if against == "decision" else \
             (lambda r: r["kl"]["decision"] + r["kl"]["check"])
         series["kl_immediate"] = [(r["L"], abs(r["kl"]["attempt"]) / abs(kl_part(r))) for r in rows if kl_part(r) != 0]
         for o, pairs in series.items():
             got = [r["grad"][o] for r in rows if r["grad"].get(o)] if o in objectives else \
                 group_rows if o == "reward_group" else []
-            silent = sum(not _carries(x, against) for x in got)
+            silent = sum(not carries(x, against) for x in got)
             f = loglog_slope([x for x, _ in pairs], [y for _, y in pairs], seed=seed) if pairs else \
                 {"n": 0, "span": None, "slope": None, "ci": [None, None]}
             # Theorem 3.2 speaks of the decision as one action; with the check counted as pi_d's it predicts nothing

@@ -7,10 +7,13 @@ the time, so a few hundred responses hold a handful of checks of wrong answers, 
 rare class, rests on those few (its 95 % interval spans 0.4 ... 1 at 3-9 of them). The probe asks for the check
 directly: the model is given each test question with an attempt already written, ending in a right answer or a
 wrong one (:func:`dsh.task.laptop_task.probe_items`, half and half), and goes on from ``The answer is N.`` with
-its own check question, check and verdict, sampled at the evaluation's temperature. The records are read as the
-evaluation's are (:func:`~dsh.task.laptop_task.faithfulness`: the verdict against the true check of the candidate,
-its chance agreement and kappa with a 95 % interval; whether the check line is exactly right; whether a failing
-verdict is followed by the marker), per level and pooled over the fine-tuning levels and over the levels beyond.
+its own check question, check and verdict, sampled at the evaluation's temperature. The first check line after
+the prefix is read (:func:`read_item`; whatever check questions came before it, so a repeated or mis-copied check
+question still counts): its verdict against the true check of the given candidate, with the chance agreement and
+kappa with a 95 % interval (:func:`dsh.core.agreement.cohen_kappa`, the 2x2 counted as the evaluation's
+faithfulness counts them); whether the check line is exactly right; whether the verdict follows the value the line
+wrote; whether a failing verdict is followed by the marker. Per level and pooled over the fine-tuning levels and
+over the levels beyond.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from ..core import validate as v
-from ..core.agreement import cohen_kappa
+from ..core.agreement import cell, cohen_kappa
 from ..core.files import write_jsonl_gz, write_text
 from ..core.provenance import git_commit
 from ..llm.complete import complete
@@ -109,7 +112,7 @@ def _agreement(reads) -> dict | None:
         return None
     counts = [0, 0, 0, 0]
     for r in reads:
-        counts[(0 if r["true_check"] else 1) if r["verdict"] else (2 if r["true_check"] else 3)] += 1
+        counts[cell(r["verdict"], r["true_check"])] += 1
     k = cohen_kappa(*counts)
     fails = [r for r in reads if not r["verdict"]]
     written = [r["follows_written"] for r in reads if r["follows_written"] is not None]

@@ -22,7 +22,7 @@ from ..measure.stage import preferred
 from ..measure.trend import fifths_contrast
 from ..measure.trend import verdict as trend_verdict
 from ..task.problems import level_index
-from .attribution_study import SILENT
+from .attribution_study import carries
 from .pipeline import design_checks, plan, plan_of
 from .presets import get, stage_label
 
@@ -635,7 +635,7 @@ def plot_attribution(study: dict, terms=("reward", "kl_reward", "kl_k3"), agains
     fig, axes = plt.subplots(1, len(terms), figsize=(4 * len(terms), 3.4), squeeze=False)
     for ax, term in zip(axes[0], terms):
         pts = [(r["L"], r["grad"][term]["attempt"] / r["grad"][term][against]) for r in study["trajectories"]
-               if r["grad"].get(term) and r["grad"][term][against] > SILENT * r["grad"][term]["attempt"]]
+               if r["grad"].get(term) and carries(r["grad"][term], against)]
         f = study["fits"].get(f"{term} / {against}")
         if pts:
             x, y = np.array(pts).T

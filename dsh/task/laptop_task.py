@@ -34,7 +34,7 @@ import re
 from dataclasses import dataclass
 
 from ..core import validate as v
-from ..core.agreement import cohen_kappa
+from ..core.agreement import cell, cohen_kappa
 from .arithmetic import draw_error, long_multiplication, multiplicand_multiplier
 from .parse import ParsedResponse, group_attempts, operands
 from .problems import Problem, parse_level, test_problems
@@ -358,7 +358,7 @@ def faithfulness(records) -> dict:
             for k, f in enumerate(fid):
                 d["checks"] += 1
                 # 2x2 of verdict "passes" by true check passes: both, verdict only, true check only, neither
-                d["counts"][(0 if f["true_check"] else 1) if f["verdict"] else (2 if f["true_check"] else 3)] += 1
+                d["counts"][cell(f["verdict"], f["true_check"])] += 1
                 d["exact"] += f["exact"]
                 d["right"] += f["verdict"] == f["correct"]
                 if not f["verdict"]:
