@@ -151,6 +151,33 @@ def test_logprobs_are_the_models(base, attention):
         assert torch.allclose(torch.tensor(g.logprobs), want, atol=2e-4), (g.logprobs[:5], want[:5])
 
 
+@pytest.mark.parametrize("heads,kv_heads", [(3, 1), (6, 3), (5, 5)])
+def test_head_counts_that_are_not_whole_groups_of_four(heads, kv_heads):
+    """The attention kernel computes the scores of four query heads at a time (padding heads repeat the last one):
+    with 3, 5 or 6 query heads over 1, 3 or 5 key/value heads the kernel path's log-probabilities equal a
+    teacher-forced forward pass and its greedy tokens equal model.generate's (fails for a padding head written into
+    a real head's scores, or a query head reading the wrong key/value head)."""
+    torch.manual_seed(heads)
+    cfg = LlamaConfig(vocab_size=12, hidden_size=8 * heads, intermediate_size=40, num_hidden_layers=2,
+                      num_attention_heads=heads, num_key_value_heads=kv_heads, max_position_embeddings=128,
+                      eos_token_id=11, pad_token_id=0, bos_token_id=1)
+    m = LlamaForCausalLM(cfg).eval()
+    with torch.no_grad():
+        m.lm_head.weight.mul_(20.0)
+    prompts = [[1 + i % 9, 2 + i % 7, 3, 4 + i % 5][: 2 + i % 3] for i in range(12)]
+    eng = Engine(m, [11], slots=5, max_len=70, attention="kernels")
+    for g, p in zip(eng.generate(prompts, 60, temperature=0.9, seed=4), prompts):
+        with torch.no_grad():
+            logits = m(torch.tensor([p + g.tokens])).logits[0, len(p) - 1:-1]
+        want = torch.log_softmax(logits / 0.9, -1).gather(-1, torch.tensor(g.tokens)[:, None])[:, 0]
+        assert torch.allclose(torch.tensor(g.logprobs), want, atol=2e-4), (g.logprobs[:5], want[:5])
+    greedy = eng.generate(prompts, 40, temperature=0.0)
+    for g, p in zip(greedy, prompts):
+        with torch.no_grad():
+            o = m.generate(torch.tensor([p]), max_new_tokens=40, do_sample=False, pad_token_id=0, eos_token_id=11)
+        assert g.tokens == o[0, len(p):].tolist()
+
+
 def test_the_torch_path_where_the_kernels_cannot_run(gqa, monkeypatch):
     assert kernels_unsuitable(gqa) is None
     assert kernels_unsuitable(gqa, "torch") == "attention='torch' was asked for"

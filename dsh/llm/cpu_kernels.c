@@ -30,14 +30,24 @@ static inline void rope(const float *x, const float *cos, const float *sin, floa
    2. out[b, h] = softmax(q_h . k * scale) . v over positions 0 .. pos[b], query head h reading key/value head
       h / (H / KV).
    Caches (float32): keys [slots, M / TILE, KV, D, TILE] (tiles of TILE positions, transposed within the tile, so
-   that TILE scores are one vector product over D), values [slots, M, KV, D]: a row's used cache is two sequential
-   streams, and step 1 brings into cache the lines that step 2 reads next. Rows with len 0 are skipped (out 0). */
+   that TILE scores are one vector product over D), values [slots, M, KV, D]. A row's used cache is read as two
+   sequential streams, each once for all heads: the key tiles (every head's scores of a tile computed together,
+   HB heads' sums interleaved so that their dependency chains overlap), then the values (every head's weighted sum
+   advanced by one position at a time). Each head's sums run in the order of the one-head loops (positions, then
+   dimensions), so the result does not depend on how the heads are grouped. Rows with len 0 are skipped (out 0). */
+#define HB 4 /* query heads whose score sums are interleaved */
+#ifndef PF_TILES
+#define PF_TILES 2
+#endif
+#ifndef PF_ROWS
+#define PF_ROWS 16
+#endif
 void attend(const float *restrict qkv, const float *restrict cos, const float *restrict sin,
             const int64_t *restrict pos, const int64_t *restrict len, const int64_t *restrict slot,
             float *restrict kt, float *restrict v, float *restrict out, int64_t B, int64_t H, int64_t KV, int64_t D,
             int64_t M, float scale) {
   const int64_t group = H / KV, tiles_all = M / TILE;
-#pragma omp parallel for schedule(dynamic, 4)
+#pragma omp parallel for schedule(dynamic, 2)
   for (int64_t b = 0; b < B; ++b) {
     const int64_t n = len[b];
     if (n <= 0) {
@@ -58,47 +68,73 @@ void attend(const float *restrict qkv, const float *restrict cos, const float *r
       float *vout = V + (p * KV + h) * D;
       for (int64_t d = 0; d < D; ++d) vout[d] = vin[d];
     }
-    const int64_t tiles = (n + TILE - 1) / TILE;
-    float sc[tiles * TILE] __attribute__((aligned(64)));
-    float qs[D], acc[D];
+    const int64_t tiles = (n + TILE - 1) / TILE, stride = tiles * TILE;
+    const int64_t HP = (H + HB - 1) / HB * HB; /* heads padded to whole groups (padding heads repeat head H - 1) */
+    float sc[HP * stride] __attribute__((aligned(64)));
+    float qs[HP * D], acc[H * D];
     for (int64_t h = 0; h < H; ++h) {
-      const int64_t kh = h / group;
-      rope(row + h * D, c, s, qs, D);
-      for (int64_t d = 0; d < D; ++d) qs[d] *= scale;
-      for (int64_t t = 0; t < tiles; ++t) {
-        const float *tile = K + (t * KV + kh) * D * TILE;
-        float sv[TILE] __attribute__((aligned(64)));
-#pragma omp simd
-        for (int i = 0; i < TILE; ++i) sv[i] = 0.f;
-        for (int64_t d = 0; d < D; ++d) {
-          const float qd = qs[d];
-#pragma omp simd
-          for (int i = 0; i < TILE; ++i) sv[i] += qd * tile[d * TILE + i];
+      rope(row + h * D, c, s, qs + h * D, D);
+      for (int64_t d = 0; d < D; ++d) qs[h * D + d] *= scale;
+    }
+    for (int64_t h = H; h < HP; ++h)
+      for (int64_t d = 0; d < D; ++d) qs[h * D + d] = qs[(H - 1) * D + d];
+    /* scores: the key tiles once, every head */
+    for (int64_t t = 0; t < tiles; ++t) {
+      const float *tk = K + t * KV * D * TILE;
+      for (int64_t h0 = 0; h0 < HP; h0 += HB) {
+        const float *tl[HB];
+        for (int k = 0; k < HB; ++k) {
+          const int64_t h = h0 + k < H ? h0 + k : H - 1;
+          tl[k] = tk + (h / group) * D * TILE;
         }
+        float sv[HB][TILE] __attribute__((aligned(64)));
+        for (int k = 0; k < HB; ++k)
 #pragma omp simd
-        for (int i = 0; i < TILE; ++i) sc[t * TILE + i] = sv[i];
+          for (int i = 0; i < TILE; ++i) sv[k][i] = 0.f;
+        for (int64_t d = 0; d < D; ++d) {
+          for (int k = 0; k < HB; ++k) {
+            const float qd = qs[(h0 + k) * D + d];
+            const float *td = tl[k] + d * TILE;
+            __builtin_prefetch(td + PF_TILES * KV * D * TILE);
+#pragma omp simd
+            for (int i = 0; i < TILE; ++i) sv[k][i] += qd * td[i];
+          }
+        }
+        for (int k = 0; k < HB; ++k)
+#pragma omp simd
+          for (int i = 0; i < TILE; ++i) sc[(h0 + k) * stride + t * TILE + i] = sv[k][i];
       }
+    }
+    float inv[H];
+    for (int64_t h = 0; h < H; ++h) {
+      float *sh = sc + h * stride;
       float mx = -FLT_MAX, sum = 0.f;
-      for (int64_t j = 0; j < n; ++j) mx = sc[j] > mx ? sc[j] : mx;
+      for (int64_t j = 0; j < n; ++j) mx = sh[j] > mx ? sh[j] : mx;
       /* exp(z) < e^-60 ~ 1e-26 is taken as 0: far below float32's resolution of the sum (which holds the 1 of
          the maximum); it keeps expf and the products with v from making subnormal numbers (a microcode assist
          each on x86). */
 #pragma omp simd reduction(+ : sum)
       for (int64_t j = 0; j < n; ++j) {
-        const float z = sc[j] - mx;
-        sc[j] = z < -60.f ? 0.f : expf(z);
-        sum += sc[j];
+        const float z = sh[j] - mx;
+        sh[j] = z < -60.f ? 0.f : expf(z);
+        sum += sh[j];
       }
-      for (int64_t d = 0; d < D; ++d) acc[d] = 0.f;
-      for (int64_t j = 0; j < n; ++j) {
-        const float *vj = V + (j * KV + kh) * D;
-        const float pj = sc[j];
-#pragma omp simd
-        for (int64_t d = 0; d < D; ++d) acc[d] += pj * vj[d];
-      }
-      const float inv = 1.f / sum;
-      for (int64_t d = 0; d < D; ++d) out[(b * H + h) * D + d] = acc[d] * inv;
+      inv[h] = 1.f / sum;
     }
+    /* weighted values: the values once, every head */
+    for (int64_t i = 0; i < H * D; ++i) acc[i] = 0.f;
+    for (int64_t j = 0; j < n; ++j) {
+      const float *vj = V + j * KV * D;
+      for (int64_t l = 0; l < KV * D; l += 16) __builtin_prefetch(vj + PF_ROWS * KV * D + l);
+      for (int64_t h = 0; h < H; ++h) {
+        const float pj = sc[h * stride + j], *vh = vj + (h / group) * D;
+        float *ah = acc + h * D;
+#pragma omp simd
+        for (int64_t d = 0; d < D; ++d) ah[d] += pj * vh[d];
+      }
+    }
+    for (int64_t h = 0; h < H; ++h)
+      for (int64_t d = 0; d < D; ++d) out[(b * H + h) * D + d] = acc[h * D + d] * inv[h];
   }
 }
 

@@ -94,10 +94,11 @@ def varlen_attention_forward(module, query, key, value, attention_mask, dropout:
     rep = query.shape[1] // key.shape[1]
     if rep > 1:
         key, value = key.repeat_interleave(rep, 1), value.repeat_interleave(rep, 1)
-    bounds = cu.tolist()
-    parts = [torch.nn.functional.scaled_dot_product_attention(query[:, :, a:b], key[:, :, a:b], value[:, :, a:b],
-                                                              is_causal=True, scale=scaling)
-             for a, b in zip(bounds[:-1], bounds[1:]) if b > a]
+    lens = [n for n in cu.diff().tolist() if n > 0]
+    # torch.split, not slicing: one backward that joins the parts' gradients (a slice's backward writes a
+    # zero-filled gradient of the whole row for every part)
+    parts = [torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scaling)
+             for q, k, v in zip(query.split(lens, 2), key.split(lens, 2), value.split(lens, 2))]
     return torch.cat(parts, dim=2).transpose(1, 2).contiguous(), None
 
 
