@@ -45,6 +45,10 @@ def test_bench_cli_on_cpu(tmp_path):
         assert x["generated_tokens"] > 0 and x["tokens_per_s"] > 0
         assert 0 < x["share_of_roofline"] <= x["share_of_serial_bound"] <= 1     # nothing beats the roofline
         assert x["roofline"]["roofline_s"] == max(x["roofline"]["matmul_s"], x["roofline"]["kv_read_s"])
+        shapes = x["roofline_at_step_shapes"]                 # the same work, products at the step's own rate
+        assert x["step_matmul_flops"] > 0 and shapes["flops"] == x["roofline"]["flops"]
+        assert shapes["matmul_s"] == pytest.approx(shapes["flops"] / x["step_matmul_flops"])
+        assert x["share_of_serial_bound_at_step_shapes"] == pytest.approx(shapes["serial_s"] / x["seconds"])
     assert [x["ratio_to_generate"] for x in samp[::3]] == [1.0] * (len(samp) // 3)
     grpo = tiny["grpo"]
     assert [x["backend_used"] for x in grpo] == ["dsh", "trl", "dsh"] and grpo[0]["ratio_to_before"] == 1.0

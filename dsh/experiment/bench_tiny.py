@@ -11,13 +11,15 @@ baseline in the same run, and against the machine's roofline measured in the sam
   (:func:`sampling_roofline`) is computed from its own prompts and completions: the larger of the matmul time (every
   prompt and generated token through every linear layer, plus attention's products, at the matmul peak) and the
   KV-read time (each generated token reads the keys and values of its context once, at the read bandwidth); the
-  serial bound (the two added) is reported beside it.
+  serial bound (the two added) is reported beside it, and the serial bound again with the products at the rate that
+  the decoding step's own matrix shapes reach when measured alone at that many rows (:func:`step_matmul_rate`).
 - **GRPO**: a policy that writes reflection traces of the laptop task's length (the shipped base after
   ``policy_sft_steps`` steps of the laptop preset's reflection SFT), then ``grpo_steps`` optimizer steps of the
   laptop preset's GRPO three ways: the configuration before issue 28 (one rollout round of 32 completions per step
   through the engine's torch path, padded batches), TRL's own generation path (``model.generate``) in the
   preset's configuration, and the preset as it is; rollouts per second end to end (trainer wall time) with the
-  time split (sampling, reference/old-policy scoring, update).
+  time split (sampling, reference/old-policy scoring, update); the preset's validation passes (p_s, p_dC, p_dW
+  measured along a run) are turned off in all three.
 - **evaluation**: ``dsh evaluate`` of the shipped base on the laptop ladder (the preset's settings) through the
   engine's torch path at 64 rows (before issue 28) and the preset's path, interleaved; the share of identical
   responses (the same counted random streams).
@@ -124,6 +126,39 @@ def _run_engine(model, tok, prompts, rows, max_new, seed, attention):
 SAMPLING_PATHS = ("model.generate", "dsh engine, torch path", "dsh engine, CPU path (C kernels)")
 
 
+def step_matmul_rate(model, rows: int, repeats: int = 20) -> float:
+    """FLOP/s of one decoding step's matrix products at ``rows`` rows, measured alone (each layer's fused q/k/v,
+    output, fused gate/up and down projections and the LM head, as :mod:`dsh.llm.kernel_engine` runs them; the
+    fastest of ``repeats`` passes): the rate a decoding step's products can reach on this machine, below the
+    1024^3 peak because their inner dimension is the model's width."""
+    import torch
+
+    F = torch.nn.functional
+    layer = model.model.layers[0]
+    w = [torch.cat([layer.self_attn.q_proj.weight, layer.self_attn.k_proj.weight, layer.self_attn.v_proj.weight]),
+         layer.self_attn.o_proj.weight, torch.cat([layer.mlp.gate_proj.weight, layer.mlp.up_proj.weight]),
+         layer.mlp.down_proj.weight]
+    w = [x.detach().contiguous() for x in w]
+    head = model.lm_head.weight.detach()
+    xs = {n: torch.randn(rows, n) for n in {x.shape[1] for x in w + [head]}}
+    n_layers = len(model.model.layers)
+    flops = 2 * rows * (n_layers * sum(x.numel() for x in w) + head.numel())
+
+    def step():
+        for _ in range(n_layers):
+            for x in w:
+                F.linear(xs[x.shape[1]], x)
+        F.linear(xs[head.shape[1]], head)
+
+    best = float("inf")
+    with torch.no_grad():
+        for _ in range(repeats + 1):
+            t = time.perf_counter()
+            step()
+            best = min(best, time.perf_counter() - t)
+    return flops / best
+
+
 def sampling_rows(size: TinySize, seed: int = 0) -> list:
     """Rows of the sampling comparison (module docstring), each with its workload's ``work``
     (:func:`sampling_work`); :func:`add_rooflines` puts them against the device's peaks."""
@@ -134,6 +169,7 @@ def sampling_rows(size: TinySize, seed: int = 0) -> list:
     out = []
     for rows in size.rows:
         ps = prompts[:rows * size.prompts_per_row]
+        rate = step_matmul_rate(model, rows)
         for rep in range(size.repeats):
             for path in SAMPLING_PATHS:
                 if path == "model.generate":
@@ -145,7 +181,7 @@ def sampling_rows(size: TinySize, seed: int = 0) -> list:
                 out.append({"part": "tiny sampling", "path": f"{path}, {rows} rows", "rows": rows, "repeat": rep,
                             "prompts": len(ps), "prompt_tokens": sum(map(len, ps)), "generated_tokens": tokens,
                             "seconds": round(secs, 3), "tokens_per_s": tokens / secs,
-                            "work": sampling_work(shape, [len(p) for p in ps], gen)})
+                            "work": sampling_work(shape, [len(p) for p in ps], gen), "step_matmul_flops": rate})
     for r in out:
         same = [x for x in out if x["rows"] == r["rows"] and x["repeat"] == r["repeat"]]
         r["ratio_to_generate"] = r["tokens_per_s"] / same[0]["tokens_per_s"]
@@ -155,9 +191,14 @@ def sampling_rows(size: TinySize, seed: int = 0) -> list:
 def add_rooflines(rows: list, peaks: dict) -> None:
     """Each sampling row's roofline at ``peaks`` and its shares of it (and of the serial bound)."""
     for r in rows:
-        roof = roofline(r.pop("work"), peaks["matmul_peak_flops"], peaks["read_bandwidth_bytes_per_s"])
+        work = r.pop("work")
+        roof = roofline(work, peaks["matmul_peak_flops"], peaks["read_bandwidth_bytes_per_s"])
+        # the same bounds with the products at the rate the step's own shapes reach alone (step_matmul_rate)
+        at_shapes = roofline(work, r["step_matmul_flops"], peaks["read_bandwidth_bytes_per_s"])
         r.update(roofline=roof, roofline_tokens_per_s=r["generated_tokens"] / roof["roofline_s"],
-                 share_of_roofline=roof["roofline_s"] / r["seconds"], share_of_serial_bound=roof["serial_s"] / r["seconds"])
+                 share_of_roofline=roof["roofline_s"] / r["seconds"], share_of_serial_bound=roof["serial_s"] / r["seconds"],
+                 roofline_at_step_shapes=at_shapes,
+                 share_of_serial_bound_at_step_shapes=at_shapes["serial_s"] / r["seconds"])
 
 
 # ------------------------------------------------------------------------------------------------
@@ -176,7 +217,10 @@ def grpo_rows(size: TinySize, workdir: Path, seed: int = 0) -> list:
     train(resolve("sft_reflection", LAPTOP.name, model=str(SHIPPED_BASE), output_dir=str(policy),
                   n_train=8 * size.policy_sft_steps, max_steps=size.policy_sft_steps, task_options={"attempts": "injected"},
                   report_to=(), save_steps=10 ** 6, logging_steps=10 ** 6, seed=seed))
-    common = dict(model=str(policy), max_steps=size.grpo_steps, save_steps=10 ** 6, report_to=(), seed=seed)
+    # validation off: the preset measures p_s, p_dC, p_dW along a run (a measurement, not GRPO's work), which would
+    # put two validation passes into an 8-step run's time
+    common = dict(model=str(policy), max_steps=size.grpo_steps, save_steps=10 ** 6, report_to=(), seed=seed,
+                  validation_every=0)
     if size.grpo_max_completion:
         common["max_completion_length"] = size.grpo_max_completion
     runs = ((GRPO_PATHS[0], dict(generation_batch_size=32, padding_free=False), True),
