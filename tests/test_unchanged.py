@@ -91,7 +91,9 @@ def test_every_preset_config_and_plan_is_as_before_the_layout_move():
         config carries them; only reflection traces read them); gave every TrainConfig the validation fields (off by
         default) and the laptop preset's GRPO the design of chapter 04 (10,240 rollouts at temperature 2, learning
         rate 2e-4, validation every 80 steps); its plan runs the ablations on every seed, the KL ablation at beta 0
-        and 0.1 beside the RL arm's 0.001 (below). Nothing else may differ."""
+        and 0.1 beside the RL arm's 0.001 (below). Issue 28 (again) made the laptop preset's SFT stages (SFT, SFT with
+        reflection, DFT) padding-free: the same batches, the loss equal up to float rounding. Nothing else may
+        differ."""
         if isinstance(x, dict):
             if "method" in x and "trust_remote_code" in x:          # a TrainConfig
                 x.update(validation_every=0, validation_per_level=25, validation_max_new_tokens=None)
@@ -107,6 +109,7 @@ def test_every_preset_config_and_plan_is_as_before_the_layout_move():
                     x["task_options"] = {"check": check}
             if x.get("task") == "laptop_task" and x.get("method") in ("sft", "sft_reflection", "dft"):
                 x["task_options"] = {**x.get("task_options", {}), **LAPTOP_REFLECTION}
+                x["padding_free"] = True
             if set(x) == {"task_options"} and x["task_options"] == {"check": "verdict"}:   # the ablation's overrides
                 x["task_options"] = {**LAPTOP_REFLECTION, "check": "verdict"}
             for y in x.values():

@@ -23,8 +23,8 @@ baseline in the same run, and against the machine's roofline measured in the sam
 - **evaluation**: ``dsh evaluate`` of the shipped base on the laptop ladder (the preset's settings) through the
   engine's torch path at 64 rows (before issue 28) and the preset's path, interleaved; the share of identical
   responses (the same counted random streams).
-- **training**: tokens/s of the laptop preset's reflection SFT, TRL's ``SFTTrainer`` defaults on the same data and
-  ``dsh.training.pretrain``'s plain loop, each against the 6N bound at the matmul peak.
+- **training**: tokens/s of the laptop preset's reflection SFT (padding-free), TRL's ``SFTTrainer`` defaults on the
+  same data (padded batches) and ``dsh.training.pretrain``'s plain loop, each against the 6N bound at the matmul peak.
 """
 
 from __future__ import annotations
@@ -293,10 +293,11 @@ def training_rows(size: TinySize, peak_flops: float, workdir: Path, seed: int = 
     steps = size.training_steps
     common = dict(model=base, n_train=8 * steps, max_steps=steps, seed=seed, report_to=(), save_steps=10 ** 6,
                   logging_steps=1, task_options={"attempts": "injected"})
-    cfgs = (("TRL SFTTrainer defaults (batch 8, lr 2e-5 linear)", resolve(
+    cfgs = (("TRL SFTTrainer defaults (batch 8, padded, lr 2e-5 linear)", resolve(
                 "sft_reflection", LAPTOP.name, output_dir=str(workdir / "tiny_default"), **common,
-                learning_rate=2e-5, lr_scheduler_type="linear", warmup_ratio=0.0, per_device_train_batch_size=8)),
-            ("dsh laptop preset (TRL, batch 8, lr 3e-4 cosine)", resolve(
+                learning_rate=2e-5, lr_scheduler_type="linear", warmup_ratio=0.0, per_device_train_batch_size=8,
+                padding_free=False)),
+            ("dsh laptop preset (TRL, batch 8, padding-free, lr 3e-4 cosine)", resolve(
                 "sft_reflection", LAPTOP.name, output_dir=str(workdir / "tiny_dsh"), **common)))
     rows = []
     for label, cfg in cfgs:
