@@ -443,3 +443,107 @@ def test_papermill_parameters_refuses_an_injected_name_the_chapter_lacks():
     with pytest.raises(ValueError, match=r"^unknown papermill parameter\(s\) preset; this chapter's parameters: "
                                          r"n_live, seed$"):
         papermill_parameters(known, {**dict.fromkeys(known), "preset": "nope"})
+
+
+@pytest.mark.slow
+def test_a_config_of_other_sizes_than_the_weights_is_one_line(tmp_path):
+    """Issue 34: a config.json whose sizes do not match the weights gave transformers' RuntimeError pointing at a
+    report that was never printed; it is one line naming a tensor, both shapes and the config file, through the
+    API and the CLI (exit 2, nothing written)."""
+    import subprocess
+    import sys
+
+    from dsh.llm import models
+
+    d = _copy_base(tmp_path)
+    cfg = json.loads((d / "config.json").read_text())
+    cfg["intermediate_size"] = 256
+    (d / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(ValueError, match=r"^model .*: its config\.json gives \d+ tensors other sizes than its weights "
+                                         r"\(e\.g\. model\.layers\.\d+\.mlp\.\w+\.weight: weights \d+x384, config "
+                                         r"\d+x256\); .*config\.json belongs to another model$") as e:
+        models.load(str(d))
+    assert "\n" not in str(e.value)
+    out = tmp_path / "g.jsonl"
+    r = subprocess.run([sys.executable, "-m", "dsh", "evaluate", "--model", str(d), "--levels", "1x2", "--n", "1",
+                        "--max-new-tokens", "16", "--out", str(out)], capture_output=True, text=True)
+    assert r.returncode == 2 and "Traceback" not in r.stderr and "config.json gives" in r.stderr
+    assert not out.exists()
+
+
+def test_a_model_folder_without_a_tokenizer_is_one_line(tmp_path):
+    """Issue 34: a folder without tokenizer files was reported as 'install sentencepiece or tiktoken'; it is one line
+    naming the folder and the files looked for, and a tokenizer file that cannot be read names the folder too."""
+    from dsh.llm import models
+
+    d = _copy_base(tmp_path)
+    for f in d.glob("tokenizer*"):
+        f.unlink()
+    with pytest.raises(ValueError, match=r"^model .*: the folder .* holds no tokenizer \(none of tokenizer\.json, "):
+        models.load(str(d))
+    (d / "tokenizer.json").write_text("{not json")
+    with pytest.raises(ValueError, match=r"^model .*: its tokenizer in .* cannot be loaded \(") as e:
+        models.load(str(d))
+    assert "\n" not in str(e.value)
+
+
+@pytest.mark.slow
+def test_a_failed_evaluation_leaves_no_settings_record_that_blocks_the_next(tmp_path):
+    """Issue 34: an evaluation that failed before its first record (here: a model whose weights hold NaN) left
+    <out>.settings.json behind, and the next, correct evaluation into the same out was refused as 'another
+    evaluation'; now the failed run leaves nothing and the next one runs."""
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+
+    from dsh.experiment import evaluate as E
+
+    bad = tmp_path / "nan-base"
+    shutil.copytree(_base(), bad)
+    w = load_file(bad / "model.safetensors")
+    w[sorted(w)[0]][0] = float("nan")
+    save_file(w, bad / "model.safetensors", metadata={"format": "pt"})
+    out = tmp_path / "g.jsonl"
+    settings = E.EvalSettings(levels=["1x2"], n_per_level=2, max_new_tokens=8, temperature=0.0)
+    with pytest.raises(ValueError, match="NaN or infinite"):
+        E.evaluate(str(bad), str(out), settings, progress=False)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["nan-base"]        # no output, no settings record
+    E.evaluate(str(_base()), str(out), settings, progress=False)
+    assert len(out.read_text().splitlines()) == 2 and E.settings_path(out).is_file()
+
+
+@pytest.mark.slow
+def test_clear_run_removes_only_what_train_wrote(tmp_path):
+    """Issue 34: chapter 04's papermill parameter fresh=True removed its run folder whole, a user's file included.
+    train.clear_run (what the chapter calls) removes a real run (checkpoints kept, so every kind of file train writes
+    is there) and refuses, byte-identical, a run folder holding a user's file, and a folder that is not a dsh run."""
+    from dsh.experiment import presets
+    from dsh.training import train
+
+    run = tmp_path / "run"
+    cfg = presets.LAPTOP.train_config("sft", model=str(_base()), output_dir=str(run), max_steps=2, n_train=16,
+                                      save_steps=1, keep_checkpoints=True)
+    train.train(cfg)
+    assert (run / "final").is_dir() and list(run.glob("checkpoint-*")) and (run / "run_config.json").is_file()
+
+    def snapshot(d):
+        return {str(p.relative_to(d)): hashlib.sha256(p.read_bytes()).hexdigest() if p.is_file() else None
+                for p in sorted(d.rglob("*"))}
+
+    (run / "important.txt").write_text("my notes")
+    before = snapshot(run)
+    with pytest.raises(ValueError, match=r"^run folder .*run holds files dsh train did not write \(important\.txt\); "
+                                         r"move them or choose another folder; nothing was removed$"):
+        train.clear_run(run)
+    assert snapshot(run) == before
+    (run / "important.txt").unlink()
+    train.clear_run(run)
+    assert not run.exists()
+    train.clear_run(run)                                  # nothing there: nothing to do
+    other = tmp_path / "mine"
+    (other / "final").mkdir(parents=True)
+    (other / "notes.txt").write_text("x")
+    with pytest.raises(ValueError, match=r"^run folder .*mine is not a dsh run \(no run_config\.json; it holds final, "
+                                         r"notes\.txt\); nothing was removed$"):
+        train.clear_run(other)
+    assert (other / "notes.txt").read_text() == "x" and (other / "final").is_dir()

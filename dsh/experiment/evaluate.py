@@ -94,9 +94,20 @@ def evaluate(model: str = EMBEDDED, out: str = "generations.jsonl", settings: Ev
     ident = model_identity(model, settings, seed, backend)
     check_own_output(out, ident, problems)
     with exclusive(out, f"out {out} is being written by another dsh evaluate; wait for it or choose another out"):
-        if not settings_path(out).is_file():
+        fresh = not settings_path(out).is_file()
+        had_out = out.exists()
+        if fresh:
             write_text(settings_path(out), json.dumps(ident, indent=1))
-        return _evaluate(loc, out, problems, settings, seed, backend, progress)
+        try:
+            return _evaluate(loc, out, problems, settings, seed, backend, progress)
+        except BaseException:
+            # a run that fails before its first record (a model that cannot be loaded, an interruption) leaves no
+            # settings record behind: it would refuse the next, correct run as "another evaluation"
+            if fresh and not (out.is_file() and out.stat().st_size):
+                settings_path(out).unlink(missing_ok=True)
+                if not had_out and out.is_file():
+                    out.unlink()
+            raise
 
 
 def model_context(loc: str) -> int | None:

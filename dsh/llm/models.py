@@ -149,8 +149,10 @@ def load_weights(model: str, loc: str, dtype=None, trust_remote_code: bool = Fal
     hf_logging.set_verbosity_error()           # the load report is turned into the error below
     hf_logging.disable_progress_bar()          # a second-long "Loading weights" bar is noise in a chapter
     try:
+        # sizes that differ from the config are reported in the loading info (and refused below), not raised as a
+        # RuntimeError that points at a report the silenced logger never printed
         m, info = AutoModelForCausalLM.from_pretrained(loc, dtype=dtype, use_safetensors=True, output_loading_info=True,
-                                                       trust_remote_code=trust_remote_code)
+                                                       trust_remote_code=trust_remote_code, ignore_mismatched_sizes=True)
     except Exception as e:                     # safetensors raises its own SafetensorError for a cut file
         if type(e).__name__ != "SafetensorError" and not isinstance(e, OSError):
             raise
@@ -161,6 +163,11 @@ def load_weights(model: str, loc: str, dtype=None, trust_remote_code: bool = Fal
         if bars:
             hf_logging.enable_progress_bar()
     bad = {k: sorted(info.get(k) or []) for k in ("missing_keys", "mismatched_keys", "unexpected_keys")}
+    if bad["mismatched_keys"]:
+        name, *shapes = (list(bad["mismatched_keys"][0]) + [None, None])[:3]
+        raise ValueError(f"model {model}: its config.json gives {len(bad['mismatched_keys'])} tensors other sizes than "
+                         f"its weights (e.g. {name}: weights {_shape(shapes[0])}, config {_shape(shapes[1])}); "
+                         f"{Path(loc) / 'config.json'} belongs to another model")
     if any(bad.values()):
         what = "; ".join(f"{len(v)} {k.split('_')[0]} (e.g. {', '.join(map(str, v[:2]))})" for k, v in bad.items() if v)
         raise ValueError(f"model {model}: its weights do not match its parameters: {what}; the folder {loc} is "
@@ -174,17 +181,39 @@ def load_weights(model: str, loc: str, dtype=None, trust_remote_code: bool = Fal
     return m
 
 
+def _shape(x) -> str:
+    return "x".join(map(str, x)) if isinstance(x, (tuple, list)) or hasattr(x, "__iter__") else str(x)
+
+
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "spiece.model", "tokenizer_config.json")
+
+
+def load_tokenizer(model: str, loc: str, trust_remote_code: bool = False):
+    """The tokenizer at ``loc``, configured (:func:`configure_tokenizer`); a local folder without one, or one that
+    cannot be read, is a one-line ValueError naming the folder."""
+    from transformers import AutoTokenizer
+
+    if Path(loc).is_dir() and not any((Path(loc) / f).exists() for f in TOKENIZER_FILES):
+        raise ValueError(f"model {model}: the folder {loc} holds no tokenizer (none of {', '.join(TOKENIZER_FILES)}); "
+                         f"copy the tokenizer files of the model it was trained from")
+    try:
+        tok = AutoTokenizer.from_pretrained(loc, trust_remote_code=trust_remote_code)
+    except (ValueError, OSError) as e:
+        raise ValueError(f"model {model}: its tokenizer in {loc} cannot be loaded "
+                         f"({str(e).strip().splitlines()[0][:160]})") from None
+    return configure_tokenizer(tok)
+
+
 def load(model: str = EMBEDDED, dtype=None, device: str | None = None, trust_remote_code: bool = False):
     """Load ``(model, tokenizer)``. ``dtype``: a torch dtype or None (float32 on CPU, bfloat16 on GPU)."""
     import torch
-    from transformers import AutoTokenizer
 
     loc = resolve_model(model)
     if device is None:
         device = "cuda" if torch.cuda.is_available() else "cpu"
     if dtype is None:
         dtype = torch.bfloat16 if device.startswith("cuda") else torch.float32
-    tok = configure_tokenizer(AutoTokenizer.from_pretrained(loc, trust_remote_code=trust_remote_code))
+    tok = load_tokenizer(model, loc, trust_remote_code)
     m = load_weights(model, loc, dtype, trust_remote_code)
     m.generation_config.eos_token_id = end_of_turn_ids(tok)
     m.generation_config.pad_token_id = tok.pad_token_id

@@ -355,6 +355,40 @@ def trim_logs(run: Path, step: int) -> None:
         write_text(path, "".join(x + "\n" for x in keep))
 
 
+# what `train` writes in a run folder (the trainer's model card, logs, settings, summary, final model, checkpoints,
+# TensorBoard events): the only names `clear_run` removes
+RUN_FILES = ("run_config.json", "summary.json", "README.md", "training_args.bin") + LOGS
+RUN_FOLDERS = ("final", "runs")
+
+
+def clear_run(run_dir) -> None:
+    """Remove the dsh run in ``run_dir`` (finished or interrupted) so that it can be trained afresh: only what
+    :func:`train` writes there (:data:`RUN_FILES`, :data:`RUN_FOLDERS`, checkpoints), then the folder itself. A
+    folder that is not a dsh run (no ``run_config.json``) or that holds anything else is refused in one line that
+    names what it holds, before anything is removed. A missing folder is nothing to do."""
+    import shutil
+
+    run = Path(run_dir)
+    if not run.exists():
+        return
+    if not run.is_dir():
+        raise ValueError(f"run folder {run} is a file; choose a folder")
+    names = sorted(p.name for p in run.iterdir())
+    if names and "run_config.json" not in names:
+        raise ValueError(f"run folder {run} is not a dsh run (no run_config.json; it holds {', '.join(names[:3])}"
+                         f"{' ...' if len(names) > 3 else ''}); nothing was removed")
+    foreign = [n for n in names if not ((n in RUN_FILES and (run / n).is_file()) or
+                                        ((n in RUN_FOLDERS or CHECKPOINT.fullmatch(n)) and (run / n).is_dir()))]
+    if foreign:
+        raise ValueError(f"run folder {run} holds files dsh train did not write ({', '.join(foreign[:3])}"
+                         f"{' ...' if len(foreign) > 3 else ''}); move them or choose another folder; nothing was "
+                         f"removed")
+    for n in names:
+        p = run / n
+        shutil.rmtree(p) if p.is_dir() else p.unlink()
+    run.rmdir()
+
+
 def check_run_dir(cfg: TrainConfig) -> Path:
     """The run directory, refused when it already holds a run and ``resume`` is off, or, with ``resume``, when it
     holds files but is not a dsh run (no ``run_config.json``). Nothing is created here."""
