@@ -12,7 +12,7 @@ from .core.validate import output_path
 from .experiment import bench
 from .experiment.check_probe import ProbeSettings, run_probe
 from .experiment.evaluate import BACKENDS, EvalSettings, evaluate
-from .experiment.presets import DEFAULT, DERIVED, NAMES, resolve
+from .experiment.presets import DEFAULT, DERIVED, NAMES, get, resolve
 from .llm.models import EMBEDDED
 from .measure.calibration import calibrate, format_table, read_records
 from .task.laptop_task import TEST_LEVELS
@@ -118,6 +118,8 @@ def _cmd_train(args) -> int:
     overrides = _parse_overrides(args.set)
     if args.model:
         overrides["model"] = args.model
+    elif "model" not in overrides:          # the preset's starting model (laptop: the shipped tiny base)
+        overrides["model"] = get(args.preset).model
     if args.output_dir:
         overrides["output_dir"] = args.output_dir
     if args.resume:
@@ -332,7 +334,9 @@ def _add_train(sub, presets_help, model_help) -> None:
                                + fields_help())
     tr.add_argument("--method", required=True, help=", ".join(METHODS))
     tr.add_argument("--preset", default=DEFAULT, help=presets_help)
-    tr.add_argument("--model", help=model_help)
+    tr.add_argument("--model", help=model_help.replace(f"'{EMBEDDED}' (default)", f"the preset's starting model "
+                                                        f"(default: '{EMBEDDED}'; laptop: the shipped tiny base), "
+                                                        f"'{EMBEDDED}'"))
     tr.add_argument("--output-dir", help="run directory (default runs/PRESET/METHOD)")
     tr.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a TrainConfig field (repeatable)")
     tr.add_argument("--resume", action="store_true", help="continue the run in --output-dir from its last checkpoint")

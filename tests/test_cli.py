@@ -81,3 +81,16 @@ def test_a_comma_separated_set_value_is_a_list(capsys):
 
     assert main(["train", "--method", "sft", "--set", "train_levels=2x2,2x3", "--dry-run"]) == 0
     assert json.loads(capsys.readouterr().out)["dsh"]["train_levels"] == ["2x2", "2x3"]
+
+
+def test_train_without_model_starts_from_the_presets_model(capsys):
+    """Issue 34: `train --preset laptop` without --model trained the 135M embedded model (25 s a step) instead of
+    the preset's tiny base; it starts from the preset's model, and --model or --set model=... still choose another."""
+    from dsh.__main__ import main
+    from dsh.training.laptop_base import SHIPPED_BASE
+
+    for argv, want in ((["--preset", "laptop"], str(SHIPPED_BASE)), (["--preset", "ci"], "embedded"),
+                       (["--preset", "laptop", "--model", "embedded"], "embedded"),
+                       (["--preset", "laptop", "--set", "model=embedded"], "embedded")):
+        assert main(["train", "--method", "sft", *argv, "--dry-run"]) == 0
+        assert json.loads(capsys.readouterr().out)["dsh"]["model"] == want, argv
