@@ -1,5 +1,6 @@
 """Claim (i) on predictions the fit did not use (dsh.measure.predictions), on simulated responses with known truth."""
 
+import numpy as np
 import pytest
 
 from dsh.measure import predictions as P
@@ -68,3 +69,14 @@ def test_fit_beta_recovers_the_questions_spread():
     assert a2 + b2 > 5 * (alpha + beta), (a2, b2)          # no spread: a far higher concentration
     with pytest.raises(ValueError, match="^mixture must be True or False"):
         P.unfitted_predictions(recs, mixture="yes")
+
+
+def test_fit_beta_of_questions_all_right_or_all_wrong_is_the_bound():
+    """Every candidate right: the likelihood rises towards beta -> 0 for any alpha (a flat ridge, where the optimizer
+    used to stop at a machine-dependent point: alpha 9,633 on one machine, 98,716 on another); the fit is the bound
+    it tends to, the concentration at the cap, and mirrored for every candidate wrong."""
+    lo, hi = np.exp(P.LOG_BOUNDS)
+    assert P.fit_beta([[True], [True, True], [True]]) == pytest.approx((hi, lo))
+    assert P.fit_beta([[False, False], [False]]) == pytest.approx((lo, hi))
+    a, b = P.fit_beta([[True]] * 50 + [[False, True]])           # one wrong candidate: a real fit, mean near 50/51
+    assert 0.9 < a / (a + b) < 1 and b > 10 * lo

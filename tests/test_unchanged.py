@@ -5,6 +5,7 @@ training losses of the same file are compared in ``tests/test_train.py`` (they n
 
 import hashlib
 import json
+import math
 from pathlib import Path
 
 import numpy as np
@@ -192,12 +193,30 @@ def test_committed_laptop_calibration_reads_the_laptop_format():
 
 @pytest.mark.slow
 def test_committed_laptop_calibration_is_calibrate_stage_with_the_laptop_task():
-    """Every committed laptop calibration file is exactly calibrate_stage(task="laptop_task") of the committed
-    generations (the reading, the intervals, the faithfulness and the unfitted predictions)."""
+    """Every committed laptop calibration file is calibrate_stage(task="laptop_task") of the committed generations
+    (the reading, the intervals, the faithfulness and the unfitted predictions): exactly, but for the numbers of the
+    unfitted predictions with questions that differ (``unfitted_mixture``), which come out of a Beta fit that is
+    ill-conditioned where the data show little spread: a change of 1e-13 in its objective (what another machine's
+    floating point does) moved a predicted F->T rate by 5e-4 relative and a p-value of 3e-33 by 0.6 %. Those numbers
+    are compared to 1 % (p-values below 1e-9 to 1e-9 absolute), the fit's own parameters not at all; every verdict
+    and count exactly."""
     from dsh.core.files import read_jsonl
     from dsh.measure.stage import calibrate_stage
+
+    def same(a, b, path, loose):
+        if isinstance(a, dict) and isinstance(b, dict) and set(a) == set(b):
+            return all(same(a[k], b[k], f"{path}/{k}", loose or k == "unfitted_mixture") for k in a
+                       if not (loose and k in ("alpha", "beta")))
+        if isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
+            return all(same(x, y, f"{path}[{i}]", loose) for i, (x, y) in enumerate(zip(a, b)))
+        if loose and isinstance(a, float) and isinstance(b, float):
+            assert math.isclose(a, b, rel_tol=1e-2, abs_tol=1e-9), (path, a, b)
+            return True
+        assert a == b, (path, a, b)
+        return True
 
     root = Path(__file__).resolve().parent.parent / "book" / "results" / "laptop"
     for path in sorted((root / "calibration").glob("*.json")):
         recs = read_jsonl(root / "generations" / f"{path.stem}.jsonl.gz")
-        assert json.loads(path.read_text()) == json.loads(json.dumps(calibrate_stage(recs, seed=0, task="laptop_task"))), path.stem
+        same(json.loads(path.read_text()), json.loads(json.dumps(calibrate_stage(recs, seed=0, task="laptop_task"))),
+             path.stem, False)

@@ -62,16 +62,33 @@ def _fit(recs, markers, parse=parse_response):
     return None if None in (p_dC, p_dW) else (p_s, p_dC, p_dW)
 
 
+LOG_BOUNDS = (-9.0, 11.5)      # log alpha and log beta of the fit: 1.2e-4 ... 9.9e4
+
+
 def fit_beta(lists) -> tuple[float, float]:
     """Maximum-likelihood (alpha, beta) of a Beta distribution of per-question p_s from the candidates' correctness
     of each response (``lists``: one list of bools per response); the concentration alpha + beta is capped at 1e5
     (questions that do not differ)."""
     s = np.array([sum(c) for c in lists], dtype=float)
     f = np.array([len(c) - sum(c) for c in lists], dtype=float)
+    lo, hi = LOG_BOUNDS
+    # every candidate right (or every one wrong): the likelihood rises towards beta -> 0 (alpha -> 0) whatever the
+    # other parameter, a flat ridge on which the optimizer would stop at a point that depends on the machine's
+    # floating point; the answer is the bound it tends to, with the concentration at the cap
+    if not f.sum():
+        return float(np.exp(hi)), float(np.exp(lo))
+    if not s.sum():
+        return float(np.exp(lo)), float(np.exp(hi))
     nll = lambda x: -float(np.sum(betaln(np.exp(x[0]) + s, np.exp(x[1]) + f) - betaln(np.exp(x[0]), np.exp(x[1]))))
     m = float(np.clip(s.sum() / max(s.sum() + f.sum(), 1), 1e-3, 1 - 1e-3))
-    best = min((minimize(nll, np.log([m * k, (1 - m) * k]), method="L-BFGS-B", bounds=[(-9, 11.5)] * 2)
-                for k in (2.0, 20.0, 2000.0)), key=lambda r: r.fun)
+    # converged tightly, so that machines whose floating point differs in the last bits agree to far below the
+    # printed precision (the default tolerances left 1e-5 relative differences in the predictions)
+    runs = [minimize(nll, np.log([m * k, (1 - m) * k]), method="L-BFGS-B", bounds=[LOG_BOUNDS] * 2,
+                     options={"ftol": 1e-15, "gtol": 1e-10, "maxiter": 2000}) for k in (2.0, 20.0, 2000.0)]
+    # starts whose optima tie (the data do not tell the concentration apart: a flat direction) are decided by the
+    # higher concentration, the direction the likelihood rises in, not by last-bit differences between machines
+    top = min(r.fun for r in runs)
+    best = max((r for r in runs if r.fun <= top + 1e-9 * max(1.0, abs(top))), key=lambda r: float(np.sum(np.exp(r.x))))
     return float(np.exp(best.x[0])), float(np.exp(best.x[1]))
 
 
