@@ -269,7 +269,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_simulate(sub)
     _add_calibrate(sub)
     _add_data(sub)
-    _add_train(sub, presets_help, model_help)
+    _add_train(sub, presets_help)
     _add_evaluate(sub, model_help)
     _add_pipeline(sub, presets_help, model_help)
     _add_probe(sub, model_help)
@@ -327,16 +327,15 @@ def _add_data(sub) -> None:
     d.set_defaults(func=_cmd_data)
 
 
-def _add_train(sub, presets_help, model_help) -> None:
+def _add_train(sub, presets_help) -> None:
     tr = sub.add_parser("train", help="train with TRL: sft, sft_reflection, dft or grpo under a preset",
                         formatter_class=argparse.RawDescriptionHelpFormatter,
                         epilog="TrainConfig fields (--set KEY=VALUE; a preset's values replace these defaults):\n"
                                + fields_help())
     tr.add_argument("--method", required=True, help=", ".join(METHODS))
     tr.add_argument("--preset", default=DEFAULT, help=presets_help)
-    tr.add_argument("--model", help=model_help.replace(f"'{EMBEDDED}' (default)", f"the preset's starting model "
-                                                        f"(default: '{EMBEDDED}'; laptop: the shipped tiny base), "
-                                                        f"'{EMBEDDED}'"))
+    tr.add_argument("--model", help=f"the preset's starting model by default ('{EMBEDDED}'; laptop: the shipped tiny "
+                                    f"base); '{EMBEDDED}', a Hugging Face id, a local path or a run directory")
     tr.add_argument("--output-dir", help="run directory (default runs/PRESET/METHOD)")
     tr.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a TrainConfig field (repeatable)")
     tr.add_argument("--resume", action="store_true", help="continue the run in --output-dir from its last checkpoint")

@@ -133,12 +133,12 @@ def step_matmul_rate(model, rows: int, repeats: int = 20) -> float:
     1024^3 peak because their inner dimension is the model's width."""
     import torch
 
+    from ..llm.kernel_engine import fused_projections
+
     F = torch.nn.functional
     layer = model.model.layers[0]
-    w = [torch.cat([layer.self_attn.q_proj.weight, layer.self_attn.k_proj.weight, layer.self_attn.v_proj.weight]),
-         layer.self_attn.o_proj.weight, torch.cat([layer.mlp.gate_proj.weight, layer.mlp.up_proj.weight]),
-         layer.mlp.down_proj.weight]
-    w = [x.detach().contiguous() for x in w]
+    (qkv, _), (gate_up, _) = fused_projections(layer)
+    w = [qkv, layer.self_attn.o_proj.weight.detach(), gate_up, layer.mlp.down_proj.weight.detach()]
     head = model.lm_head.weight.detach()
     xs = {n: torch.randn(rows, n) for n in {x.shape[1] for x in w + [head]}}
     n_layers = len(model.model.layers)

@@ -36,12 +36,6 @@ static inline void rope(const float *x, const float *cos, const float *sin, floa
    advanced by one position at a time). Each head's sums run in the order of the one-head loops (positions, then
    dimensions), so the result does not depend on how the heads are grouped. Rows with len 0 are skipped (out 0). */
 #define HB 4 /* query heads whose score sums are interleaved */
-#ifndef PF_TILES
-#define PF_TILES 2
-#endif
-#ifndef PF_ROWS
-#define PF_ROWS 16
-#endif
 void attend(const float *restrict qkv, const float *restrict cos, const float *restrict sin,
             const int64_t *restrict pos, const int64_t *restrict len, const int64_t *restrict slot,
             float *restrict kt, float *restrict v, float *restrict out, int64_t B, int64_t H, int64_t KV, int64_t D,
@@ -95,7 +89,6 @@ void attend(const float *restrict qkv, const float *restrict cos, const float *r
           for (int k = 0; k < HB; ++k) {
             const float qd = qs[(h0 + k) * D + d];
             const float *td = tl[k] + d * TILE;
-            __builtin_prefetch(td + PF_TILES * KV * D * TILE);
 #pragma omp simd
             for (int i = 0; i < TILE; ++i) sv[k][i] += qd * td[i];
           }
@@ -125,7 +118,6 @@ void attend(const float *restrict qkv, const float *restrict cos, const float *r
     for (int64_t i = 0; i < H * D; ++i) acc[i] = 0.f;
     for (int64_t j = 0; j < n; ++j) {
       const float *vj = V + j * KV * D;
-      for (int64_t l = 0; l < KV * D; l += 16) __builtin_prefetch(vj + PF_ROWS * KV * D + l);
       for (int64_t h = 0; h < H; ++h) {
         const float pj = sc[h * stride + j], *vh = vj + (h / group) * D;
         float *ah = acc + h * D;

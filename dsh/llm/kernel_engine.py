@@ -36,6 +36,19 @@ def attention_shape(model) -> tuple:
             getattr(attn, "scaling", head_dim ** -0.5))
 
 
+def fused_projections(layer) -> tuple:
+    """A llama-family decoder layer's ((q/k/v weight, bias), (gate/up weight, bias)): the projections that read the
+    same input concatenated into one matrix product each, from the live weights (bias None when none has one)."""
+    def cat(mods):
+        w = torch.cat([m.weight.detach() for m in mods])
+        if all(m.bias is None for m in mods):
+            return w, None
+        return w, torch.cat([m.bias.detach() if m.bias is not None else torch.zeros(m.weight.shape[0]) for m in mods])
+
+    return (cat([layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj]),
+            cat([layer.mlp.gate_proj, layer.mlp.up_proj]))
+
+
 class KernelDecoder:
     """Decoder of a llama-family float32 model on the CPU (see the module docstring): ``slots`` rows at once, at most
     ``max_len`` prompt + completion tokens a row, the host looking at the rows every ``sync_every`` steps."""
@@ -63,15 +76,7 @@ class KernelDecoder:
 
     def _fuse(self):
         """Per layer: (q/k/v weight, bias), (gate/up weight, bias), from the live weights."""
-        def cat(mods):
-            w = torch.cat([m.weight.detach() for m in mods])
-            if all(m.bias is None for m in mods):
-                return w, None
-            return w, torch.cat([m.bias.detach() if m.bias is not None else torch.zeros(m.weight.shape[0])
-                                 for m in mods])
-
-        return [(cat([ly.self_attn.q_proj, ly.self_attn.k_proj, ly.self_attn.v_proj]),
-                 cat([ly.mlp.gate_proj, ly.mlp.up_proj])) for ly in self.layers]
+        return [fused_projections(ly) for ly in self.layers]
 
     @staticmethod
     def _residual(x, linear, a):

@@ -164,10 +164,10 @@ def load_weights(model: str, loc: str, dtype=None, trust_remote_code: bool = Fal
             hf_logging.enable_progress_bar()
     bad = {k: sorted(info.get(k) or []) for k in ("missing_keys", "mismatched_keys", "unexpected_keys")}
     if bad["mismatched_keys"]:
-        name, *shapes = (list(bad["mismatched_keys"][0]) + [None, None])[:3]
+        name, weights, config = bad["mismatched_keys"][0]     # transformers: (name, checkpoint shape, model shape)
         raise ValueError(f"model {model}: its config.json gives {len(bad['mismatched_keys'])} tensors other sizes than "
-                         f"its weights (e.g. {name}: weights {_shape(shapes[0])}, config {_shape(shapes[1])}); "
-                         f"{Path(loc) / 'config.json'} belongs to another model")
+                         f"its weights (e.g. {name}: weights {'x'.join(map(str, weights))}, config "
+                         f"{'x'.join(map(str, config))}); {Path(loc) / 'config.json'} belongs to another model")
     if any(bad.values()):
         what = "; ".join(f"{len(v)} {k.split('_')[0]} (e.g. {', '.join(map(str, v[:2]))})" for k, v in bad.items() if v)
         raise ValueError(f"model {model}: its weights do not match its parameters: {what}; the folder {loc} is "
@@ -179,10 +179,6 @@ def load_weights(model: str, loc: str, dtype=None, trust_remote_code: bool = Fal
         raise ValueError(f"model {model}: {len(broken)} weight tensors hold NaN or infinite values (e.g. {broken[0]}); "
                          f"the model at {loc} would answer noise")
     return m
-
-
-def _shape(x) -> str:
-    return "x".join(map(str, x)) if isinstance(x, (tuple, list)) or hasattr(x, "__iter__") else str(x)
 
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "spiece.model", "tokenizer_config.json")
