@@ -1,7 +1,8 @@
 # Two commands, each doing its own set-up (virtual environment, pinned requirements, Jupyter kernel):
 #   make book   execute every chapter and render the book to _build/html
 #   make test   the test suite and a full strict book build (side by side), then the browser check
-#   make check  the fast loop: ruff and the tests not marked slow (under 2 minutes)
+#   make test-all  the same with the tests marked `full` too (the ones make test leaves out: README, "Two commands")
+#   make check  the fast loop: ruff and the tests not marked slow
 # On a GPU host without network (see README, "The experiment on one GPU"):
 #   make gpu-small BUNDLE=.gpu   every stage of the gpu-small pipeline into book/results/gpu-small-h100
 SHELL := /bin/bash
@@ -14,7 +15,7 @@ JB_FLAGS := -W -n --keep-going --builder html
 # pip notes about local index folders are noise on the project machines
 QUIET_PIP := { grep -v "^WARNING: Location '" || true; }
 
-.PHONY: book test check browser setup sync clean gpu-small
+.PHONY: book test test-all check browser setup sync clean gpu-small
 
 BUNDLE ?= .gpu
 RESULTS ?=
@@ -54,12 +55,17 @@ browser: $(STAMP) $(CHROMIUM)
 # The tests and the strict book build run side by side, one CPU thread each (torch gains ~1.6x from a second
 # thread, the rest of the work none), after the embedded model has been converted once; the tests' log is
 # printed after the book's, and either failing fails the target.
+# make test leaves out the tests marked `full` (pytest -m "not full"); make test-all runs every test.
+PYTEST_SELECT := -m "not full"
+test-all: PYTEST_SELECT :=
+test-all: test
+
 test: $(STAMP)
 	@echo "== the tests and the strict book build, side by side =="
 	@mkdir -p _build
 	$(PY) -c "from dsh.llm.models import embedded_model_dir; print(embedded_model_dir())"
 	rm -rf _build/html _build/.doctrees _build/jupyter_execute _build/.jupyter_cache _build/screenshots
-	@PATH="$(abspath $(VENV))/bin:$$PATH" MPLBACKEND=Agg OMP_NUM_THREADS=1 $(PY) -m pytest -q > _build/pytest.log 2>&1 & tests=$$!; \
+	@PATH="$(abspath $(VENV))/bin:$$PATH" MPLBACKEND=Agg OMP_NUM_THREADS=1 $(PY) -m pytest -q -n 2 --dist loadfile $(PYTEST_SELECT) > _build/pytest.log 2>&1 & tests=$$!; \
 	book=0; OMP_NUM_THREADS=1 $(MAKE) --no-print-directory book || book=$$?; \
 	rc=0; wait $$tests || rc=$$?; \
 	echo "== tests (pytest exit $$rc) =="; cat _build/pytest.log; \
@@ -70,7 +76,7 @@ test: $(STAMP)
 check: $(STAMP)
 	@echo "== ruff and the fast tests =="
 	$(VENV)/bin/ruff check dsh tests
-	PATH="$(abspath $(VENV))/bin:$$PATH" MPLBACKEND=Agg $(PY) -m pytest -q -m "not slow"
+	PATH="$(abspath $(VENV))/bin:$$PATH" MPLBACKEND=Agg OMP_NUM_THREADS=1 $(PY) -m pytest -q -n 2 --dist loadfile -m "not slow and not full"
 
 # regenerate the paired notebooks from the markdown chapters (outputs stripped)
 sync: $(STAMP)

@@ -72,8 +72,7 @@ class _FrozenAt(torch.nn.Module):
         logits = self.model(input_ids=input_ids).logits
         keep = torch.cat([self.frozen, torch.zeros(1, dtype=torch.bool)])[None, :, None]
         return type("Out", (), {"logits": torch.where(keep, logits.detach(), logits)})()
-
-
+@pytest.mark.slow   # several seconds: make check leaves it out, make test runs it
 def test_split_on_cases_whose_answer_is_known(base):
     model, tok = base
     p, text = _two_attempts(2)
@@ -109,8 +108,7 @@ def test_split_on_cases_whose_answer_is_known(base):
     lp = torch.log_softmax(model(input_ids=seg.input_ids[None]).logits[0, k], -1)[seg.input_ids[k + 1]]
     want = torch.cat([d.flatten() for d in torch.autograd.grad(-2.0 * lp, list(model.parameters()))])
     assert float((g["attempt"] - want).norm()) <= 1e-5 * float(want.norm())
-
-
+@pytest.mark.slow   # several seconds: make check leaves it out, make test runs it
 def test_length_law_recovers_a_known_slope_with_its_stated_coverage():
     rng = np.random.default_rng(0)
     hits, n_rep = 0, 200

@@ -15,6 +15,7 @@ pytestmark = pytest.mark.slow   # loads or trains the embedded model (make check
 ROOT = Path(__file__).resolve().parent.parent
 
 
+@pytest.mark.full   # make test-all: the whole CPU bench (~150 s); its arithmetic and bad input stay in make test
 def test_bench_cli_on_cpu(tmp_path):
     out = tmp_path / "bench.json"
     r = subprocess.run([sys.executable, "-m", "dsh", "bench", "--json", "--out", str(out)], capture_output=True,

@@ -46,6 +46,16 @@ def test_toc_lists_existing_files_and_every_chapter():
         assert f"chapters/{md.stem}" in files, f"{md.name} is not in _toc.yml"
 
 
+def test_toc_order_equals_the_files_numbering():
+    """Issue 32: chapters are numbered as they are read: the table of contents lists chapters/NN_* in the order of
+    NN, the root page first, with no number repeated."""
+    toc = yaml.safe_load((ROOT / "_toc.yml").read_text())
+    files = [toc["root"]] + [c["file"] for part in toc.get("parts", []) for c in part["chapters"]]
+    numbers = [int(f.split("/")[1][:2]) for f in files if f.startswith("chapters/")]
+    assert numbers == sorted(numbers) and len(set(numbers)) == len(numbers), numbers
+    assert numbers == [int(md.name[:2]) for md in CHAPTERS]
+
+
 def _papermill(nb, out, *params):
     cmd = [sys.executable, "-m", "papermill", str(nb), str(out), "--cwd", str(nb.parent)]
     for k, v in params:
@@ -58,7 +68,7 @@ def _papermill(nb, out, *params):
                     reason="jupyter not installed")
 def test_papermill_runs_a_chapter_with_parameters(tmp_path):
     out = tmp_path / "out.ipynb"
-    r = _papermill(ROOT / "chapters" / "06_sft_dft.ipynb", out, ("n_attempts_symbolic", 2))
+    r = _papermill(ROOT / "chapters" / "04_sft_dft.ipynb", out, ("n_attempts_symbolic", 2))
     assert r.returncode == 0, r.stderr[-3000:]
     nb = json.loads(out.read_text())
     injected = [c for c in nb["cells"] if "injected-parameters" in c["metadata"].get("tags", [])]
@@ -76,9 +86,9 @@ def test_papermill_bad_parameter_names_it(tmp_path):
 @pytest.mark.slow
 @pytest.mark.parametrize("chapter,param,value,message", [
     ("01_decision_sampling", "n_monte_carlo", 10 ** 12, "n_monte_carlo must be an integer in 1..10,000,000"),
-    ("06_sft_dft", "concrete_lengths", "a,b", "concrete_lengths[i] must be an integer >= 1, got 'a'"),
-    ("07_attribution_in_llms", "live_levels", "1x1,zz", "level must look like '3x5'"),
-    ("07_attribution_in_llms", "live_levels", "2x2", "levels must be laptop levels 1xN, got '2x2'"),
+    ("04_sft_dft", "concrete_lengths", "a,b", "concrete_lengths[i] must be an integer >= 1, got 'a'"),
+    ("08_attribution_in_llms", "live_levels", "1x1,zz", "level must look like '3x5'"),
+    ("08_attribution_in_llms", "live_levels", "2x2", "levels must be laptop levels 1xN, got '2x2'"),
 ])
 def test_papermill_bounds_and_lists_name_the_parameter_before_any_work(tmp_path, chapter, param, value, message):
     """Sizes have bounds, a list given as a string is a comma-separated list (not its characters), and a level the
@@ -91,7 +101,7 @@ def test_papermill_bounds_and_lists_name_the_parameter_before_any_work(tmp_path,
 @pytest.mark.parametrize("md", CHAPTERS, ids=lambda p: p.name)
 def test_papermill_refuses_a_parameter_the_chapter_does_not_have(tmp_path, md):
     """Issue 34: papermill only warns about an unknown parameter (`-p preset nope` ran chapter 05 as if nothing had
-    been asked; chapter 04 has a `preset`, so the name here is one no chapter has); every chapter refuses it in its
+    been asked; chapter 07 has a `preset`, so the name here is one no chapter has); every chapter refuses it in its
     second cell, naming it and the chapter's own parameters."""
     r = _papermill(md.with_suffix(".ipynb"), tmp_path / "out.ipynb", ("no_such_parameter", "nope"))
     text = r.stderr + r.stdout

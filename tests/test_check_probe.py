@@ -98,8 +98,7 @@ def test_summary_counts_equal_a_recount_by_another_route():
     assert s["tuned"]["follows_counts"] == s["by_level"]["1x3"]["follows_counts"]
     # the made-up model follows its own copy: agreement with the true check falls with the share of bad copies
     assert 0.5 < s["tuned"]["verdict_follows_check"] < 0.85 and s["tuned"]["follows_written"] == 1.0
-
-
+@pytest.mark.slow   # several seconds: make check leaves it out, make test runs it
 def test_prefixes_continue_the_response_and_bad_ones_are_refused():
     from dsh.llm.complete import complete
     from dsh.llm.models import load
@@ -116,8 +115,7 @@ def test_prefixes_continue_the_response_and_bad_ones_are_refused():
         complete(model, tok, qs, 8, prefixes=["a"])
     with pytest.raises(ValueError, match="prefixes"):
         complete(model, tok, qs, 8, prefixes=[None] * len(qs))
-
-
+@pytest.mark.slow   # several seconds: make check leaves it out, make test runs it
 def test_run_probe_writes_its_records_and_refuses_bad_input(tmp_path):
     base = str(presets.LAPTOP.model)
     settings = cp.ProbeSettings(n_per_level=4, max_new_tokens=24)

@@ -51,6 +51,7 @@ def ci_run(tmp_path_factory):
     return root, args, first
 
 
+@pytest.mark.full   # make test-all: gpu-small at ci size on the embedded model (~150 s); make test: the laptop pipeline
 def test_every_stage_runs_and_prints_its_time(ci_run):
     root, _, first = ci_run
     for st in ["sft", "sft_reflection", "rl", "dft"]:
@@ -61,8 +62,9 @@ def test_every_stage_runs_and_prints_its_time(ci_run):
     assert (root / "work" / "model.gguf").stat().st_size == models.embedded_gguf_path().stat().st_size
 
 
+@pytest.mark.full   # make test-all: gpu-small at ci size on the embedded model (~150 s); make test: the laptop pipeline
 def test_results_folder_format(ci_run):
-    """The format chapter 05 renders: fixed here, on a CPU run of the same command."""
+    """The format chapter 07 renders: fixed here, on a CPU run of the same command."""
     root, _, _ = ci_run
     res = root / "results"
     files = sorted(str(p.relative_to(res)) for p in res.rglob("*") if p.is_file())
@@ -95,6 +97,7 @@ def test_results_folder_format(ci_run):
     assert report.truncation_table(loaded).loc["RL", "training budget"] == 48
 
 
+@pytest.mark.full   # make test-all: gpu-small at ci size on the embedded model (~150 s); make test: the laptop pipeline
 def test_running_again_resumes_without_redoing_anything(ci_run):
     root, args, _ = ci_run
     made = {p: p.stat().st_mtime_ns for pat in ("*.safetensors", "generations/*.jsonl")

@@ -14,8 +14,7 @@ from dsh.theory import mdp as M
 def setup():
     m = M.FiniteTwoStageMDP(seed=0)
     return m, m.init_theta(), m.init_theta(seed=123)
-
-
+@pytest.mark.slow   # several seconds: make check leaves it out, make test runs it
 def test_lemma_3_1_factorization_against_an_ancestral_sampler(setup):
     """Lemma 3.1: P(tau) as the product of pi_sample and pi_d (dsh) against the frequencies of 40,000
     trajectories drawn token by token by an independent sampler (tests/finite_policy.py). Fails if a factor
@@ -200,8 +199,7 @@ def test_kl_gradient_ratios_spread_and_match_one_policy_at_a_time():
     m = M.FiniteTwoStageMDP(attempt_length=3, max_attempts=2, stationary=True, seed=8)
     g = M.kl_gradient(m, m.init_theta(), m.init_theta(seed=108))
     assert r.shape == (3,) and abs(r[1] - float(g.sample.norm() / g.decision.norm())) < 1e-12
-
-
+@pytest.mark.slow   # several seconds: make check leaves it out, make test runs it
 def test_kl_immediate_penalty_is_linear_in_l_only_for_a_stationary_policy():
     """Theorem 3.2's |d_sample| / |d_decision| ~ L_k holds for a stationary token policy (equal increments
     per token) and fails without it: with the position-decaying policy the increments shrink geometrically

@@ -17,8 +17,7 @@ def test_data_from_the_model_agree_on_every_check():
     assert out["verdict"] == "holds", P.format_checks(out)
     assert set(out["fit"]) == {"3x3", "3x5", "3x7"}
     assert out["fit"]["3x3"]["p_s"] == pytest.approx(0.7, abs=0.06)
-
-
+@pytest.mark.slow   # several seconds: make check leaves it out, make test runs it
 def test_false_alarms_stay_near_the_family_wise_level():
     """Twenty independent data sets from the model: at most three 'fails' (5 % expected, one in twenty)."""
     verdicts = [P.unfitted_predictions(synthetic.synthetic_records(0.4, 0.85, 0.7, n=200, seed=s))["verdict"]
@@ -44,8 +43,7 @@ def test_too_few_responses_cannot_tell_and_bad_arguments():
         P.unfitted_predictions(recs, max_attempts=1)
     with pytest.raises(ValueError, match="^cutoff must be an integer >= 1"):
         P.unfitted_predictions(recs, cutoff=0)
-
-
+@pytest.mark.slow   # several seconds: make check leaves it out, make test runs it
 def test_questions_that_differ_fail_the_plain_checks_but_not_the_mixture():
     """Each question follows the two-stage process with its own p_s (Beta, mean 0.4, concentration 2): the plain
     checks fail from that alone; the mixture variant holds. A process whose later attempts are better than its first
@@ -58,8 +56,7 @@ def test_questions_that_differ_fail_the_plain_checks_but_not_the_mixture():
     assert fails["differ"][0] >= 4 and fails["differ"][1] <= 1, fails
     assert fails["later better"][1] >= 4, fails
     assert fails["same"][1] <= 1, fails
-
-
+@pytest.mark.slow   # several seconds: make check leaves it out, make test runs it
 def test_fit_beta_recovers_the_questions_spread():
     recs = synthetic.synthetic_records(0.4, 0.85, 0.7, n=2500, seed=3, p_s_concentration=2.0)
     alpha, beta = P.fit_beta(P.candidate_lists(recs))

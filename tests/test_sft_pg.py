@@ -87,8 +87,7 @@ def test_bad_input():
     other = M.FiniteTwoStageMDP(attempt_length=1)
     with pytest.raises(ValueError, match="^traj must be one of mdp.trajectories"):
         S.sft_check(m, m.init_theta(), other.trajectories[0])
-
-
+@pytest.mark.slow   # several seconds: make check leaves it out, make test runs it
 def test_erratum_measures_against_an_independent_least_squares_fit():
     """Over several instances: the printed Q's premises of the model-free argument (last weight 0, strictly
     decreasing), recomputed from the independent per-token probabilities; the error after the best rescale against a

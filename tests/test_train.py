@@ -84,13 +84,14 @@ def ci_runs(tmp_path_factory):
     out = {}
     for m in ("sft", "sft_reflection", "dft"):
         out[m] = train.train(presets.resolve(m, "ci", output_dir=str(root / m)))
-    # 96 new tokens instead of the ci budget: this test is about the update, not the budget (chapter 04 runs
+    # 96 new tokens instead of the ci budget: this test is about the update, not the budget (chapter 07 runs
     # the preset as it is), and it keeps the CPU test time down
     out["grpo"] = train.train(presets.resolve("grpo", "ci", model=str(root / "sft_reflection"),
                                               output_dir=str(root / "grpo"), max_completion_length=96))
     return root, out
 
 
+@pytest.mark.full   # make test-all: the ci preset trains the embedded model (~250 s); make test trains the laptop models
 @pytest.mark.parametrize("method", ["sft", "sft_reflection", "dft"])
 def test_ci_sft_methods_learn_and_load_back(ci_runs, method):
     root, out = ci_runs
@@ -111,8 +112,7 @@ def test_ci_sft_methods_learn_and_load_back(ci_runs, method):
     enc = tok(["Calculate 12 * 34. Think step by step."], return_tensors="pt")
     o = m.generate(**enc, max_new_tokens=8, do_sample=False)
     assert o.shape[1] > enc["input_ids"].shape[1]
-
-
+@pytest.mark.full   # make test-all: the ci preset trains the embedded model (~250 s); make test trains the laptop models
 def test_ci_grpo_moves_the_policy(ci_runs):
     """Two Adam steps with a real gradient move (almost) every parameter by about the learning rate each:
     the largest change is between 0.9 lr and 2 lr (+5 %), and more than 90 % of the parameters changed. Fails if
@@ -174,8 +174,7 @@ def test_resume_after_kill_reaches_the_same_final_step(tmp_path):
     assert summary["resumed_from"].endswith("checkpoint-2") or summary["resumed_from"].endswith("checkpoint-4")
     assert (run / "final" / "model.safetensors").is_file()
     assert not list(run.glob("checkpoint-*"))        # removed once the run finished
-
-
+@pytest.mark.full   # make test-all: the ci preset trains the embedded model (~250 s); make test trains the laptop models
 def test_evaluate_resumes_and_feeds_calibrate(ci_runs, tmp_path):
     root, _ = ci_runs
     out = tmp_path / "gen.jsonl"
@@ -209,8 +208,7 @@ def test_evaluate_bad_input_writes_nothing(tmp_path, kwargs, msg):
     with pytest.raises(ValueError, match=msg):
         evaluate.evaluate(**{"model": "embedded", "out": str(out), **kwargs})
     assert not out.exists()
-
-
+@pytest.mark.full   # make test-all: the ci preset trains the embedded model (~250 s); make test trains the laptop models
 def test_ci_losses_unchanged_by_refactoring(ci_runs):
     """The ci runs' losses equal those recorded before the refactor of issue 12 (tests/reference/unchanged.json,
     written by the code of that time): same seeds, same data, same training."""

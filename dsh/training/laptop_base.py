@@ -2,7 +2,7 @@
 task of :mod:`dsh.task.laptop_task`, produced by one command (``python -m dsh base``) and shipped with the package
 (``dsh/assets/laptop-base``) so that the book and the tests start from it offline.
 
-The settings below were chosen from measurements on the 2-core project machine (chapter 04's design table).
+The settings below were chosen from measurements on the 2-core project machine (chapter 06's design table).
 """
 
 from __future__ import annotations
