@@ -158,7 +158,7 @@ def _cmd_pipeline(args) -> int:
                            seed=args.seed, seeds=_int_list("seeds", args.seeds) if args.seeds else None,
                            ablation_seeds=(_int_list("ablation_seeds", args.ablation_seeds)
                                            if args.ablation_seeds is not None else None),
-                           progress=not args.quiet)
+                           progress=not args.quiet, fresh=args.fresh)
     print(json.dumps({k: summary[k] for k in ("preset", "stages", "wall_s", "timings_s", "design")}, indent=1))
     return 0
 
@@ -369,10 +369,13 @@ def _add_pipeline(sub, presets_help, model_help) -> None:
                     "default: every stage of the preset)")
     pl.add_argument("--eval-set", action="append", metavar="KEY=VALUE",
                     help="override an evaluation setting: levels, n_per_level, max_new_tokens, temperature, batch_size")
-    pl.add_argument("--seed", type=int, default=0, help="the evaluation's seed (test questions, sampling streams)")
+    pl.add_argument("--seed", type=int, default=0, help="the evaluation's seed (test questions, sampling streams); "
+                    "only 0, the seed whose test questions every training set leaves out")
     pl.add_argument("--seeds", help="training seeds of every training stage, e.g. 0,1,2 (default: the preset's; "
                     "laptop 0,1,2, the others one unseeded run)")
     pl.add_argument("--ablation-seeds", help="seeds of the preset's ablations, a subset of --seeds (laptop: 0,1,2)")
+    pl.add_argument("--fresh", action="store_true", help="start over results and runs folders that hold another "
+                    "pipeline run (only what the pipeline wrote there is removed; without it such folders are refused)")
     pl.add_argument("--quiet", action="store_true", help="no progress output")
     pl.set_defaults(func=_cmd_pipeline)
 

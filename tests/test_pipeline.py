@@ -46,8 +46,8 @@ def test_finished_stages_are_reused_and_mismatches_refused(small_pipeline):
     again = pipeline.run_pipeline(**kw)
     assert again["training"]["sft"] == json.loads(json.dumps(first["training"]["sft"]))   # its own summary, reused
     assert (root / "runs" / "sft" / "final" / "model.safetensors").stat().st_mtime == mtime
-    with pytest.raises(ValueError, match="holds a finished run with another configuration"):
-        pipeline.run_pipeline(**{**kw, "overrides": {"max_steps": 3}})
+    with pytest.raises(ValueError, match="holds a pipeline run with another overrides; run it with the same options"):
+        pipeline.run_pipeline(**{**kw, "overrides": {"max_steps": 3}})     # issue 33: the folder's claim refuses it
 
 
 def test_generations_of_a_changed_model_are_redone(small_pipeline):

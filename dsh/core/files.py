@@ -8,6 +8,7 @@ import gzip
 import json
 import os
 import shutil
+import sys
 import tempfile
 from pathlib import Path
 
@@ -37,7 +38,8 @@ def exclusive(target, refusal: str):
     """Hold an exclusive lock on ``target`` (a hidden ``.<name>.lock`` file beside it) while the block runs: a second
     process asking for the same target gets a one-line ValueError (``refusal``, then where the lock is) instead of
     writing beside the first. The lock is the operating system's (``flock``): a killed holder releases it, and the
-    file is removed when the block ends. A folder made here for the lock is removed again if left empty."""
+    file is removed when the block ends (one left by a killed holder is reported on stderr and removed). A folder
+    made here for the lock is removed again if left empty."""
     try:
         import fcntl
     except ImportError:  # pragma: no cover - not POSIX: no lock
@@ -47,12 +49,15 @@ def exclusive(target, refusal: str):
     made = not target.parent.exists()
     target.parent.mkdir(parents=True, exist_ok=True)
     lock = target.parent / f".{target.name}.lock"
+    stale = lock.exists()
     try:
         with open(lock, "a") as f:
             try:
                 fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except OSError:
                 raise ValueError(f"{refusal} (lock {lock})") from None
+            if stale:   # its holder is gone (a living one holds the flock): say so, it is removed below
+                print(f"[dsh] a lock left by a process that is gone was cleared: {lock}", file=sys.stderr)
             try:
                 yield
             finally:

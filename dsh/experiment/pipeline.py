@@ -20,20 +20,21 @@ own design goals (:func:`design_checks`). ``python3 -m dsh.experiment.gpu_small`
 from __future__ import annotations
 
 import dataclasses
-import gzip
 import json
 import os
 import time
 from pathlib import Path
 
 from ..core import validate as v
-from ..core.files import gzip_copy, read_jsonl, write_text
+from ..core.files import read_jsonl, write_jsonl_gz, write_text
 from ..core.provenance import git_commit, hardware, provenance
 from ..llm.models import resolve_model
 from ..measure.stage import calibrate_stage, preferred
 from ..task.problems import level_index
+from ..task.records import by_question
 from ..training import validation
 from ..training.train import METHODS, train
+from . import folders
 from .attribution_study import StudySettings, run_study
 from .check_probe import run_probe, weights_digest
 from .evaluate import evaluate, model_identity, settings_path
@@ -132,16 +133,24 @@ def stages_needed(stages, chosen, starts: dict | None = None) -> list[str]:
 def run_pipeline(preset: str = DEFAULT, results_dir: str | None = None, runs_dir: str | None = None,
                  model: str | None = None, overrides: dict | None = None, stages: tuple | None = None,
                  eval_overrides: dict | None = None, seed: int = 0, seeds=None, ablation_seeds=None,
-                 progress: bool = True) -> dict:
+                 progress: bool = True, fresh: bool = False) -> dict:
     """Train every stage (reusing finished runs, resuming killed ones), evaluate every model and calibrate it.
 
     ``stages``: only these (and every stage they start from); ``seeds``, ``ablation_seeds``: the training seeds
     (default the preset's; :meth:`~dsh.experiment.presets.Preset.plan_stages`); ``seed``: the evaluation's (the
-    same test questions and sampling streams for every stage). Weights and the working (resumable) generation
-    files go to ``runs_dir``; ``results_dir`` receives the small artifacts the book renders
-    (:data:`RESULTS_LAYOUT`). Each step's time is printed as it ends (``progress``). Returns the summary that is
-    also written to ``results_dir/summary.json``."""
+    same test questions and sampling streams for every stage; only :data:`TEST_SEED`, the seed whose test questions
+    every training set leaves out). Weights and the working (resumable) generation files go to ``runs_dir``;
+    ``results_dir`` receives the small artifacts the book renders (:data:`RESULTS_LAYOUT`). Both folders are claimed
+    for this run (:mod:`dsh.experiment.folders`): a folder of another run is refused unless ``fresh`` (then what the
+    pipeline wrote there is removed first), a folder with anything else in it always, before any work. Each step's
+    time is printed as it ends (``progress``). Returns the summary that is also written to
+    ``results_dir/summary.json``."""
     v.length("seed", seed)
+    if seed != TEST_SEED:
+        raise ValueError(f"seed must be {TEST_SEED}: every training set leaves out the test questions of seed "
+                         f"{TEST_SEED} only, so another seed would test on questions the models trained on; got {seed!r}")
+    if not isinstance(fresh, bool):
+        raise ValueError(f"fresh must be true or false, got {fresh!r}")
     p = get(preset)
     results, runs = Path(results_dir or p.results_dir), Path(runs_dir or p.runs_dir)
     model = model or p.model
@@ -155,6 +164,10 @@ def run_pipeline(preset: str = DEFAULT, results_dir: str | None = None, runs_dir
     needed = stages_needed(plan_, chosen)
     settings = p.eval_settings(**(eval_overrides or {})).checked()   # before the first stage trains
     resolve_model(model)  # fail fast
+    if results.resolve() == runs.resolve():
+        raise ValueError("results_dir must differ from runs_dir (results are committed, runs hold weights)")
+    ident = folders.identity(p.name, _plan_rows(plan_), chosen, model, overrides, dataclasses.asdict(settings), seed)
+    folders.claim({"results_dir": results, "runs_dir": runs}, ident, fresh)
     make_folders(results, runs, ("generations", "calibration") + (("probe",) if p.probe else ()))
     clock = Clock(progress)
     prov, load = provenance(), [(0.0, os.getloadavg()[0])]
@@ -176,7 +189,7 @@ def run_pipeline(preset: str = DEFAULT, results_dir: str | None = None, runs_dir
         recs = evaluate_model(models_of[name], runs / "generations" / f"{name}.jsonl", settings, seed, name, clock)
         calib[name] = calibrate_stage(recs, seed=seed, task=p.task)
         write_text(results / "calibration" / f"{name}.json", json.dumps(calib[name], indent=1))
-        gzip_copy(runs / "generations" / f"{name}.jsonl", results / "generations" / f"{name}.jsonl.gz")
+        write_jsonl_gz(results / "generations" / f"{name}.jsonl.gz", by_question(recs))   # question order
         if p.probe:
             probe_stage(models_of[name], results / "probe" / f"{name}.json", p, settings, seed, clock, name)
         load.append((round(clock.elapsed(), 1), os.getloadavg()[0]))
@@ -311,8 +324,7 @@ def _recorded_models(results: Path, runs: Path, summ: dict, settings, names) -> 
         if not (gen.is_file() and rec.is_file()):
             raise ValueError(f"runs_dir {runs}: no generations of stage {name} (the pipeline that wrote {results})")
         ident = json.loads(rec.read_text())
-        with gzip.open(results / "generations" / f"{name}.jsonl.gz", "rb") as f:
-            same = f.read() == gen.read_bytes()
+        same = by_question(read_jsonl(results / "generations" / f"{name}.jsonl.gz")) == by_question(read_jsonl(gen))
         if not same or ident["weights"] != model_identity(ident["model"], settings, summ["seed"])["weights"]:
             raise ValueError(f"runs_dir {runs}: stage {name}'s model or generations are not the ones of {results}")
         models[name] = ident["model"]
@@ -368,12 +380,16 @@ def probe_results(results_dir, runs_dir, progress: bool = True) -> dict:
             for name, m in models.items()}
 
 
+def _plan_rows(stages) -> list[dict]:
+    return [{"name": s.name, "kind": s.kind, "method": s.method, "seed": s.seed, "init": s.init,
+             "overrides": s.overrides} for s in stages]
+
+
 def _summary(p, model, chosen, settings, seed, clock: Clock, train_summaries, cfgs, calib) -> dict:
     names = [s.name for s in chosen]
     summary = {
         "preset": p.name, "task": p.task, "model": model, "stages": names,
-        "plan": [{"name": s.name, "kind": s.kind, "method": s.method, "seed": s.seed, "init": s.init,
-                  "overrides": s.overrides} for s in chosen],
+        "plan": _plan_rows(chosen),
         "labels": {s.name: s.label for s in chosen},
         "eval": dataclasses.asdict(settings), "seed": seed, "wall_s": round(clock.elapsed(), 1),
         "timings_s": clock.timings, "training": train_summaries, "hardware": hardware(),
@@ -390,6 +406,7 @@ def _summary(p, model, chosen, settings, seed, clock: Clock, train_summaries, cf
     return summary
 
 
+TEST_SEED = 0   # the evaluation seed whose test questions every preset's training sets leave out
 RESULTS_LAYOUT = ("summary.json", "calibration/<stage>.json", "generations/<stage>.jsonl.gz", "probe/<stage>.json",
                   "probe/<stage>.jsonl.gz")
 
@@ -401,10 +418,36 @@ def load_results(results_dir) -> dict:
     if not (root / "summary.json").is_file():
         raise ValueError(f"results_dir must be a folder written by dsh pipeline; {root}/summary.json not found")
     summary = json.loads((root / "summary.json").read_text())
+    missing = [s for s in summary["stages"] if not (root / "calibration" / f"{s}.json").is_file()]
+    if missing:
+        raise ValueError(f"results_dir {root}: stage {missing[0]} of its summary has no calibration/{missing[0]}.json")
     calib = {s: json.loads((root / "calibration" / f"{s}.json").read_text()) for s in summary["stages"]}
+    _check_consistent(root, summary, calib)
     probe = {s: json.loads((root / "probe" / f"{s}.json").read_text()) for s in summary["stages"]
              if (root / "probe" / f"{s}.json").is_file()}
     return {"summary": summary, "calibration": calib, "probe": probe}
+
+
+def _check_consistent(root: Path, summary: dict, calib: dict) -> None:
+    """Refuse a results folder whose stages disagree with its summary's evaluation (levels, questions a level) or
+    whose summary disagrees with the run that claimed the folder (:mod:`dsh.experiment.folders`), naming the stage:
+    the files of two runs mixed in one folder."""
+    claimed = folders.claimed_identity(root)
+    if claimed is not None and (claimed["eval"] != summary.get("eval") or claimed["stages"] != summary["stages"]
+                                or claimed["seed"] != summary.get("seed")):
+        raise ValueError(f"results_dir {root}: summary.json is not the one of the run that claimed the folder "
+                         f"({folders.CLAIM}); the folder mixes two runs")
+    ev = summary.get("eval")
+    if not ev:
+        return
+    for s, c in calib.items():
+        by = (c.get("all") or {}).get("by_level")
+        if by is None:
+            continue        # not a calibration this check can read (nothing to compare)
+        if list(by) != list(ev["levels"]) or any(b["n"] != ev["n_per_level"] for b in by.values()):
+            got = ", ".join(f"{lv}: {b['n']}" for lv, b in by.items())
+            raise ValueError(f"results_dir {root}: stage {s} was evaluated on {got} questions, its summary says "
+                             f"{ev['n_per_level']} a level on {', '.join(ev['levels'])}; the folder mixes two runs")
 
 
 def plan_of(results: dict) -> list[dict]:

@@ -3,6 +3,7 @@ without the truncated responses, decision faithfulness, the truncated share, and
 
 from __future__ import annotations
 
+from ..task.records import by_question
 from . import tasks
 from .calibration import calibrate
 from .predictions import unfitted_predictions
@@ -13,8 +14,10 @@ def calibrate_stage(records, seed: int = 0, n_bootstrap: int = 100, task: str = 
     without the truncated ones (None when every record is truncated), responses read as ``task`` reads them
     (:meth:`dsh.measure.tasks.Task.parse`), decision faithfulness as it measures it, the share of
     truncated records, and the predictions the fit did not use (:func:`dsh.measure.predictions.unfitted_predictions`),
-    with questions alike and with questions that may differ (``unfitted_mixture``)."""
+    with questions alike and with questions that may differ (``unfitted_mixture``). Records are read in question order
+    (:func:`dsh.task.records.by_question`): the bootstrap's draws do not depend on the order they were written in."""
     t = tasks.get(task)
+    records = by_question(records)     # the order of the questions, not of their completion
     return {"all": calibrate(records, n_bootstrap=n_bootstrap, seed=seed, parse=t.parse),
             "drop_truncated": calibrate(records, drop_truncated=True, n_bootstrap=n_bootstrap, seed=seed, parse=t.parse)
             if any(not r["truncated"] for r in records) else None,

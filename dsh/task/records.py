@@ -1,7 +1,9 @@
-"""Training and prompt records for TRL (conversational prompt/completion) and chat prompts for generation."""
+"""Training and prompt records for TRL (conversational prompt/completion), chat prompts for generation, and the
+question order of evaluation records."""
 
 from __future__ import annotations
 
+from .problems import level_index
 from .traces import TraceConfig, make_trace
 
 
@@ -33,3 +35,13 @@ def chat_prompt(tokenizer, question: str) -> str:
     """``question`` formatted with the tokenizer's chat template, ready for generation."""
     return tokenizer.apply_chat_template([{"role": "user", "content": question}], tokenize=False,
                                          add_generation_prompt=True)
+
+
+def by_question(records) -> list[dict]:
+    """Evaluation records (``level``, ``index``) in question order: levels along the ladder, then the question's
+    index; the order every statistic reads them in, so that a resumed evaluation (records in another order) gives
+    the same numbers. Records without a level and index are returned as they are."""
+    records = list(records)
+    if not all("level" in r and "index" in r for r in records):
+        return records
+    return sorted(records, key=lambda r: (level_index(r["level"]), r["index"]))

@@ -361,6 +361,17 @@ RUN_FILES = ("run_config.json", "summary.json", "README.md", "training_args.bin"
 RUN_FOLDERS = ("final", "runs")
 
 
+def run_foreign_files(run_dir) -> list[str]:
+    """The names in ``run_dir`` that :func:`train` does not write (all of them when it holds no ``run_config.json``,
+    i.e. is no dsh run; none for an empty or missing folder)."""
+    run = Path(run_dir)
+    names = sorted(p.name for p in run.iterdir()) if run.is_dir() else []
+    if names and "run_config.json" not in names:
+        return names
+    return [n for n in names if not ((n in RUN_FILES and (run / n).is_file()) or
+                                     ((n in RUN_FOLDERS or CHECKPOINT.fullmatch(n)) and (run / n).is_dir()))]
+
+
 def clear_run(run_dir) -> None:
     """Remove the dsh run in ``run_dir`` (finished or interrupted) so that it can be trained afresh: only what
     :func:`train` writes there (:data:`RUN_FILES`, :data:`RUN_FOLDERS`, checkpoints), then the folder itself. A
@@ -377,8 +388,7 @@ def clear_run(run_dir) -> None:
     if names and "run_config.json" not in names:
         raise ValueError(f"run folder {run} is not a dsh run (no run_config.json; it holds {', '.join(names[:3])}"
                          f"{' ...' if len(names) > 3 else ''}); nothing was removed")
-    foreign = [n for n in names if not ((n in RUN_FILES and (run / n).is_file()) or
-                                        ((n in RUN_FOLDERS or CHECKPOINT.fullmatch(n)) and (run / n).is_dir()))]
+    foreign = run_foreign_files(run)
     if foreign:
         raise ValueError(f"run folder {run} holds files dsh train did not write ({', '.join(foreign[:3])}"
                          f"{' ...' if len(foreign) > 3 else ''}); move them or choose another folder; nothing was "

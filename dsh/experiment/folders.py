@@ -1,0 +1,115 @@
+"""The pipeline's claim on the folders it writes (``results_dir``, ``runs_dir``): a record, ``.dsh-pipeline.json``,
+of the run that wrote the folder (preset, plan, chosen stages, model, training overrides, evaluation settings and
+seed; the commit that started it). :func:`claim` checks both folders before the pipeline writes anything:
+
+- a new or empty folder is claimed;
+- a folder claimed by the same run (the same record) is resumed;
+- a folder claimed by another run is refused in one line naming what differs, unless ``fresh``: then what the
+  pipeline wrote there (:func:`pipeline_files`) is removed first;
+- a folder holding anything the pipeline did not write (a file of another tool, a run folder that is not a dsh run,
+  or files beside an unclaimed folder's) is refused, ``fresh`` or not, and left byte-identical.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from pathlib import Path
+
+from ..core.files import write_text
+from ..core.provenance import git_commit
+from ..training.train import run_foreign_files
+
+CLAIM = ".dsh-pipeline.json"
+# what the pipeline writes in a results folder (provenance.json: its one-command GPU run, dsh.experiment.gpu_small),
+# and the temporary and lock files of its atomic writes
+RESULTS_FILES = re.compile(r"summary\.json|provenance\.json|(calibration|probe|attribution)/[^/]+\.json"
+                           r"|(generations|probe)/[^/]+\.jsonl\.gz")
+RUNS_FILES = re.compile(r"generations/[^/]+\.jsonl(\.settings\.json)?")
+TEMPORARY = re.compile(r"(.*/)?\.[^/]+\.(tmp|lock)")
+
+
+def identity(preset: str, plan: list, stages: list, model, overrides, settings: dict, seed: int) -> dict:
+    """What makes two pipeline runs the same run (as JSON would store it)."""
+    return json.loads(json.dumps({"preset": preset, "plan": plan, "stages": stages, "model": str(model),
+                                  "overrides": overrides or {}, "eval": settings, "seed": seed}, default=str))
+
+
+def pipeline_files(folder: Path, role: str) -> tuple[list[Path], list[str]]:
+    """The paths under ``folder`` that the pipeline wrote there (for ``role`` "results_dir" or "runs_dir"; a run
+    folder of ``runs_dir`` counts whole when it holds only what ``dsh train`` writes) and the names of everything
+    else, relative to ``folder``."""
+    ours, foreign = [], []
+    for p in sorted(folder.iterdir()) if folder.is_dir() else []:
+        if p.name == CLAIM:
+            continue
+        if role == "runs_dir" and p.is_dir() and p.name != "generations":
+            bad = run_foreign_files(p)
+            (foreign.extend(f"{p.name}/{n}" for n in bad) if bad else ours.append(p))
+            continue
+        pattern = RESULTS_FILES if role == "results_dir" else RUNS_FILES
+        for f in ([p] if p.is_file() else sorted(x for x in p.rglob("*") if x.is_file())):
+            rel = f.relative_to(folder).as_posix()
+            if pattern.fullmatch(rel) or TEMPORARY.fullmatch(rel):
+                ours.append(f)
+            else:
+                foreign.append(rel)
+    return ours, foreign
+
+
+def _differs(a: dict, b: dict) -> str:
+    return ", ".join(k for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)) or "the record"
+
+
+def check(folder: Path, role: str, ident: dict, fresh: bool) -> str:
+    """What :func:`claim` will do with ``folder``: "new", "resume" or "fresh"; a one-line ValueError when it must be
+    refused (nothing is written or removed here)."""
+    if folder.exists() and not folder.is_dir():
+        raise ValueError(f"{role} {folder} is a file; choose a folder")
+    ours, foreign = pipeline_files(folder, role)
+    record = folder / CLAIM
+    if not record.is_file():     # no run of the pipeline claimed it: whatever is there is someone else's
+        foreign = sorted(foreign + [p.relative_to(folder).as_posix() for p in ours])
+    if foreign:
+        raise ValueError(f"{role} {folder} holds files dsh pipeline did not write ({', '.join(foreign[:3])}"
+                         f"{' ...' if len(foreign) > 3 else ''}{'' if record.is_file() else f'; no {CLAIM}'}); "
+                         f"choose an empty or new folder; nothing was changed")
+    if not record.is_file():
+        return "new"
+    try:
+        stored = json.loads(record.read_text())["identity"]
+    except (OSError, ValueError, KeyError, TypeError):
+        raise ValueError(f"{role} {folder}: {CLAIM} is not a dsh pipeline record; choose another folder") from None
+    if stored == ident:
+        return "resume"
+    if not fresh:
+        raise ValueError(f"{role} {folder} holds a pipeline run with another {_differs(stored, ident)}; run it with "
+                         f"the same options to resume it, pass --fresh (fresh=True) to start it over, or choose "
+                         f"another folder; nothing was changed")
+    return "fresh"
+
+
+def claim(folders: dict, ident: dict, fresh: bool = False) -> dict:
+    """Check every ``{role: folder}`` (:func:`check`) before touching any, then start over the ones to start
+    fresh (removing only what the pipeline wrote) and write the claim record where there is none.
+    Returns ``{role: "new" | "resume" | "fresh"}``."""
+    how = {role: check(Path(f), role, ident, fresh) for role, f in folders.items()}
+    for role, f in folders.items():
+        folder = Path(f)
+        if how[role] == "fresh":
+            for p in pipeline_files(folder, role)[0]:
+                shutil.rmtree(p) if p.is_dir() else p.unlink()
+            for d in sorted((d for d in folder.rglob("*") if d.is_dir()), key=lambda d: -len(d.parts)):
+                if not any(d.iterdir()):
+                    d.rmdir()
+        if how[role] != "resume":
+            write_text(folder / CLAIM, json.dumps({"written_by": "dsh pipeline", "identity": ident,
+                                                   "commit": git_commit()}, indent=1))
+    return how
+
+
+def claimed_identity(folder) -> dict | None:
+    """The identity a folder was claimed with, or None when it carries no claim."""
+    record = Path(folder) / CLAIM
+    return json.loads(record.read_text())["identity"] if record.is_file() else None
