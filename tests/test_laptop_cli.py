@@ -31,7 +31,9 @@ def _env():
 
 
 def _checkpointed(run: Path) -> bool:
-    return any((c / "trainer_state.json").is_file() for c in run.glob("checkpoint-*"))
+    """A complete checkpoint: dsh writes its totals last (dsh.training.train.TOTALS)."""
+    return any((c / "trainer_state.json").is_file() and (c / "dsh_totals.json").is_file()
+               for c in run.glob("checkpoint-*"))
 
 
 @pytest.fixture(scope="module")
@@ -106,3 +108,86 @@ def test_bad_laptop_input_is_one_line_before_any_work(tmp_path):
                            capture_output=True, text=True, env=_env())
         assert r.returncode == 2 and r.stderr.strip().startswith(fragment), (args, r.stderr[-500:])
         assert len(r.stderr.strip().splitlines()) == 1 and not (tmp_path / "r").exists() and not (tmp_path / "w").exists()
+
+
+# ------------------------------------------------------------------------------------------------
+# Issue 33: a killed and resumed pipeline writes the results folder of an uninterrupted one
+# ------------------------------------------------------------------------------------------------
+VOLATILE = {"wall_s", "timings_s", "load_average_1min", "date", "provenance", "hardware"}       # how long, where
+TRAIN_VOLATILE = {"wall_s", "tokens_per_s", "resumed_from", "hardware", "generation_s", "scoring_s", "update_s"}
+CURVE_VOLATILE = {"rollout_s", "scoring_s", "update_s"}
+
+
+def _differences(got: dict, want: dict) -> list:
+    """Where two :func:`comparable` folders differ: file names, and inside summary.json the keys (and the training
+    summaries' keys)."""
+    out = [k for k, x in got.items() if k != "summary.json" and x != want.get(k)]
+    s, u = got["summary.json"], want["summary.json"]
+    out += [f"summary.json:{k}" for k in s if k != "training" and s[k] != u.get(k)]
+    out += [f"summary.json:training.{st}.{k}" for st in s["training"] for k in s["training"][st]
+            if s["training"][st][k] != u["training"].get(st, {}).get(k)]
+    return out
+
+
+def comparable(results: Path) -> dict:
+    """A results folder as content: every file's bytes, except summary.json read without the wall times (and the
+    tokens/s and resume point of its training summaries, the seconds of its reward curves) and the probe's summaries
+    without their time and date."""
+    out = {}
+    for p in sorted(results.rglob("*")):
+        if not p.is_file():
+            continue
+        rel = p.relative_to(results).as_posix()
+        if rel.startswith("probe/") and rel.endswith(".json"):     # the probe's summary records its time and date
+            out[rel] = {k: x for k, x in json.loads(p.read_text()).items() if k not in ("wall_s", "date")}
+            continue
+        if rel != "summary.json":
+            out[rel] = p.read_bytes()
+            continue
+        # the runs folder's own path (a stage's starting model) is not content
+        s = {k: x for k, x in json.loads(p.read_text().replace(str(results.parent), "ROOT")).items()
+             if k not in VOLATILE}
+        s["training"] = {st: {k: x for k, x in t.items() if k not in TRAIN_VOLATILE} for st, t in s["training"].items()}
+        s["reward_curves"] = {st: [{k: x for k, x in r.items() if k not in CURVE_VOLATILE} for r in rows]
+                              for st, rows in s["reward_curves"].items()}
+        out[rel] = s
+    return out
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory):
+    root = tmp_path_factory.mktemp("laptop_whole")
+    r = subprocess.run(_cmd(root), capture_output=True, text=True, env=_env())
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    return comparable(root / "results")
+
+
+def _kill_when(root: Path, ready) -> None:
+    proc = subprocess.Popen(_cmd(root), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=_env(),
+                            start_new_session=True)
+    while proc.poll() is None and not ready():
+        time.sleep(0.02)
+    assert proc.poll() is None, "the run ended before the kill point"
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    again = subprocess.run(_cmd(root), capture_output=True, text=True, env=_env())
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+
+
+def test_killed_in_a_training_stage_and_resumed_the_folder_is_the_uninterrupted_ones(killed_and_resumed, uninterrupted):
+    root, _, _, _ = killed_and_resumed
+    got = comparable(root / "results")
+    assert sorted(got) == sorted(uninterrupted)
+    assert _differences(got, uninterrupted) == []
+
+
+@pytest.mark.full   # make test-all: two more kill points (~70 s); the training one above runs in make test
+@pytest.mark.parametrize("point", ["after the base calibration", "after the last generations, before the summary"])
+def test_killed_while_writing_results_and_resumed_the_folder_is_the_uninterrupted_ones(tmp_path, uninterrupted, point):
+    res = tmp_path / "results"
+    ready = {"after the base calibration": lambda: (res / "calibration" / "base.json").is_file(),
+             "after the last generations, before the summary": lambda: (res / "generations" / "rl-s0.jsonl.gz").is_file()}
+    _kill_when(tmp_path, ready[point])
+    got = comparable(res)
+    assert sorted(got) == sorted(uninterrupted)
+    assert _differences(got, uninterrupted) == []

@@ -161,7 +161,7 @@ def test_resume_after_kill_reaches_the_same_final_step(tmp_path):
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, start_new_session=True)
     deadline = time.time() + 600
-    while time.time() < deadline and not (run / "checkpoint-2" / "trainer_state.json").exists():
+    while time.time() < deadline and not (run / "checkpoint-2" / train.TOTALS).exists():   # checkpoint complete
         time.sleep(0.5)
         assert p.poll() is None, "training ended before it could be interrupted"
     os.killpg(p.pid, signal.SIGKILL)
@@ -219,3 +219,29 @@ def test_ci_losses_unchanged_by_refactoring(ci_runs):
         got = [[r["step"], r["loss"]] for r in rows if "loss" in r]
         assert [s for s, _ in got] == [s for s, _ in want], method
         assert [x for _, x in got] == pytest.approx([x for _, x in want], rel=2e-3), method
+
+
+@pytest.mark.slow
+def test_a_resumed_run_has_the_summary_of_an_uninterrupted_one(tmp_path):
+    """Issue 33: killed at a checkpoint and resumed, a run's train_loss and real_tokens counted the resumed steps
+    only (here: 3.3e-06 vs 5.5e-06 and 844 vs 2,755 tokens); now every field but the wall times (and the tokens/s
+    read from them) and the checkpoint it resumed from equals the uninterrupted run's."""
+    def cmd(out):
+        return [sys.executable, "-m", "dsh", "train", "--method", "sft", "--preset", "laptop", "--output-dir", str(out),
+                "--set", "max_steps=6", "--set", "save_steps=2", "--set", "n_train=64", "--set", "logging_steps=1"]
+
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    subprocess.run(cmd(tmp_path / "a"), check=True, capture_output=True, env=env)
+    p = subprocess.Popen(cmd(tmp_path / "b"), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env,
+                         start_new_session=True)
+    while not (tmp_path / "b" / "checkpoint-4" / "trainer_state.json").exists():   # dsh's totals may not be there yet
+        assert p.poll() is None, "training ended before it could be interrupted"
+        time.sleep(0.05)
+    os.killpg(p.pid, signal.SIGKILL)
+    p.wait()
+    assert not (tmp_path / "b" / "final").exists()
+    subprocess.run(cmd(tmp_path / "b") + ["--resume"], check=True, capture_output=True, env=env)
+    a, b = (json.loads((tmp_path / x / "summary.json").read_text()) for x in "ab")
+    assert b["resumed_from"].endswith(("checkpoint-2", "checkpoint-4")) and a["resumed_from"] is None
+    drop = ("wall_s", "tokens_per_s", "resumed_from", "hardware")
+    assert {k: x for k, x in b.items() if k not in drop} == {k: x for k, x in a.items() if k not in drop}

@@ -277,9 +277,10 @@ def task_reward(task_name: str):
 # Running
 # ------------------------------------------------------------------------------------------------
 def last_checkpoint(run_dir) -> Path | None:
-    """The newest complete checkpoint (one killed while being written has no trainer_state.json)."""
-    cks = [p for p in Path(run_dir).glob("checkpoint-*")
-           if p.name.split("-")[-1].isdigit() and (p / "trainer_state.json").is_file()]
+    """The newest complete checkpoint: one with its trainer_state.json and dsh's totals (:data:`TOTALS`, written
+    last; a checkpoint of a run made before they existed does not count, so such a run starts over)."""
+    cks = [p for p in Path(run_dir).glob("checkpoint-*") if p.name.split("-")[-1].isdigit()
+           and (p / "trainer_state.json").is_file() and (p / TOTALS).is_file()]
     return max(cks, key=lambda p: int(p.name.split("-")[-1])) if cks else None
 
 
@@ -294,6 +295,44 @@ def _metrics_callback(path: Path):
                                                                       for k, x in logs.items()}}) + "\n")
 
     return JsonlMetrics()
+
+
+TOTALS = "dsh_totals.json"   # in each checkpoint: the run's loss sum and real tokens up to it (a resume reads them)
+
+
+def _totals_callback(holder: list, resume_from):
+    """Keep a resumed run's totals equal to an uninterrupted run's: each checkpoint records the sum of the step losses
+    and TRL's count of real tokens so far (:data:`TOTALS`); a run resumed from it starts its sums there (the trainer's
+    own restart at 0 for this call). ``holder[0]`` is the trainer, set once it exists."""
+    from transformers import TrainerCallback
+
+    class RunTotals(TrainerCallback):
+        def on_train_begin(self, args, state, control, **kw):
+            trainer = holder[0]
+            totals = Path(resume_from) / TOTALS if resume_from else None
+            if totals is not None and totals.is_file():
+                import torch
+
+                prior = json.loads(totals.read_text())
+                # transformers starts these at 0 (and the last logged step at the resumed one) each call: the loss
+                # summed so far, the float32 sum not yet logged, the step logged last, as they were at the checkpoint
+                trainer._total_loss_scalar = prior["loss_sum"]
+                trainer._tr_loss = torch.tensor(prior["pending"], dtype=torch.float32, device=args.device)
+                trainer._globalstep_last_logged = prior["last_logged"]
+                if hasattr(trainer, "_total_train_tokens") and prior.get("real_tokens") is not None:
+                    trainer._total_train_tokens = prior["real_tokens"]  # TRL's SFT counter too (GRPO's is in state)
+
+        def on_save(self, args, state, control, **kw):
+            trainer = holder[0]
+            ck = Path(args.output_dir) / f"checkpoint-{state.global_step}"
+            if state.is_world_process_zero and ck.is_dir():
+                write_text(ck / TOTALS, json.dumps({"loss_sum": trainer._total_loss_scalar,
+                                                    "pending": trainer._tr_loss.item(),
+                                                    "last_logged": trainer._globalstep_last_logged,
+                                                    "steps": state.global_step,
+                                                    "real_tokens": getattr(trainer, "_total_train_tokens", None)}))
+
+    return RunTotals()
 
 
 def example_truncation(records, tok, max_length) -> dict:
@@ -500,10 +539,12 @@ def _summary(cfg: TrainConfig, trl_cfg, trainer, out, wall: float, resume_from, 
     ntok = trainer.state.num_input_tokens_seen or None
     return {
         "method": cfg.method, "model": cfg.model, "global_step": trainer.state.global_step,
-        "wall_s": round(wall, 2), "train_loss": out.training_loss,
+        # over every step of the run, resumed or not (transformers' own is over this call's steps only)
+        "wall_s": round(wall, 2), "train_loss": trainer._total_loss_scalar / max(trainer.state.global_step, 1)
+        if resume_from else out.training_loss,
         "first_loss": logs[0]["loss"] if logs else None, "last_loss": logs[-1]["loss"] if logs else None,
         "resumed_from": resume_from, "tokens_seen": ntok,
-        "tokens_per_s": (ntok / wall) if ntok else None,
+        "tokens_per_s": ((ntok - (getattr(trainer, "_initial_num_input_tokens_seen", 0) or 0)) / wall) if ntok else None,
         "peak_gpu_memory_gb": (torch.cuda.max_memory_allocated() / 2 ** 30) if torch.cuda.is_available() else None,
         "hardware": hardware(), "commit": git_commit(), "n_records": len(records),
         "padding_free": packed,
@@ -549,8 +590,8 @@ def _train(cfg: TrainConfig, loc: str, trl_cfg) -> dict:
     model, tok = load(loc, dtype=torch.bfloat16 if trl_cfg.bf16 else torch.float32,
                       trust_remote_code=cfg.trust_remote_code)   # refuses weights that do not cover the model
     run.mkdir(parents=True, exist_ok=True)         # nothing is written before the model has loaded
-    if resume_from:                                # the killed run's logs past its checkpoint are logged again
-        trim_logs(run, int(Path(resume_from).name.split("-")[-1]))
+    if cfg.resume:          # the killed run's logs past its checkpoint (all of them when there is none) are logged again
+        trim_logs(run, int(Path(resume_from).name.split("-")[-1]) if resume_from else -1)
     (run / "run_config.json").write_text(json.dumps(
         {"dsh": dataclasses.asdict(cfg), "resolved_model": loc, "trl": trl_cfg.to_dict()}, indent=1, default=str))
     packed = cfg.padding_free
@@ -559,13 +600,15 @@ def _train(cfg: TrainConfig, loc: str, trl_cfg) -> dict:
 
         model.set_attn_implementation(register())
     rows = token_records(tok, records) if has_segments(records) else records   # partly learned completions
-    callbacks = [_metrics_callback(run / "metrics.jsonl")]
+    holder = []
+    callbacks = [_metrics_callback(run / "metrics.jsonl"), _totals_callback(holder, resume_from)]
     if cfg.validation_every:
         callbacks.append(validation.make_callback(
             tok, tasks.get(cfg.task).validation_questions(cfg.train_levels, cfg.validation_per_level), cfg.task,
             cfg.validation_every, cfg.temperature, cfg.validation_max_new_tokens or cfg.max_completion_length,
             run / "validation.jsonl", seed=cfg.seed))
     trainer = TRAINERS[cfg.method](cfg, trl_cfg, model, tok, Dataset.from_list(rows), _lora(cfg), callbacks)
+    holder.append(trainer)
     cut = example_truncation(records, tok, cfg.max_length) if cfg.method != "grpo" else None
     if cut and cut["rate"] and cut["rate"] > 0.01:
         print(f"dsh: warning: {cut['over']} of {cut['n']} training examples ({100 * cut['rate']:.1f} %) are longer "
