@@ -154,3 +154,31 @@ def test_a_lock_left_by_a_killed_process_is_cleared_with_a_message(tmp_path, cap
     with exclusive(out, "busy"):
         pass
     assert "cleared" not in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_a_kill_during_the_write_of_a_results_file_leaves_the_old_file_and_a_temporary_the_claim_recognises(tmp_path):
+    """Results files are written to a temporary beside them and moved in whole: killed mid-write, the file keeps its
+    old content, and the temporary left behind is the pipeline's (a resume or --fresh may remove it)."""
+    import os
+    import signal
+    import time
+
+    res = tmp_path / "results"
+    ident = folders.identity("laptop", [], ["base"], "m", {}, {}, 0)
+    folders.claim({"results_dir": res}, ident)
+    (res / "summary.json").write_text('{"old": true}')
+    code = (f"from dsh.core.files import atomic_write\n"
+            f"def w(tmp):\n    f = open(tmp, 'w')\n    f.write('x' * 1000)\n    f.flush()\n    import time; time.sleep(60)\n"
+            f"atomic_write({str(res / 'summary.json')!r}, w)\n")
+    proc = subprocess.Popen([sys.executable, "-c", code], start_new_session=True)
+    while proc.poll() is None and not [p for p in res.glob(".summary.json.*.tmp") if p.stat().st_size]:
+        time.sleep(0.02)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert (res / "summary.json").read_text() == '{"old": true}'
+    left = list(res.glob(".summary.json.*.tmp"))
+    assert len(left) == 1
+    ours, foreign = folders.pipeline_files(res, "results_dir")
+    assert foreign == [] and left[0] in ours
+    assert folders.claim({"results_dir": res}, ident) == {"results_dir": "resume"}
