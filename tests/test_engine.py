@@ -121,13 +121,26 @@ def test_same_seed_same_outputs_and_limits(tiny):
         assert g.stopped or len(g.tokens) == 10
 
 
-def test_evaluate_backends_agree_when_greedy(tmp_path):
+# the shipped laptop base in make test, the embedded 135M model in make test-all (issue 32: ~20-60 s each)
+MODELS = [pytest.param("laptop", id="laptop-base"), pytest.param("embedded", id="embedded", marks=pytest.mark.full)]
+
+
+def _model_and_levels(which):
+    from dsh.training.laptop_base import SHIPPED_BASE
+
+    return (str(SHIPPED_BASE), ["1x2", "1x3"]) if which == "laptop" else ("embedded", None)
+
+
+@pytest.mark.parametrize("which", MODELS)
+def test_evaluate_backends_agree_when_greedy(tmp_path, which):
     import json
 
+    model, levels = _model_and_levels(which)
     outs = {}
     for backend in ("dsh", "hf"):
-        settings = evaluate.EvalSettings(levels=["3x3"], n_per_level=3, temperature=0.0, max_new_tokens=20, batch_size=2)
-        path = evaluate.evaluate("embedded", out=str(tmp_path / f"{backend}.jsonl"), settings=settings, backend=backend,
+        settings = evaluate.EvalSettings(levels=levels[1:] if levels else ["3x3"], n_per_level=3, temperature=0.0,
+                                         max_new_tokens=20, batch_size=2)    # one level: records sorted by index
+        path = evaluate.evaluate(model, out=str(tmp_path / f"{backend}.jsonl"), settings=settings, backend=backend,
                                  progress=False)
         outs[backend] = sorted((json.loads(x) for x in path.read_text().splitlines()), key=lambda r: r["index"])
     assert outs["dsh"] == outs["hf"]
@@ -153,18 +166,21 @@ def test_bad_input(tiny):
     assert kv_bytes_per_token(tiny) == 2 * 2 * 2 * 8 * 4       # layers x (k, v) x kv heads x head_dim x fp32
 
 
-def test_a_resumed_evaluation_with_another_batch_size_gives_the_same_responses(tmp_path):
+@pytest.mark.parametrize("which", MODELS)
+def test_a_resumed_evaluation_with_another_batch_size_gives_the_same_responses(tmp_path, which):
     """Per-question random streams: an evaluation killed part-way and resumed with a different batch size
     writes the same responses as an uninterrupted one."""
-    settings = evaluate.EvalSettings(levels=["1x1", "2x2"], n_per_level=3, max_new_tokens=16, temperature=1.0)
+    model, levels = _model_and_levels(which)
+    settings = evaluate.EvalSettings(levels=levels or ["1x1", "2x2"], n_per_level=3, max_new_tokens=16,
+                                     temperature=1.0)
     kw = dict(seed=5, backend="dsh", progress=False)
     whole = tmp_path / "whole.jsonl"
-    evaluate.evaluate("embedded", out=str(whole), settings=dataclasses.replace(settings, batch_size=4), **kw)
+    evaluate.evaluate(model, out=str(whole), settings=dataclasses.replace(settings, batch_size=4), **kw)
     part = tmp_path / "part.jsonl"
-    evaluate.evaluate("embedded", out=str(part), settings=dataclasses.replace(settings, batch_size=2), **kw)
+    evaluate.evaluate(model, out=str(part), settings=dataclasses.replace(settings, batch_size=2), **kw)
     lines = part.read_text().splitlines()
     part.write_text("\n".join(lines[:2]) + "\n" + lines[2][:25])      # killed while writing the third record
-    evaluate.evaluate("embedded", out=str(part), settings=dataclasses.replace(settings, batch_size=3), **kw)
+    evaluate.evaluate(model, out=str(part), settings=dataclasses.replace(settings, batch_size=3), **kw)
     by_q = lambda path: {(r["level"], r["index"]): r["response"]
                          for r in map(json.loads, path.read_text().splitlines())}
     assert len(by_q(whole)) == 6 and by_q(part) == by_q(whole)

@@ -139,6 +139,7 @@ def test_ci_grpo_moves_the_policy(ci_runs):
     assert t["limit"] == 96 and 0 <= t["clipped_rate"] <= 1 and 0 <= t["zero_std_groups_first"] <= 1
 
 
+@pytest.mark.full   # make test-all: LoRA on the embedded model (~22 s), the GPU presets' option
 def test_lora_option(tmp_path):
     s = train.train(presets.resolve("sft", "ci", output_dir=str(tmp_path / "lora"), lora=True, max_steps=2,
                                     learning_rate=1e-3))
