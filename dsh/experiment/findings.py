@@ -145,6 +145,11 @@ def _check_results(results) -> None:
                          "with 'summary' and 'calibration')")
 
 
+def _every(oks: list[bool]) -> str:
+    """"holds" when a condition holds on every seed, "fails" when on none, else "cannot tell"."""
+    return "holds" if all(oks) else "fails" if not any(oks) else "cannot tell"
+
+
 def _across_seeds(verdicts: list[str]) -> str:
     """One verdict from several (seeds, studies): theirs when they all agree, else "cannot tell"."""
     return verdicts[0] if verdicts and len(set(verdicts)) == 1 else "cannot tell"
@@ -198,7 +203,7 @@ def beyond_findings(results: dict, studies: dict | None = None) -> list[dict]:
         lo_b, hi_b = min(arms), max(arms)
         kept = [h > low for h, low in zip(arms[hi_b], arms[lo_b])]
         rows.append(_row("beyond", f"KL ablation: beta {hi_b:g} keeps more of pi_d (p_dW) than beta {lo_b:g}",
-                         "holds" if all(kept) else "fails" if not any(kept) else "cannot tell",
+                         _every(kept),
                          f"on {sum(kept)} of {len(kept)} seeds (Δp_dW {', '.join(f'{x:+.2f}' for x in arms[hi_b])} "
                          f"vs {', '.join(f'{x:+.2f}' for x in arms[lo_b])}; no interval across seeds)",
                          "06_laptop_experiment", "laptop-results"))
@@ -207,7 +212,7 @@ def beyond_findings(results: dict, studies: dict | None = None) -> list[dict]:
         probe = probe[probe.seed != "pooled"]
         ok = [(f >= 0.9 and k >= 0.8) for f, k in zip(probe["verdict follows check"], probe.kappa)]
         rows.append(_row("beyond", "Decision faithfulness: after SFT (reflection) the verdict follows the check",
-                         "holds" if all(ok) else "fails" if not any(ok) else "cannot tell",
+                         _every(ok),
                          "check probe, fine-tuning levels, per seed: kappa "
                          + ", ".join(f"{k:.2f} [{a:.2f}, {b:.2f}]" for k, a, b in
                                      zip(probe.kappa, probe["kappa low"], probe["kappa high"]))

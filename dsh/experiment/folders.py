@@ -41,6 +41,7 @@ def pipeline_files(folder: Path, role: str) -> tuple[list[Path], list[str]]:
     folder of ``runs_dir`` counts whole when it holds only what ``dsh train`` writes) and the names of everything
     else, relative to ``folder``."""
     ours, foreign = [], []
+    pattern = RESULTS_FILES if role == "results_dir" else RUNS_FILES
     for p in sorted(folder.iterdir()) if folder.is_dir() else []:
         if p.name == CLAIM:
             continue
@@ -48,7 +49,6 @@ def pipeline_files(folder: Path, role: str) -> tuple[list[Path], list[str]]:
             bad = run_foreign_files(p)
             (foreign.extend(f"{p.name}/{n}" for n in bad) if bad else ours.append(p))
             continue
-        pattern = RESULTS_FILES if role == "results_dir" else RUNS_FILES
         for f in ([p] if p.is_file() else sorted(x for x in p.rglob("*") if x.is_file())):
             rel = f.relative_to(folder).as_posix()
             if pattern.fullmatch(rel) or TEMPORARY.fullmatch(rel):

@@ -245,9 +245,8 @@ class Clock:
 
 
 def make_folders(results: Path, runs: Path, subfolders) -> None:
-    """``results/<sub>`` for every sub-folder and ``runs/generations``; results and runs must differ."""
-    if results.resolve() == runs.resolve():
-        raise ValueError("results_dir must differ from runs_dir (results are committed, runs hold weights)")
+    """``results/<sub>`` for every sub-folder and ``runs/generations`` (that the two differ is checked before the
+    folders are claimed)."""
     for sub in subfolders:
         (results / sub).mkdir(parents=True, exist_ok=True)
     (runs / "generations").mkdir(parents=True, exist_ok=True)
