@@ -354,6 +354,36 @@ def test_resume_refuses_a_run_of_other_settings_and_takes_a_path_as_its_folder(t
         train.check_run_dir(cfg)
 
 
+def test_resume_and_the_pipeline_compare_the_starting_model_by_content(tmp_path):
+    """Issue 34: the starting model's identity is its weights' sha256 (run_config.json's model_digest), not its path:
+    a copy of the base under another path continues the run (train) and reuses the finished run (pipeline); other
+    weights in the same folder are refused by both, naming the model and both digests."""
+    import shutil
+
+    from dsh.experiment import pipeline, presets
+    from dsh.llm.models import model_digest
+    from dsh.training import train
+
+    base, copy, run = tmp_path / "base", tmp_path / "elsewhere" / "copy", tmp_path / "run"
+    shutil.copytree(_base(), base)
+    shutil.copytree(_base(), copy)
+    run.mkdir()
+    cfg = presets.LAPTOP.train_config("sft", model=str(base), output_dir=str(run), resume=True)
+    (run / "run_config.json").write_text(json.dumps({"dsh": json.loads(json.dumps(dataclasses.asdict(cfg), default=str)),
+                                                     "resolved_model": str(base), "model_digest": model_digest(base)}))
+    assert model_digest(copy) == model_digest(base) and model_digest(copy).startswith("sha256:")
+    assert train.check_run_dir(dataclasses.replace(cfg, model=str(copy))) == run
+    assert pipeline.run_matches(run, dataclasses.replace(cfg, model=str(copy), resume=False))
+    weights = base / "model.safetensors"
+    data = bytearray(weights.read_bytes())
+    data[-1] ^= 1                                        # one bit of one weight: another model under the same path
+    weights.write_bytes(bytes(data))
+    with pytest.raises(ValueError, match=r"holds a run with other settings \(model: .*base' \(sha256:.*\) -> .*base' "
+                                         r"\(sha256:"):
+        train.check_run_dir(cfg)
+    assert not pipeline.run_matches(run, dataclasses.replace(cfg, resume=False))
+
+
 @pytest.mark.slow
 def test_train_resume_refuses_a_folder_that_is_not_a_dsh_run_and_deletes_only_its_own_checkpoints(tmp_path, capsys):
     from dsh.experiment import presets
@@ -547,3 +577,33 @@ def test_clear_run_removes_only_what_train_wrote(tmp_path):
                                          r"notes\.txt\); nothing was removed$"):
         train.clear_run(other)
     assert (other / "notes.txt").read_text() == "x" and (other / "final").is_dir()
+
+
+def _file_size_limit(limit: int):
+    """For a subprocess: files over ``limit`` bytes cannot be written (EFBIG, as a full disk would refuse them)."""
+    import resource
+    import signal
+
+    def set_limit():
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+    return set_limit
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", ["base", "train"])
+def test_a_full_disk_is_one_line_naming_what_was_being_written(tmp_path, case):
+    """Issue 34: a disk that refuses a write (here a file size limit, the same refusal a full disk gives) while
+    `dsh base` saves its state or `dsh train` its checkpoint was a traceback (torch's 'unexpected pos',
+    SafetensorError); now one line naming the file or the run folder, exit 2."""
+    if case == "base":
+        argv, where = ["base", "--out", str(tmp_path / "m"), "--tokens", "3000", "--n-examples", "300", "--quiet"], \
+            str(tmp_path / ".m.work" / "state.pt")
+    else:
+        argv, where = ["train", "--preset", "laptop", "--method", "sft", "--output-dir", str(tmp_path / "run"),
+                       "--set", "max_steps=2", "--set", "save_steps=1", "--set", "n_train=16"], str(tmp_path / "run")
+    r = subprocess.run([sys.executable, "-m", "dsh", *argv], capture_output=True, text=True, cwd=ROOT,
+                       preexec_fn=_file_size_limit(1_000_000))
+    err = [line for line in r.stderr.splitlines() if line.startswith("error: ")]   # beside the progress bars
+    assert r.returncode == 2 and len(err) == 1 and "Traceback" not in r.stderr, r.stderr[-2000:]
+    assert err[0].endswith(": " + where) and "free space and run again" in err[0], err

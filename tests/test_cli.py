@@ -94,3 +94,11 @@ def test_train_without_model_starts_from_the_presets_model(capsys):
                        (["--preset", "laptop", "--set", "model=embedded"], "embedded")):
         assert main(["train", "--method", "sft", *argv, "--dry-run"]) == 0
         assert json.loads(capsys.readouterr().out)["dsh"]["model"] == want, argv
+
+
+def test_train_help_shows_every_fields_default():
+    """A field with a default factory (task_options) was listed as '<dataclasses._MISSING_TYPE object ...>'."""
+    from dsh.training.train import fields_help
+
+    text = fields_help()
+    assert "MISSING" not in text and "task_options (default {})" in text

@@ -70,11 +70,12 @@ def test_results_folder_format(ci_run):
     files = sorted(str(p.relative_to(res)) for p in res.rglob("*") if p.is_file())
     assert files == sorted([".dsh-pipeline.json", "summary.json", "provenance.json"]   # the folder's claim: issue 33
                            + [f"calibration/{s}.json" for s in STAGES]
-                           + [f"generations/{s}.jsonl.gz" for s in STAGES])
+                           + [f"generations/{s}.jsonl.gz" for s in STAGES]
+                           + [f"jobs/{s}.json" for s in STAGES])                  # each job's record: issue 33
     assert sum(p.stat().st_size for p in res.rglob("*") if p.is_file()) < 16e6
     s = json.loads((res / "summary.json").read_text())
     assert set(s) >= {"preset", "stages", "labels", "eval", "seed", "wall_s", "timings_s", "training", "hardware",
-                      "commit", "budgets", "truncation", "accuracy", "design"}
+                      "commit", "budgets", "truncation", "accuracy", "design", "jobs"}
     assert s["stages"] == STAGES and s["eval"]["max_new_tokens"] == 24
     assert set(s["timings_s"]) == {f"train_{x}" for x in STAGES[1:]} | {f"evaluate_{x}" for x in STAGES}
     assert s["truncation"]["rl"]["train"]["limit"] == 48 and 0 <= s["truncation"]["rl"]["train"]["clipped_rate"] <= 1

@@ -129,10 +129,14 @@ def _differences(got: dict, want: dict) -> list:
     return out
 
 
+def _without_probe_digest(job: dict) -> dict:
+    return {**job, "files": {k: x for k, x in job["files"].items() if not (k.startswith("probe/") and k.endswith(".json"))}}
+
+
 def comparable(results: Path) -> dict:
     """A results folder as content: every file's bytes, except summary.json read without the wall times (and the
-    tokens/s and resume point of its training summaries, the seconds of its reward curves) and the probe's summaries
-    without their time and date."""
+    tokens/s and resume point of its training summaries, the seconds of its reward curves), the probe's summaries
+    without their time and date, and the job records without the digest of those summaries."""
     out = {}
     for p in sorted(results.rglob("*")):
         if not p.is_file():
@@ -141,6 +145,9 @@ def comparable(results: Path) -> dict:
         if rel.startswith("probe/") and rel.endswith(".json"):     # the probe's summary records its time and date
             out[rel] = {k: x for k, x in json.loads(p.read_text()).items() if k not in ("wall_s", "date")}
             continue
+        if rel.startswith("jobs/"):      # a job's record holds the digest of its probe summary (time and date)
+            out[rel] = _without_probe_digest(json.loads(p.read_text()))
+            continue
         if rel != "summary.json":
             out[rel] = p.read_bytes()
             continue
@@ -148,6 +155,7 @@ def comparable(results: Path) -> dict:
         s = {k: x for k, x in json.loads(p.read_text().replace(str(results.parent), "ROOT")).items()
              if k not in VOLATILE}
         s["training"] = {st: {k: x for k, x in t.items() if k not in TRAIN_VOLATILE} for st, t in s["training"].items()}
+        s["jobs"] = {st: _without_probe_digest(j) for st, j in s["jobs"].items()}
         s["reward_curves"] = {st: [{k: x for k, x in r.items() if k not in CURVE_VOLATILE} for r in rows]
                               for st, rows in s["reward_curves"].items()}
         out[rel] = s

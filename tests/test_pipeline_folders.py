@@ -182,3 +182,124 @@ def test_a_kill_during_the_write_of_a_results_file_leaves_the_old_file_and_a_tem
     ours, foreign = folders.pipeline_files(res, "results_dir")
     assert foreign == [] and left[0] in ours
     assert folders.claim({"results_dir": res}, ident) == {"results_dir": "resume"}
+
+
+@pytest.fixture(scope="module")
+def small_results(tmp_path_factory):
+    """One pipeline run at the smallest size (the base only, 2 questions): its results folder."""
+    root = tmp_path_factory.mktemp("jobs")
+    pipeline.run_pipeline("laptop", results_dir=str(root / "results"), runs_dir=str(root / "runs"), **SMALL)
+    return root / "results"
+
+
+def _copy(folder: Path, tmp_path: Path) -> Path:
+    out = tmp_path / "copy"
+    shutil.copytree(folder, out)
+    return out
+
+
+@pytest.mark.slow
+def test_the_summary_is_written_from_the_folders_files_and_each_job_records_them(small_results):
+    s = json.loads((small_results / "summary.json").read_text())
+    record = json.loads((small_results / folders.JOBS / "base.json").read_text())
+    assert s["jobs"] == {"base": record}
+    assert record["commit"] == s["commit"] and record["eval"] == s["eval"] and record["seed"] == s["seed"] == 0
+    assert sorted(record["files"]) == ["calibration/base.json", "generations/base.jsonl.gz", "probe/base.json",
+                                       "probe/base.jsonl.gz"]
+    assert all(_hashes(small_results)[rel] == h for rel, h in record["files"].items())
+    cal = json.loads((small_results / "calibration" / "base.json").read_text())
+    assert s["accuracy"]["base"]["1x2"]["observed_accuracy"] == cal["all"]["by_level"]["1x2"]["observed_accuracy"]
+    assert pipeline.load_results(small_results)["summary"] == s
+
+
+@pytest.mark.slow
+def test_the_loader_refuses_a_job_cut_short_another_commits_job_or_a_file_its_job_did_not_write(small_results,
+                                                                                                tmp_path):
+    """A job's record is its commit point: a kill before it leaves none; a file swapped in from elsewhere, or a job
+    of another commit or other settings than the summary's, is a folder that mixes two runs."""
+    folder = _copy(small_results, tmp_path)
+    (folder / folders.JOBS / "base.json").unlink()
+    with pytest.raises(ValueError, match=r"stage base's job did not finish \(no jobs/base.json\)"):
+        pipeline.load_results(folder)
+    shutil.rmtree(folder)
+    for key, value in (("commit", "0" * 40), ("eval", {"levels": ["1x2"], "n_per_level": 3}), ("seed", 1)):
+        folder = _copy(small_results, tmp_path)
+        path = folder / folders.JOBS / "base.json"
+        path.write_text(json.dumps({**json.loads(path.read_text()), key: value}))
+        with pytest.raises(ValueError, match=f"stage base's job ran with another {key} .* the folder mixes two runs"):
+            pipeline.load_results(folder)
+        shutil.rmtree(folder)
+    folder = _copy(small_results, tmp_path)
+    recs = read_jsonl(folder / "generations" / "base.jsonl.gz")
+    from dsh.core.files import write_jsonl_gz
+    write_jsonl_gz(folder / "generations" / "base.jsonl.gz", recs[::-1])     # another run's file (same stage)
+    with pytest.raises(ValueError, match="generations/base.jsonl.gz is not the file stage base's job wrote"):
+        pipeline.load_results(folder)
+
+
+@pytest.mark.slow
+def test_a_job_without_its_record_is_redone_and_the_folder_equals_the_first_runs(small_results, tmp_path):
+    """Killed after a job's files but before its record: the same run again redoes the job (from the cached
+    generations) and writes the same files."""
+    root = tmp_path / "again"
+    shutil.copytree(small_results.parent, root)
+    (root / "results" / folders.JOBS / "base.json").unlink()
+    (root / "results" / "summary.json").unlink()
+    pipeline.run_pipeline("laptop", results_dir=str(root / "results"), runs_dir=str(root / "runs"), **SMALL)
+    got, want = _hashes(root / "results"), _hashes(small_results)
+    assert sorted(got) == sorted(want)
+    assert {k: x for k, x in got.items() if k not in ("summary.json", "probe/base.json")} == \
+           {k: x for k, x in want.items() if k not in ("summary.json", "probe/base.json")}
+    pipeline.load_results(root / "results")
+
+
+def _strings(x):
+    if isinstance(x, dict):
+        for y in x.values():
+            yield from _strings(y)
+    elif isinstance(x, list):
+        for y in x:
+            yield from _strings(y)
+    elif isinstance(x, str):
+        yield x
+
+
+@pytest.mark.slow
+def test_a_results_folder_names_no_machine_path_and_a_relative_base_is_the_same_run(small_results, tmp_path,
+                                                                                       monkeypatch):
+    """Issue 34: results record paths from labels (<dsh>, <runs_dir>), and the claim knows the model by content, so
+    the same base named by a relative path resumes the run an absolute path started."""
+    for p in small_results.rglob("*.json"):
+        if p.name != folders.CLAIM:
+            assert not [s for s in _strings(json.loads(p.read_text())) if s.startswith("/")], p
+    s = json.loads((small_results / "summary.json").read_text())
+    assert s["model"] == "<dsh>/assets/laptop-base"
+    root = tmp_path / "again"
+    shutil.copytree(small_results.parent, root)
+    claim = (root / "results" / folders.CLAIM).read_text()
+    monkeypatch.chdir(ROOT)
+    pipeline.run_pipeline("laptop", results_dir=str(root / "results"), runs_dir=str(root / "runs"),
+                          model="dsh/assets/laptop-base", **SMALL)
+    assert (root / "results" / folders.CLAIM).read_text() == claim
+
+
+def test_the_committed_laptop_results_name_no_machine_path():
+    for p in [LAPTOP / "summary.json", *sorted((LAPTOP / "attribution").glob("*.json"))]:
+        found = [s for s in _strings(json.loads(p.read_text())) if s.startswith(("/tmp/", "/work/", "/home/", "/root/"))]
+        assert not found, (p, found[:3])
+
+
+@pytest.mark.slow
+def test_the_same_runs_folder_by_a_relative_or_an_absolute_path_is_one_run(tmp_path, monkeypatch, capsys):
+    """Issue 34: a stage's configuration names its starting model by path (the stage before it, under runs_dir), so
+    the same runs folder given by an absolute path after a relative one was 'a finished run with another
+    configuration'; the starting model is now compared by content and the finished stage reused."""
+    monkeypatch.chdir(tmp_path)
+    args = dict(SMALL, stages=("rl-s0",), overrides={"max_steps": 1, "n_train": 16, "generation_batch_size": 16,
+                                                     "per_device_train_batch_size": 8, "max_completion_length": 96})
+    pipeline.run_pipeline("laptop", results_dir="results", runs_dir="runs", **args)
+    before = _hashes(tmp_path / "runs" / "rl-s0")      # rl-s0 starts from runs/sft_reflection-s0
+    summary = pipeline.run_pipeline("laptop", results_dir=str(tmp_path / "results"),
+                                    runs_dir=str(tmp_path / "runs"), **{**args, "progress": True})
+    assert "train rl-s0: reused" in capsys.readouterr().out
+    assert _hashes(tmp_path / "runs" / "rl-s0") == before and summary["stages"] == ["rl-s0"]

@@ -229,3 +229,95 @@ def test_a_planted_or_corrupt_state_is_refused_and_never_run(tmp_path):
     torch.save({"step": 3}, work / "state.pt")          # a plain file of another shape
     with pytest.raises(ValueError, match=r"\(not a dsh pretraining state\)"):
         _train(tmp_path, "w", rows, tok)
+
+
+KILL_POINTS = ("mid-training, after a periodic save", "during a state save", "during the final report",
+               "during the write of train_stats.json", "during the model's save")
+
+
+@pytest.fixture(scope="module")
+def uninterrupted_base(tmp_path_factory):
+    from dsh.training.laptop_base import BaseSpec, build_base
+
+    spec = BaseSpec(model=SMALL, train=PretrainConfig(tokens=6_000, tokens_per_batch=512, warmup_steps=2, seed=0,
+                                                      save_every=4),
+                    n_examples=600, pack_length=256, report_n=2, curve_every=5, curve_n=1)
+    root = tmp_path_factory.mktemp("base_whole")
+    prov = build_base(root / "a", spec, progress=False)
+    return spec, root / "a", prov
+
+
+def _without_times(prov: dict) -> dict:
+    out = {k: x for k, x in prov.items() if k not in ("wall_seconds", "provenance")}
+    out["train"] = {k: x for k, x in prov["train"].items() if k not in ("seconds", "tokens_per_s")}
+    out["loss_curve"] = [row[:3] for row in prov["loss_curve"]]      # (step, tokens, loss); its 4th is the time
+    return out
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("point", KILL_POINTS)
+def test_a_base_killed_at_five_points_resumes_to_the_same_bytes(tmp_path, monkeypatch, uninterrupted_base, point):
+    """Issue 34: `dsh base` (build_base) interrupted at each point (a KeyboardInterrupt where a kill would land, with
+    what a kill leaves there: a cut temporary, a cut file), then run again: the model folder's files are byte for
+    byte an uninterrupted run's (its provenance without times), the work folder is gone, a user's file in it stays."""
+    import json
+
+    import torch
+
+    from dsh.training import laptop_base
+    from dsh.training import pretrain as pt
+
+    spec, whole, prov_whole = uninterrupted_base
+    prov_whole = json.loads(json.dumps(prov_whole))          # as the file holds it (lists for tuples)
+    out = tmp_path / "b"
+    (tmp_path / ".b.work" / "mine").mkdir(parents=True)
+    (tmp_path / ".b.work" / "mine" / "notes.txt").write_text("keep me")
+    calls = {"n": 0}
+
+    def nth(k):
+        calls["n"] += 1
+        return calls["n"] == k
+
+    if point == "mid-training, after a periodic save":
+        real = pt.collate
+        monkeypatch.setattr(pt, "collate", lambda *a: (_ for _ in ()).throw(KeyboardInterrupt) if nth(7) else real(*a))
+    elif point == "during a state save":
+        real_save = torch.save
+
+        def cut(obj, path, *a, **k):
+            if nth(2):
+                with open(path, "wb") as f:
+                    f.write(b"\x80cut")
+                raise KeyboardInterrupt
+            return real_save(obj, path, *a, **k)
+        monkeypatch.setattr(torch, "save", cut)
+    elif point == "during the final report":
+        real_report = laptop_base.base_report
+        monkeypatch.setattr(laptop_base, "base_report", lambda m, t, n_per_level, **k: (_ for _ in ()).throw(
+            KeyboardInterrupt) if n_per_level == spec.report_n else real_report(m, t, n_per_level=n_per_level, **k))
+    elif point == "during the write of train_stats.json":
+        def cut_stats(path, text):
+            (path.parent / f".{path.name}.cut.tmp").write_text(text[:10])
+            raise KeyboardInterrupt
+        monkeypatch.setattr(pt, "write_text", cut_stats)
+    else:
+        real_model_save = laptop_base.save
+
+        def cut_model(model, tok, folder, prov):
+            real_model_save(model, tok, folder, prov)
+            (folder / "model.safetensors").write_bytes(b"cut short")
+            raise KeyboardInterrupt
+        monkeypatch.setattr(laptop_base, "save", cut_model)
+    with pytest.raises(KeyboardInterrupt):
+        laptop_base.build_base(out, spec, progress=False)
+    assert not out.exists()
+    monkeypatch.undo()
+    prov = laptop_base.build_base(out, spec, progress=False)
+    assert sorted(p.name for p in out.iterdir()) == sorted(p.name for p in whole.iterdir())
+    for p in whole.iterdir():
+        if p.name != "dsh_provenance.json":
+            assert p.read_bytes() == (out / p.name).read_bytes(), p.name
+    assert _without_times(json.loads((out / "dsh_provenance.json").read_text())) == _without_times(prov_whole)
+    assert _without_times(json.loads(json.dumps(prov))) == _without_times(prov_whole)
+    assert sorted(p.name for p in (tmp_path / ".b.work").iterdir()) == ["mine"]
+    assert (tmp_path / ".b.work" / "mine" / "notes.txt").read_text() == "keep me"

@@ -4,9 +4,11 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import gzip
 import json
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -31,6 +33,41 @@ def atomic_write(path, write) -> Path:
             os.unlink(tmp)
         raise
     return path
+
+
+FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)   # a full disk, a quota, a file size limit
+
+
+@contextlib.contextmanager
+def writing(where):
+    """Run a block that writes ``where`` (a file or folder) and turn the errors a full disk (or a quota, or a file
+    size limit) raises there, whatever library writes (an OSError, safetensors' SafetensorError, torch's
+    RuntimeError of its zip writer), into one OSError that names ``where``: the command line prints it as one line.
+    Other errors pass unchanged."""
+    try:
+        yield
+    except OSError as e:
+        if e.errno in FULL:
+            raise OSError(e.errno, f"{os.strerror(e.errno)}: free space and run again", str(where)) from None
+        raise
+    except RuntimeError as e:   # torch.save's
+        if _cut_write(e):
+            raise OSError(errno.ENOSPC, "a write failed (full disk or file size limit?): free space and run "
+                                        "again", str(where)) from None
+        raise
+    except Exception as e:      # noqa: BLE001 - safetensors' error class is its Rust module's own
+        m = re.search(r"os error (\d+)", str(e))
+        if type(e).__name__ == "SafetensorError" and m and int(m.group(1)) in FULL:
+            code = int(m.group(1))
+            raise OSError(code, f"{os.strerror(code)}: free space and run again", str(where)) from None
+        raise
+
+
+def _cut_write(e: RuntimeError) -> bool:
+    """Whether torch's zip writer failed to write (its messages for a short write: ``file write failed``,
+    ``unexpected pos``)."""
+    msg = str(e)
+    return "inline_container" in msg and ("write failed" in msg or "unexpected pos" in msg)
 
 
 @contextlib.contextmanager

@@ -53,3 +53,33 @@ def hardware() -> dict:
 def provenance() -> dict:
     """``{"hardware", "commit", "date"}`` for a result written now."""
     return {"hardware": hardware(), "commit": git_commit(), "date": time.strftime("%Y-%m-%d %H:%M:%S")}
+
+
+PACKAGE = Path(__file__).resolve().parent.parent     # the installed dsh package: "<dsh>" in recorded paths
+
+
+def portable(obj, roots: dict | None = None):
+    """``obj`` (JSON-like) with every string that is a path under one of ``roots`` (``{folder: label}``; the dsh
+    package as ``<dsh>`` always) written from its label: ``<dsh>/assets/laptop-base``, ``<runs_dir>/sft-s0``. What a
+    results file records then names no machine's folders. Only absolute paths and relative ones that exist here are
+    read as paths (matched by resolved path); other strings are kept."""
+    table = [(Path(f).resolve(), label) for f, label in {**(roots or {}), PACKAGE: "<dsh>"}.items()]
+
+    def one(x):
+        if isinstance(x, dict):
+            return {k: one(y) for k, y in x.items()}
+        if isinstance(x, (list, tuple)):
+            return [one(y) for y in x]
+        if isinstance(x, str) and ("/" in x or os.sep in x) and not x.startswith("<"):
+            try:                # an absolute path, or a relative one that names something here
+                p = Path(x).expanduser()
+                if not (p.is_absolute() or p.exists()):
+                    return x
+                p = p.resolve()
+            except (OSError, RuntimeError, ValueError):
+                return x
+            for root, label in table:
+                if p == root or root in p.parents:
+                    return "/".join([label, *p.relative_to(root).parts])
+        return x
+    return one(obj)

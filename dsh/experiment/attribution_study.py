@@ -27,7 +27,7 @@ import numpy as np
 
 from ..core import validate as v
 from ..core.files import write_text
-from ..core.provenance import git_commit
+from ..core.provenance import git_commit, portable
 from ..llm.complete import complete
 from ..llm.models import load, resolve_model
 from ..measure import tasks
@@ -252,11 +252,13 @@ def fits(rows, group_rows, objectives, seed: int = 0) -> dict:
 
 
 def run_study(model: str, reference: str, out, settings: StudySettings = StudySettings(),
-              progress: bool = False) -> dict:
+              progress: bool = False, roots: dict | None = None) -> dict:
     """Sample, attribute and fit (:func:`sample_groups`, :func:`attribute_groups`, :func:`fits`) for ``model``
     against ``reference`` (model folders; the reference is the model its training started from) and write ``out``
     (JSON: settings, models, per-trajectory and per-group rows, the k1 profile, the fits, time, commit). The KL
-    terms are left out when the reference is the model itself (their gradients vanish). Returns what it wrote."""
+    terms are left out when the reference is the model itself (their gradients vanish). The models' paths are
+    recorded from the labels of ``roots`` (``{folder: label}``; :func:`dsh.core.provenance.portable`). Returns what
+    it wrote."""
     settings = settings.checked()
     out = Path(out)
     if out.suffix != ".json":
@@ -272,7 +274,8 @@ def run_study(model: str, reference: str, out, settings: StudySettings = StudySe
     samples = sample_groups(m, tok, settings)
     t_sample = time.time() - t0
     rows, group_rows, positions = attribute_groups(m, ref, tok, samples, objectives, settings.temperature)
-    result = {"model": str(model), "reference": str(reference), "settings": asdict(settings),
+    result = {"model": portable(str(model), roots), "reference": portable(str(reference), roots),
+              "settings": asdict(settings),
               "objectives": list(objectives), "trajectories": rows, "groups": group_rows, "kl_positions": positions,
               "fits": fits(rows, group_rows, objectives, settings.seed), "sample_s": round(t_sample, 1),
               "wall_s": round(time.time() - t0, 1), "commit": git_commit(), "date": time.strftime("%Y-%m-%d %H:%M:%S")}

@@ -18,7 +18,6 @@ over the levels beyond.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 import time
@@ -30,7 +29,7 @@ from ..core.agreement import cell, cohen_kappa
 from ..core.files import write_jsonl_gz, write_text
 from ..core.provenance import git_commit
 from ..llm.complete import complete
-from ..llm.models import load, resolve_model
+from ..llm.models import load, resolve_model, weights_digest  # noqa: F401 - weights_digest: also this module's
 from ..task import laptop_task as lt
 
 
@@ -141,14 +140,6 @@ def summarize(records, tuned_levels) -> dict:
     beyond = [lv for lv in levels if lv not in tuned_levels]
     return {"by_level": {lv: block([lv]) for lv in levels}, "tuned": block(tuned), "beyond": block(beyond),
             "tuned_levels": tuned, "beyond_levels": beyond}
-
-
-def weights_digest(loc) -> str:
-    """SHA-256 of a model folder's safetensors files (in name order): which weights were probed."""
-    h = hashlib.sha256()
-    for f in sorted(Path(loc).glob("*.safetensors")):
-        h.update(f.read_bytes())
-    return h.hexdigest()
 
 
 def run_probe(model: str, out, levels=lt.TEST_LEVELS, settings: ProbeSettings = ProbeSettings(),

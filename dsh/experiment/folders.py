@@ -8,10 +8,18 @@ seed; the commit that started it). :func:`claim` checks both folders before the 
   pipeline wrote there (:func:`pipeline_files`) is removed first;
 - a folder holding anything the pipeline did not write (a file of another tool, a run folder that is not a dsh run,
   or files beside an unclaimed folder's) is refused, ``fresh`` or not, and left byte-identical.
+
+Inside a claimed results folder each stage's job (its calibration, generations and probe files) ends with a job
+record, ``jobs/<stage>.json`` (:func:`finish_job`): the sha256 of every file the job wrote, the commit and the
+evaluation settings it ran with. The record is removed when the job starts (:func:`start_job`) and written only
+after all its files are in place, so it is the job's commit point: a job cut short by a kill has no record (the next
+run redoes it), and :func:`check_jobs` refuses, naming the stage, a folder where a job has no record, a file that is
+not the one its job wrote, or a job of another commit or other settings than the summary's.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import shutil
@@ -24,7 +32,7 @@ from ..training.train import run_foreign_files
 CLAIM = ".dsh-pipeline.json"
 # what the pipeline writes in a results folder (provenance.json: its one-command GPU run, dsh.experiment.gpu_small),
 # and the temporary and lock files of its atomic writes
-RESULTS_FILES = re.compile(r"summary\.json|provenance\.json|(calibration|probe|attribution)/[^/]+\.json"
+RESULTS_FILES = re.compile(r"summary\.json|provenance\.json|(calibration|probe|attribution|jobs)/[^/]+\.json"
                            r"|(generations|probe)/[^/]+\.jsonl\.gz")
 RUNS_FILES = re.compile(r"generations/[^/]+\.jsonl(\.settings\.json)?")
 TEMPORARY = re.compile(r"(.*/)?\.[^/]+\.(tmp|lock)")
@@ -113,3 +121,53 @@ def claimed_identity(folder) -> dict | None:
     """The identity a folder was claimed with, or None when it carries no claim."""
     record = Path(folder) / CLAIM
     return json.loads(record.read_text())["identity"] if record.is_file() else None
+
+
+JOBS = "jobs"      # results_dir/jobs/<stage>.json: a stage's job record (its commit point)
+JOB_FILES = ("calibration/{}.json", "generations/{}.jsonl.gz", "probe/{}.json", "probe/{}.jsonl.gz")
+
+
+def sha256(path: Path) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def start_job(results: Path, stage: str) -> None:
+    """Remove ``stage``'s job record before its job rewrites any of its files (see the module's docstring)."""
+    (Path(results) / JOBS / f"{stage}.json").unlink(missing_ok=True)
+
+
+def finish_job(results: Path, stage: str, settings: dict, seed: int) -> dict:
+    """Write ``stage``'s job record once every file of its job is in place: the sha256 of each of its files
+    (:data:`JOB_FILES` that exist), the commit, the evaluation ``settings`` and ``seed``. Returns the record."""
+    results = Path(results)
+    files = {rel: sha256(results / rel) for rel in (f.format(stage) for f in JOB_FILES) if (results / rel).is_file()}
+    record = json.loads(json.dumps({"stage": stage, "commit": git_commit(), "eval": settings, "seed": seed,
+                                    "files": files}, default=str))
+    (results / JOBS).mkdir(exist_ok=True)
+    write_text(results / JOBS / f"{stage}.json", json.dumps(record, indent=1))
+    return record
+
+
+def check_jobs(results: Path, summary: dict) -> None:
+    """Refuse in one line, naming the stage, a results folder whose summary lists a stage without a job record, a
+    job file that is not the one its job wrote (by sha256), or a job run at another commit or with other evaluation
+    settings or seed than the summary's. A summary written before job records existed (no ``jobs`` key) is not
+    checked here."""
+    results = Path(results)
+    if "jobs" not in summary:
+        return
+    for stage in summary["stages"]:
+        path = results / JOBS / f"{stage}.json"
+        if not path.is_file():
+            raise ValueError(f"results_dir {results}: stage {stage}'s job did not finish (no {JOBS}/{stage}.json); "
+                             f"run the pipeline again to redo it")
+        rec = json.loads(path.read_text())
+        for key in ("commit", "eval", "seed"):
+            if rec.get(key) != summary.get(key):
+                raise ValueError(f"results_dir {results}: stage {stage}'s job ran with another {key} "
+                                 f"({rec.get(key)!r}) than the summary's ({summary.get(key)!r}); the folder mixes "
+                                 f"two runs")
+        for rel, digest in rec["files"].items():
+            if not (results / rel).is_file() or sha256(results / rel) != digest:
+                raise ValueError(f"results_dir {results}: {rel} is not the file stage {stage}'s job wrote; the "
+                                 f"folder mixes two runs")

@@ -27,29 +27,24 @@ from pathlib import Path
 
 from ..core import validate as v
 from ..core.files import read_jsonl, write_jsonl_gz, write_text
-from ..core.provenance import git_commit, hardware, provenance
-from ..llm.models import resolve_model
+from ..core.provenance import git_commit, hardware, portable, provenance
+from ..llm.models import model_digest, resolve_model, weights_digest
 from ..measure.stage import calibrate_stage, preferred
 from ..task.problems import level_index
 from ..task.records import by_question
 from ..training import validation
-from ..training.train import METHODS, train
+from ..training.train import METHODS, resume_mismatch, train
 from . import folders
 from .attribution_study import StudySettings, run_study
-from .check_probe import run_probe, weights_digest
+from .check_probe import run_probe
 from .evaluate import evaluate, model_identity, settings_path
 from .presets import DEFAULT, get
 
 
 def run_matches(run: Path, cfg) -> bool:
-    """Whether the run directory ``run`` was trained with ``cfg`` (its output folder and resume flag aside)."""
-    try:
-        stored = json.loads((run / "run_config.json").read_text())["dsh"]
-    except (OSError, ValueError, KeyError):
-        return False
-    want = json.loads(json.dumps(dataclasses.asdict(cfg), default=str))
-    ignore = {"output_dir", "resume"}
-    return {k: x for k, x in stored.items() if k not in ignore} == {k: x for k, x in want.items() if k not in ignore}
+    """Whether the run directory ``run`` was trained with ``cfg`` (its output folder and resume flag aside; the
+    starting model compared by content: :func:`dsh.training.train.resume_mismatch`)."""
+    return not resume_mismatch(run, cfg)
 
 
 def plan(preset, runs_dir: str, model: str | None = None, overrides: dict | None = None,
@@ -166,7 +161,9 @@ def run_pipeline(preset: str = DEFAULT, results_dir: str | None = None, runs_dir
     resolve_model(model)  # fail fast
     if results.resolve() == runs.resolve():
         raise ValueError("results_dir must differ from runs_dir (results are committed, runs hold weights)")
-    ident = folders.identity(p.name, _plan_rows(plan_), chosen, model, overrides, dataclasses.asdict(settings), seed)
+    # the model by content (dsh.llm.models.model_digest): a relative and an absolute path of one base are one run
+    ident = folders.identity(p.name, _plan_rows(plan_), chosen, model_digest(model), portable(overrides or {}),
+                             dataclasses.asdict(settings), seed)
     folders.claim({"results_dir": results, "runs_dir": runs}, ident, fresh)
     make_folders(results, runs, ("generations", "calibration") + (("probe",) if p.probe else ()))
     clock = Clock(progress)
@@ -186,20 +183,26 @@ def run_pipeline(preset: str = DEFAULT, results_dir: str | None = None, runs_dir
         if st.name not in chosen:
             continue
         name = st.name
+        folders.start_job(results, name)
         recs = evaluate_model(models_of[name], runs / "generations" / f"{name}.jsonl", settings, seed, name, clock)
         calib[name] = calibrate_stage(recs, seed=seed, task=p.task)
         write_text(results / "calibration" / f"{name}.json", json.dumps(calib[name], indent=1))
         write_jsonl_gz(results / "generations" / f"{name}.jsonl.gz", by_question(recs))   # question order
         if p.probe:
             probe_stage(models_of[name], results / "probe" / f"{name}.json", p, settings, seed, clock, name)
+        folders.finish_job(results, name, dataclasses.asdict(settings), seed)
         load.append((round(clock.elapsed(), 1), os.getloadavg()[0]))
         clock.say(f"{name}: accuracy {calib[name]['all']['overall']['observed_accuracy']:.3f}, "
                   f"truncated {100 * (calib[name]['truncated'] or 0):.1f} % (load {load[-1][1]:.2f})")
+    # the summary is written from what the folder holds: each stage's calibration and job record as they are there
+    calib = {name: json.loads((results / "calibration" / f"{name}.json").read_text()) for name in chosen}
+    jobs = {name: json.loads((results / folders.JOBS / f"{name}.json").read_text()) for name in chosen}
     summary = _summary(p, model, [s for s in plan_ if s.name in chosen], settings, seed, clock, train_summaries,
                        cfgs, calib)
     summary.update(reward_curves=curves, validation_curves=along, load_average_1min=load, provenance=prov,
-                   date=time.strftime("%Y-%m-%d %H:%M:%S"))
-    write_text(results / "summary.json", json.dumps(summary, indent=1, default=str))
+                   date=time.strftime("%Y-%m-%d %H:%M:%S"), jobs=jobs)
+    summary = portable(json.loads(json.dumps(summary, default=str)), {runs: "<runs_dir>"})   # no machine's paths
+    write_text(results / "summary.json", json.dumps(summary, indent=1))
     clock.say(f"done in {summary['wall_s']} s: {results}")
     return summary
 
@@ -354,7 +357,7 @@ def attribution_results(results_dir, runs_dir, stages, seed: int = 0, progress: 
         ref = models[plan_[s]["init"]] if plan_[s]["init"] else models[s]
         name = s if seed == 0 else f"{s}-t{seed}"
         out[s] = run_study(models[s], ref, results / "attribution" / f"{name}.json", StudySettings(seed=seed),
-                           progress=progress)
+                           progress=progress, roots={runs: "<runs_dir>"})
     return out
 
 
@@ -407,7 +410,7 @@ def _summary(p, model, chosen, settings, seed, clock: Clock, train_summaries, cf
 
 TEST_SEED = 0   # the evaluation seed whose test questions every preset's training sets leave out
 RESULTS_LAYOUT = ("summary.json", "calibration/<stage>.json", "generations/<stage>.jsonl.gz", "probe/<stage>.json",
-                  "probe/<stage>.jsonl.gz")
+                  "probe/<stage>.jsonl.gz", "jobs/<stage>.json")
 
 
 def load_results(results_dir) -> dict:
@@ -428,14 +431,16 @@ def load_results(results_dir) -> dict:
 
 
 def _check_consistent(root: Path, summary: dict, calib: dict) -> None:
-    """Refuse a results folder whose stages disagree with its summary's evaluation (levels, questions a level) or
-    whose summary disagrees with the run that claimed the folder (:mod:`dsh.experiment.folders`), naming the stage:
-    the files of two runs mixed in one folder."""
+    """Refuse a results folder whose stages disagree with its summary's evaluation (levels, questions a level), whose
+    summary disagrees with the run that claimed the folder (:mod:`dsh.experiment.folders`), or whose job records
+    disagree with its files or its summary (commit, settings; :func:`dsh.experiment.folders.check_jobs`), naming the
+    stage: the files of two runs mixed in one folder."""
     claimed = folders.claimed_identity(root)
     if claimed is not None and (claimed["eval"] != summary.get("eval") or claimed["stages"] != summary["stages"]
                                 or claimed["seed"] != summary.get("seed")):
         raise ValueError(f"results_dir {root}: summary.json is not the one of the run that claimed the folder "
                          f"({folders.CLAIM}); the folder mixes two runs")
+    folders.check_jobs(root, summary)
     ev = summary.get("eval")
     if not ev:
         return

@@ -106,6 +106,26 @@ def resolve_model(model) -> str:
     return model
 
 
+def weights_digest(loc) -> str:
+    """SHA-256 of a model folder's safetensors files (in name order): which weights a run started from or a probe
+    read, whatever path names the folder."""
+    import hashlib
+
+    h = hashlib.sha256()
+    for f in sorted(Path(loc).glob("*.safetensors")):
+        with open(f, "rb") as fh:
+            for block in iter(lambda: fh.read(1 << 24), b""):
+                h.update(block)
+    return h.hexdigest()
+
+
+def model_digest(model) -> str:
+    """A model's identity by content: ``sha256:<digest>`` of its weights (:func:`weights_digest`) for a local model
+    (a folder, a run directory or ``"embedded"``), the name itself for a Hugging Face id."""
+    loc = resolve_model(model)
+    return f"sha256:{weights_digest(loc)}" if Path(loc).is_dir() else loc
+
+
 def configure_tokenizer(tok):
     """Pad token and end of turn, set deliberately: the pad token is a token other than the
     end-of-turn token when the vocabulary has one (so padding never hides the real end of a turn),

@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from ..core import validate as v
+from ..core.files import writing
 from ..core.provenance import provenance
 from ..llm.complete import complete
 from ..llm.tiny import TinyConfig, build_tokenizer, make_model, n_params, save
@@ -104,7 +105,8 @@ def build_base(out, spec: BaseSpec = BaseSpec(), progress: bool = True) -> dict:
         import shutil
 
         shutil.rmtree(saving)                       # a save a kill cut short: dsh's own, written again now
-    save(model, tok, saving, prov)
+    with writing(out):
+        save(model, tok, saving, prov)
     if out.is_dir():
         out.rmdir()                                 # empty (checked above)
     saving.replace(out)

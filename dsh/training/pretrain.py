@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from ..core import validate as v
-from ..core.files import write_text
+from ..core.files import write_text, writing
 from ..task.records import chat_prompt
 
 MAX_TOKENS = 2_000_000_000     # about two days at the shipped base's 12k tokens/s
@@ -181,7 +181,8 @@ def pretrain(model, tok, rows, out, cfg: PretrainConfig = PretrainConfig(), prog
     model.train()
     start = step
     t0 = time.time() - elapsed
-    ema = curve[-1][2] if curve else None
+    # the loss average as it was at the save (a state from before it was saved: the curve's last, rounded, value)
+    ema = st.get("ema", curve[-1][2] if curve else None) if state_path.exists() else None
     bar = tqdm(total=total, initial=step, desc="pretrain", disable=not progress, unit="step")
     while step < total:
         while step >= len(flat):
@@ -209,9 +210,10 @@ def pretrain(model, tok, rows, out, cfg: PretrainConfig = PretrainConfig(), prog
         interrupted = stop_after is not None and step - start >= stop_after and step < total
         if (step % cfg.save_every == 0 and step < total) or interrupted or (step == total and final_state):
             tmp = out / "state.pt.tmp"
-            torch.save({"model": model.state_dict(), "optimizer": opt.state_dict(), "step": step, "tokens": seen,
-                        "curve": curve, "seconds": time.time() - t0, "config": asdict(cfg), "n_rows": len(rows),
-                        "monitor_log": monitor_log}, tmp)
+            with writing(state_path):
+                torch.save({"model": model.state_dict(), "optimizer": opt.state_dict(), "step": step, "tokens": seen,
+                            "curve": curve, "seconds": time.time() - t0, "config": asdict(cfg), "n_rows": len(rows),
+                            "monitor_log": monitor_log, "ema": ema}, tmp)
             os.replace(tmp, state_path)
         if interrupted:
             bar.close()
@@ -229,10 +231,12 @@ WORK_FILES = ("state.pt", "state.pt.tmp", "train_stats.json")   # what pretrain 
 
 
 def remove_work(out) -> None:
-    """Remove what :func:`pretrain` wrote into ``out`` (:data:`WORK_FILES`) once its caller has saved the result,
-    and the folder when nothing else is left in it: a file of the user's there is never deleted."""
+    """Remove what :func:`pretrain` wrote into ``out`` (:data:`WORK_FILES` and the temporaries of its writes) once
+    its caller has saved the result, and the folder when nothing else is left in it: a file of the user's there is never deleted."""
     out = Path(out)
     for name in WORK_FILES:
         (out / name).unlink(missing_ok=True)
+        for tmp in out.glob(f".{name}.*.tmp"):      # a temporary of its atomic writes that a kill left behind
+            tmp.unlink()
     if out.is_dir() and not any(out.iterdir()):
         out.rmdir()

@@ -25,9 +25,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..core import validate as v
-from ..core.files import exclusive, write_text
+from ..core.files import exclusive, write_text, writing
 from ..core.provenance import git_commit, hardware
-from ..llm.models import EMBEDDED, load, resolve_model, vllm_available
+from ..llm.models import EMBEDDED, load, model_digest, resolve_model, vllm_available
 from ..measure import tasks
 from ..task.arithmetic import CHECKS
 from ..task.problems import parse_level
@@ -198,7 +198,8 @@ def fields_help(width: int = 100) -> str:
 
     lines = []
     for f in dataclasses.fields(TrainConfig):
-        head = f"  {f.name} (default {f.default!r})"
+        default = f.default_factory() if f.default is dataclasses.MISSING else f.default   # a field's factory
+        head = f"  {f.name} (default {default!r})"
         lines += textwrap.wrap(f.metadata.get("help", ""), width, initial_indent=head + ": ",
                                subsequent_indent=" " * 6) or [head]
     return "\n".join(lines)
@@ -460,8 +461,10 @@ def check_run_dir(cfg: TrainConfig) -> Path:
 
 def resume_mismatch(run: Path, cfg: TrainConfig) -> str:
     """What differs between the run in ``run`` (its ``run_config.json``) and ``cfg``, as ``field: was -> now`` (empty
-    when nothing does): every field but ``output_dir`` and ``resume``, the starting model compared as the folder it
-    resolves to (a relative and an absolute path of the same folder are the same model)."""
+    when nothing does): every field but ``output_dir`` and ``resume``, the starting model compared by content
+    (:func:`dsh.llm.models.model_digest`: the same weights under a relative, an absolute or another path are the
+    same model; other weights in the same folder are not), for a run from before digests as the folder it resolves
+    to."""
     try:
         stored = json.loads((run / "run_config.json").read_text())
         was = stored["dsh"]
@@ -474,8 +477,13 @@ def resume_mismatch(run: Path, cfg: TrainConfig) -> str:
             continue
         out.append(f"{k}: {was.get(k)!r} -> {now.get(k)!r}")
     before, after = stored.get("resolved_model"), resolve_model(cfg.model)
+    if stored.get("model_digest") is not None:      # by content: the same weights under any path, other weights never
+        digest = model_digest(after)
+        if digest != stored["model_digest"]:
+            out.append(f"model: {before!r} ({stored['model_digest'][:19]}) -> {after!r} ({digest[:19]})")
+        return "; ".join(out)
     same = before == after or (before is not None and Path(before).exists() and Path(after).exists()
-                               and Path(before).resolve() == Path(after).resolve())
+                               and Path(before).resolve() == Path(after).resolve())   # a run from before digests
     if not same:
         out.append(f"model: {before!r} -> {after!r}")
     return "; ".join(out)
@@ -587,13 +595,15 @@ def _train(cfg: TrainConfig, loc: str, trl_cfg) -> dict:
     if cfg.resume and resume_from is None:
         print(f"dsh: nothing to resume in {run} (no checkpoint); training from the start", flush=True)
     records = build_dataset(cfg)
+    digest = model_digest(loc)                     # the starting model by content: what a resume must continue from
     model, tok = load(loc, dtype=torch.bfloat16 if trl_cfg.bf16 else torch.float32,
                       trust_remote_code=cfg.trust_remote_code)   # refuses weights that do not cover the model
     run.mkdir(parents=True, exist_ok=True)         # nothing is written before the model has loaded
     if cfg.resume:          # the killed run's logs past its checkpoint (all of them when there is none) are logged again
         trim_logs(run, int(Path(resume_from).name.split("-")[-1]) if resume_from else -1)
     (run / "run_config.json").write_text(json.dumps(
-        {"dsh": dataclasses.asdict(cfg), "resolved_model": loc, "trl": trl_cfg.to_dict()}, indent=1, default=str))
+        {"dsh": dataclasses.asdict(cfg), "resolved_model": loc, "model_digest": digest, "trl": trl_cfg.to_dict()},
+        indent=1, default=str))
     packed = cfg.padding_free
     if packed:
         from ..llm.packing import register
@@ -616,9 +626,11 @@ def _train(cfg: TrainConfig, loc: str, trl_cfg) -> dict:
     if torch.cuda.is_available():
         torch.cuda.reset_peak_memory_stats()
     t0 = time.time()
-    out = trainer.train(resume_from_checkpoint=resume_from)
+    with writing(run):            # checkpoints: a full disk is one line naming the run folder
+        out = trainer.train(resume_from_checkpoint=resume_from)
     wall = time.time() - t0
-    _save_final(trainer, tok, cfg, run, packed)
+    with writing(run / "final"):
+        _save_final(trainer, tok, cfg, run, packed)
     summary = _summary(cfg, trl_cfg, trainer, out, wall, resume_from, records, packed, cut)
     (run / "summary.json").write_text(json.dumps(summary, indent=1))
     if not cfg.keep_checkpoints:  # a finished run needs only final/ (a 7B checkpoint with Adam is ~100 GB)
