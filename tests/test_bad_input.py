@@ -596,14 +596,22 @@ def test_a_full_disk_is_one_line_naming_what_was_being_written(tmp_path, case):
     """Issue 34: a disk that refuses a write (here a file size limit, the same refusal a full disk gives) while
     `dsh base` saves its state or `dsh train` its checkpoint was a traceback (torch's 'unexpected pos',
     SafetensorError); now one line naming the file or the run folder, exit 2."""
-    if case == "base":
-        argv, where = ["base", "--out", str(tmp_path / "m"), "--tokens", "3000", "--n-examples", "300", "--quiet"], \
-            str(tmp_path / ".m.work" / "state.pt")
+    if case == "base":      # the base command's own code (build_base) on a small model, through the CLI's handler
+        code = ("import sys\nfrom dsh.__main__ import main\nfrom dsh.llm.tiny import TinyConfig\n"
+                "from dsh.training import laptop_base as lb\nfrom dsh.training.pretrain import PretrainConfig\n"
+                "spec = lb.BaseSpec(model=TinyConfig(d_model=32, layers=1, heads=2, ffn=64, max_positions=256), "
+                "train=PretrainConfig(tokens=3000, tokens_per_batch=512, warmup_steps=2), n_examples=300, "
+                "pack_length=256, report_n=1, curve_every=1000, curve_n=1)\n"
+                "import dsh.__main__\n"
+                "dsh.__main__.BaseSpec = lambda: spec       # the command builds this small spec\n"
+                f"sys.exit(main(['base', '--out', {str(tmp_path / 'm')!r}, '--quiet']))\n")
+        argv, where, limit = ["-c", code], str(tmp_path / ".m.work" / "state.pt"), 30_000
     else:
-        argv, where = ["train", "--preset", "laptop", "--method", "sft", "--output-dir", str(tmp_path / "run"),
-                       "--set", "max_steps=2", "--set", "save_steps=1", "--set", "n_train=16"], str(tmp_path / "run")
-    r = subprocess.run([sys.executable, "-m", "dsh", *argv], capture_output=True, text=True, cwd=ROOT,
-                       preexec_fn=_file_size_limit(1_000_000))
+        argv, where, limit = ["-m", "dsh", "train", "--preset", "laptop", "--method", "sft", "--output-dir",
+                       str(tmp_path / "run"), "--set", "max_steps=2", "--set", "save_steps=1", "--set", "n_train=16"], \
+            str(tmp_path / "run"), 1_000_000
+    r = subprocess.run([sys.executable, *argv], capture_output=True, text=True, cwd=ROOT,
+                       preexec_fn=_file_size_limit(limit))
     err = [line for line in r.stderr.splitlines() if line.startswith("error: ")]   # beside the progress bars
     assert r.returncode == 2 and len(err) == 1 and "Traceback" not in r.stderr, r.stderr[-2000:]
     assert err[0].endswith(": " + where) and "free space and run again" in err[0], err
