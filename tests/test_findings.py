@@ -120,3 +120,17 @@ def test_a_changed_result_changes_the_empirical_verdicts(lap):
 def test_bad_input_is_named(call, message):
     with pytest.raises(ValueError, match=re.escape(message)):
         call()
+
+
+def test_the_rl_arms_beta_is_read_from_the_results_when_they_record_it(lap):
+    """The RL arm joins the KL ablation at the beta it trained with: the summary's configs (pipeline summaries
+    record them); the committed results predate that record and use their preset's beta."""
+    assert "configs" not in lap["summary"]
+    arms = dict(report.kl_arms(lap))
+    assert arms[0.001] == "rl" and set(arms.values()) == {"rl", "rl_beta0", "rl_beta0.1"}
+    recorded = copy.deepcopy(lap)
+    recorded["summary"]["configs"] = {x["name"]: {"beta": 0.05} for x in report.plan_of(lap) if x["kind"] == "rl"}
+    assert dict(report.kl_arms(recorded)) == {0.0: "rl_beta0", 0.05: "rl", 0.1: "rl_beta0.1"}
+    recorded["summary"]["configs"]["rl-s1"] = {"beta": 0.2}
+    with pytest.raises(ValueError, match=r"the RL stages trained with different betas \(\[0.05, 0.2\]\)"):
+        report.kl_arms(recorded)

@@ -94,6 +94,11 @@ def test_the_results_folder_is_every_presets(killed_and_resumed):
     assert list(report.table1(loaded).index) == ["Base", "SFT (no reflection) (1 seed)", "SFT (reflection) (1 seed)",
                                                  "DFT (1 seed)", "RL (1 seed)"]
     assert [c["verdict"] for c in report.claims(loaded, seed=0)] == ["cannot tell"] * 4   # 2 questions a level
+    configs = loaded["summary"]["configs"]          # each trained stage's configuration, paths from labels
+    from dsh.experiment.presets import LAPTOP
+
+    assert sorted(configs) == sorted(STAGES[1:]) and configs["rl-s0"]["beta"] == LAPTOP.training["grpo"]["beta"]
+    assert configs["rl-s0"]["model"] == "<runs_dir>/sft_reflection-s0" and configs["rl-s0"]["max_steps"] == 3
 
 
 def test_bad_laptop_input_is_one_line_before_any_work(tmp_path):

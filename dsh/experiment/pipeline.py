@@ -403,6 +403,10 @@ def _summary(p, model, chosen, settings, seed, clock: Clock, train_summaries, cf
         "accuracy": {s: {lv: {k: c["all"]["by_level"][lv][k] for k in ("n", "observed_accuracy", "ci_low", "ci_high")}
                          for lv in c["all"]["by_level"]} for s, c in calib.items()},
         "commit": git_commit(),
+        # each trained stage's resolved configuration: what labels it (a GRPO arm's beta) read from the results, not
+        # from today's preset code
+        "configs": {name: json.loads(json.dumps(dataclasses.asdict(c), default=str)) for name, c in cfgs.items()
+                    if name in train_summaries},
     }
     summary["design"] = design_checks({"summary": summary, "calibration": calib})
     return summary

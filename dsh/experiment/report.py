@@ -412,10 +412,15 @@ def _curves(results: dict, kind: str) -> list:
 
 def kl_arms(results: dict) -> list:
     """The KL ablation's arms as (beta, kind): the ``rl_beta<b>`` kinds and, where they exist, the RL arm itself at
-    its preset's coefficient (one of the ablation's values), sorted by beta."""
+    the coefficient it trained with (the summary's ``configs``; for results written before it recorded them, its
+    preset's), sorted by beta."""
     kinds = {x["kind"] for x in plan_of(results)}
     arms = {float(k[len("rl_beta"):]): k for k in kinds if k.startswith("rl_beta")}
-    beta = get(results["summary"]["preset"]).training.get("grpo", {}).get("beta")
+    configs = results["summary"].get("configs") or {}
+    recorded = {configs[x["name"]].get("beta") for x in plan_of(results) if x["kind"] == "rl" and x["name"] in configs}
+    if len(recorded) > 1:
+        raise ValueError(f"results: the RL stages trained with different betas ({sorted(recorded)}); one arm each")
+    beta = recorded.pop() if recorded else get(results["summary"]["preset"]).training.get("grpo", {}).get("beta")
     if arms and "rl" in kinds and beta is not None and float(beta) not in arms:
         arms[float(beta)] = "rl"
     return sorted(arms.items())
