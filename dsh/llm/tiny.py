@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..core import validate as v
+from ..core.files import readable
 from ..task.laptop_task import PHRASES
 
 ALPHABET = "0123456789+-*=:,.!>? \n" + "abcdefghijklmnopqrstuvwxyz" + "ACTL'"
@@ -88,4 +89,4 @@ def save(model, tok, folder, provenance: dict) -> Path:
     model.save_pretrained(folder, safe_serialization=True)
     tok.save_pretrained(folder)
     (folder / "dsh_provenance.json").write_text(json.dumps(provenance, indent=1, default=str) + "\n")
-    return folder
+    return readable(folder)

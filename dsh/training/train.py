@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..core import validate as v
-from ..core.files import exclusive, write_text, writing
+from ..core.files import exclusive, readable, write_text, writing
 from ..core.provenance import git_commit, hardware
 from ..llm.models import EMBEDDED, load, model_digest, resolve_model, vllm_available
 from ..measure import tasks
@@ -538,6 +538,7 @@ def _save_final(trainer, tok, cfg: TrainConfig, run: Path, packed: bool) -> None
     m.save_pretrained(run / "final", safe_serialization=True)
     tok.padding_side = "left"
     tok.save_pretrained(run / "final")
+    readable(run / "final")
 
 
 def _summary(cfg: TrainConfig, trl_cfg, trainer, out, wall: float, resume_from, records, packed: bool, cut) -> dict:
