@@ -303,3 +303,13 @@ def test_the_same_runs_folder_by_a_relative_or_an_absolute_path_is_one_run(tmp_p
                                     runs_dir=str(tmp_path / "runs"), **{**args, "progress": True})
     assert "train rl-s0: reused" in capsys.readouterr().out
     assert _hashes(tmp_path / "runs" / "rl-s0") == before and summary["stages"] == ["rl-s0"]
+
+
+def test_a_claim_that_names_its_model_by_path_is_explained(tmp_path):
+    """Claims written before models were named by content hold a path: the refusal says why the model 'differs'."""
+    old = folders.identity("laptop", [], ["base"], "/tmp/p/pl-clone/dsh/assets/laptop-base", {}, {}, 0)
+    new = folders.identity("laptop", [], ["base"], "sha256:" + "0" * 64, {}, {}, 0)
+    folders.claim({"results_dir": tmp_path / "r"}, old)
+    with pytest.raises(ValueError, match=r"another model \(its claim names the model by path, as dsh did before it "
+                                         r"named models by content\); run it with the same options"):
+        folders.claim({"results_dir": tmp_path / "r"}, new)

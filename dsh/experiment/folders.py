@@ -92,9 +92,11 @@ def check(folder: Path, role: str, ident: dict, fresh: bool) -> str:
     if stored == ident:
         return "resume"
     if not fresh:
-        raise ValueError(f"{role} {folder} holds a pipeline run with another {_differs(stored, ident)}; run it with "
-                         f"the same options to resume it, pass --fresh (fresh=True) to start it over, or choose "
-                         f"another folder; nothing was changed")
+        older = "" if str(stored.get("model", "")).startswith("sha256:") or stored.get("model") == ident.get("model") \
+            else " (its claim names the model by path, as dsh did before it named models by content)"
+        raise ValueError(f"{role} {folder} holds a pipeline run with another {_differs(stored, ident)}{older}; run "
+                         f"it with the same options to resume it, pass --fresh (fresh=True) to start it over, or "
+                         f"choose another folder; nothing was changed")
     return "fresh"
 
 
