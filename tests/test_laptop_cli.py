@@ -99,6 +99,10 @@ def test_the_results_folder_is_every_presets(killed_and_resumed):
 
     assert sorted(configs) == sorted(STAGES[1:]) and configs["rl-s0"]["beta"] == LAPTOP.training["grpo"]["beta"]
     assert configs["rl-s0"]["model"] == "<runs_dir>/sft_reflection-s0" and configs["rl-s0"]["max_steps"] == 3
+    umask = os.umask(0)
+    os.umask(umask)             # a trained model is readable like any file its user writes (transformers: 0600)
+    assert {oct(p.stat().st_mode & 0o777) for p in (root / "runs" / "sft-s0" / "final").iterdir()} == \
+        {oct(0o666 & ~umask)}
 
 
 def test_bad_laptop_input_is_one_line_before_any_work(tmp_path):
