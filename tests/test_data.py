@@ -219,3 +219,28 @@ def test_gzip_copy_gives_the_same_bytes_every_time(tmp_path):
     b = files.gzip_copy(src, tmp_path / "b.jsonl.gz").read_bytes()
     assert a == b and a[3] & 0x08 == 0 and a[4:8] == b"\0\0\0\0"     # FLG.FNAME unset, MTIME 0
     assert gzip.decompress(a) == src.read_bytes()
+
+
+def test_a_distinct_draw_has_no_repeat_and_is_the_same_stream_with_repeats_skipped():
+    """Issue 34: the laptop ladder's 100 questions of 1x2 (810 problems) hold 7 repeats when drawn with
+    replacement. ``distinct=True`` draws the same stream without them: the first occurrences in the same order,
+    topped up from further down the stream; a draw that had no repeat (the paper's 3x3..3x9) is the same list."""
+    seed = 1_000_003   # the test questions' stream (problems.test_problems)
+    plain = problems.draw_problems("1x2", 100, seed=seed)
+    pairs = [(p.a, p.b) for p in plain]
+    assert len(set(pairs)) == 93   # the case of the issue: 7 repeats
+    dist = problems.draw_problems("1x2", 100, seed=seed, distinct=True)
+    assert len({(p.a, p.b) for p in dist}) == 100
+    firsts = list(dict.fromkeys(pairs))
+    assert [(p.a, p.b) for p in dist][:93] == firsts
+    longer = problems.draw_problems("1x2", 300, seed=seed)
+    assert [(p.a, p.b) for p in dist] == list(dict.fromkeys((p.a, p.b) for p in longer))[:100]
+    for lv in ("3x3", "3x9"):
+        assert problems.draw_problems(lv, 100, seed=seed, distinct=True) == problems.draw_problems(lv, 100, seed=seed)
+    # every problem of a level, and no more
+    assert len(set(problems.draw_problems("1x1", 81, seed=2, distinct=True))) == 81
+    with pytest.raises(ValueError, match=r"^count must be at most 81 for distinct problems of level 1x1 "):
+        problems.draw_problems("1x1", 82, seed=2, distinct=True)
+    with pytest.raises(ValueError, match=r"^count must be at most 80 for distinct problems of level 1x1 "
+                                         r"\(81 problems, 1 excluded\); got 81$"):
+        problems.draw_problems("1x1", 81, seed=2, exclude={(1, 1)}, distinct=True)

@@ -62,22 +62,29 @@ def level_index(level) -> int:
 MAX_PROBLEMS = 1_000_000   # problems drawn at once per level: beyond it a run would only exhaust memory
 
 
-def draw_problems(level, count: int, seed: int = 0, exclude=frozenset()) -> list[Problem]:
+def draw_problems(level, count: int, seed: int = 0, exclude=frozenset(), distinct: bool = False) -> list[Problem]:
     """``count`` problems of one level, uniform operands, deterministic under ``seed``; pairs in
-    ``exclude`` (a set of (a, b)) are redrawn."""
+    ``exclude`` (a set of (a, b)) are redrawn. ``distinct``: drawn without replacement (the same stream with
+    repeats skipped, so a draw that had no repeat is the same list either way)."""
     m, n = parse_level(level)
     count = v.length("count", count)
     if count > MAX_PROBLEMS:
         raise ValueError(f"count must be at most {MAX_PROBLEMS:,} problems a level (memory); got {count:,}")
     space = 9 * 10 ** (m - 1) * 9 * 10 ** (n - 1)
-    if count and sum(1 for a, b in exclude if len(str(a)) == m and len(str(b)) == n) >= space:
+    left = space - sum(1 for a, b in set(exclude) if len(str(a)) == m and len(str(b)) == n)
+    if count and left <= 0:
         raise ValueError(f"level {level}: every one of its {space} problems is excluded; nothing left to draw")
+    if distinct and count > left:
+        raise ValueError(f"count must be at most {left:,} for distinct problems of level {level} "
+                         f"({space:,} problems, {space - left:,} excluded); got {count:,}")
     rng = random.Random(f"{seed}-{m}x{n}")
-    out = []
+    out, seen = [], set()
     while len(out) < count:
         p = Problem(rng.randint(10 ** (m - 1), 10 ** m - 1), rng.randint(10 ** (n - 1), 10 ** n - 1))
-        if (p.a, p.b) not in exclude:
-            out.append(p)
+        if (p.a, p.b) in exclude or (distinct and (p.a, p.b) in seen):
+            continue
+        seen.add((p.a, p.b))
+        out.append(p)
     return out
 
 
