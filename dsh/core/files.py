@@ -60,7 +60,7 @@ def writing(where):
         yield
     except OSError as e:
         if e.errno in FULL:
-            raise OSError(e.errno, f"{os.strerror(e.errno)}: free space and run again", str(where)) from None
+            raise _full(e.errno, where) from None
         raise
     except RuntimeError as e:   # torch.save's
         if _cut_write(e):
@@ -70,9 +70,13 @@ def writing(where):
     except Exception as e:      # noqa: BLE001 - safetensors' error class is its Rust module's own
         m = re.search(r"os error (\d+)", str(e))
         if type(e).__name__ == "SafetensorError" and m and int(m.group(1)) in FULL:
-            code = int(m.group(1))
-            raise OSError(code, f"{os.strerror(code)}: free space and run again", str(where)) from None
+            raise _full(int(m.group(1)), where) from None
         raise
+
+
+def _full(code: int, where) -> OSError:
+    """The one-line error of a write refused for space (``code``: ENOSPC, EDQUOT or EFBIG) at ``where``."""
+    return OSError(code, f"{os.strerror(code)}: free space and run again", str(where))
 
 
 def _cut_write(e: RuntimeError) -> bool:

@@ -439,9 +439,10 @@ def clear_run(run_dir) -> None:
     run.rmdir()
 
 
-def check_run_dir(cfg: TrainConfig) -> Path:
+def check_run_dir(cfg: TrainConfig, digest: str | None = None) -> Path:
     """The run directory, refused when it already holds a run and ``resume`` is off, or, with ``resume``, when it
-    holds files but is not a dsh run (no ``run_config.json``). Nothing is created here."""
+    holds files but is not a dsh run (no ``run_config.json``) or another run (:func:`resume_mismatch`; ``digest``:
+    the starting model's, when the caller has it). Nothing is created here."""
     run = Path(cfg.output_dir)
     if run.exists() and not run.is_dir():
         raise ValueError(f"output_dir {run} is a file; choose a folder")
@@ -452,19 +453,20 @@ def check_run_dir(cfg: TrainConfig) -> Path:
     if full and cfg.resume and not (run / "run_config.json").is_file():
         raise ValueError(f"output_dir {run} is not a dsh run (no run_config.json); resume continues only a dsh run")
     if full and cfg.resume:
-        differ = resume_mismatch(run, cfg)
+        differ = resume_mismatch(run, cfg, digest)
         if differ:
             raise ValueError(f"output_dir {run} holds a run with other settings ({differ}); resume continues only "
                              f"the same run: choose another output_dir or the run's own settings")
     return run
 
 
-def resume_mismatch(run: Path, cfg: TrainConfig) -> str:
+def resume_mismatch(run: Path, cfg: TrainConfig, digest: str | None = None) -> str:
     """What differs between the run in ``run`` (its ``run_config.json``) and ``cfg``, as ``field: was -> now`` (empty
     when nothing does): every field but ``output_dir`` and ``resume``, the starting model compared by content
     (:func:`dsh.llm.models.model_digest`: the same weights under a relative, an absolute or another path are the
     same model; other weights in the same folder are not), for a run from before digests as the folder it resolves
-    to."""
+    to. ``digest``: the starting model's :func:`~dsh.llm.models.model_digest` when the caller has it (computed here
+    otherwise: one read of the weights)."""
     try:
         stored = json.loads((run / "run_config.json").read_text())
         was = stored["dsh"]
@@ -478,7 +480,7 @@ def resume_mismatch(run: Path, cfg: TrainConfig) -> str:
         out.append(f"{k}: {was.get(k)!r} -> {now.get(k)!r}")
     before, after = stored.get("resolved_model"), resolve_model(cfg.model)
     if stored.get("model_digest") is not None:      # by content: the same weights under any path, other weights never
-        digest = model_digest(after)
+        digest = digest or model_digest(after)
         if digest != stored["model_digest"]:
             out.append(f"model: {before!r} ({stored['model_digest'][:19]}) -> {after!r} ({digest[:19]})")
         return "; ".join(out)
@@ -578,25 +580,25 @@ def train(cfg: TrainConfig) -> dict:
         raise ValueError(f"cfg must be a dsh.training.train.TrainConfig, got {type(cfg).__name__}")
     loc = resolve_model(cfg.model)                 # fails fast on a bad model before anything is written
     trl_cfg = to_trl_config(cfg)
-    check_run_dir(cfg)
+    digest = model_digest(loc)                     # the starting model by content: what a resume must continue from
+    check_run_dir(cfg, digest)
     # one process a run folder: a second one would interleave its steps and checkpoints with the first's
     with exclusive(Path(cfg.output_dir), f"output_dir {cfg.output_dir} is being trained by another dsh process; "
                    f"wait for it or choose another output_dir"):
-        return _train(cfg, loc, trl_cfg)
+        return _train(cfg, loc, trl_cfg, digest)
 
 
-def _train(cfg: TrainConfig, loc: str, trl_cfg) -> dict:
+def _train(cfg: TrainConfig, loc: str, trl_cfg, digest: str) -> dict:
     import shutil
 
     import torch
     from datasets import Dataset
 
-    run = check_run_dir(cfg)                       # again, now that no other process can change it
+    run = check_run_dir(cfg, digest)               # again, now that no other process can change it
     resume_from = str(last_checkpoint(run)) if cfg.resume and last_checkpoint(run) else None
     if cfg.resume and resume_from is None:
         print(f"dsh: nothing to resume in {run} (no checkpoint); training from the start", flush=True)
     records = build_dataset(cfg)
-    digest = model_digest(loc)                     # the starting model by content: what a resume must continue from
     model, tok = load(loc, dtype=torch.bfloat16 if trl_cfg.bf16 else torch.float32,
                       trust_remote_code=cfg.trust_remote_code)   # refuses weights that do not cover the model
     run.mkdir(parents=True, exist_ok=True)         # nothing is written before the model has loaded
