@@ -163,3 +163,25 @@ def test_reflection_table_per_seed(results):
     assert list(t.index) == ["sft_reflection-s0", "sft_reflection-s1"]
     assert (abs(t["first attempt"] - 0.5) < 0.08).all() and (abs(t["first attempt, no reflection"] - 0.6) < 0.08).all()
     assert (t.checks == 0).all() and t.kappa.isna().all()        # simulated responses write no checks
+
+
+def test_question_repeats_counts_each_levels_repeats(tmp_path):
+    """A generations file with known repeats gives them back per level; the committed laptop ladder's counts are the
+    repeats of the stream that drew it (dsh.task.problems, read by a second route: the questions drawn again)."""
+    from pathlib import Path
+
+    from dsh.core.files import write_jsonl_gz
+    from dsh.task.problems import draw_problems
+
+    (tmp_path / "generations").mkdir()
+    qs = {"1x2": ["a", "b", "a", "a"], "1x10": ["c", "d"]}
+    write_jsonl_gz(tmp_path / "generations" / "base.jsonl.gz",
+                   [{"level": lv, "question": q} for lv, x in qs.items() for q in x])
+    got = report.question_repeats(tmp_path)
+    assert got.to_dict("records") == [{"level": "1x2", "questions": 4, "distinct": 2, "repeats": 2},
+                                      {"level": "1x10", "questions": 2, "distinct": 2, "repeats": 0}]
+    committed = report.question_repeats(Path(__file__).parent.parent / "book" / "results" / "laptop")
+    for row in committed.to_dict("records"):
+        drawn = draw_problems(row["level"], row["questions"], seed=1_000_003)
+        assert row["distinct"] == len({(p.a, p.b) for p in drawn}), row
+    assert committed["repeats"].sum() > 0   # the committed ladder was drawn with replacement (issue 34)

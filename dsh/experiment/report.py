@@ -601,6 +601,22 @@ def load_attribution(results_dir) -> dict:
     return {f.stem: json.loads(f.read_text()) for f in sorted(Path(results_dir).glob("attribution/*.json"))}
 
 
+def question_repeats(results_dir, stage: str = "base") -> pd.DataFrame:
+    """The test questions of a results folder, read from ``generations/<stage>.jsonl.gz`` (every stage is asked the
+    same ones): per level the questions asked, how many are distinct, and the repeats (a draw with replacement
+    repeats a question; :func:`dsh.task.problems.draw_problems` with ``distinct`` does not)."""
+    from pathlib import Path
+
+    from ..core.files import read_jsonl
+
+    recs = read_jsonl(Path(results_dir) / "generations" / f"{stage}.jsonl.gz", what="results_dir")
+    rows = []
+    for lv in sorted({r["level"] for r in recs}, key=level_index):
+        qs = [r["question"] for r in recs if r["level"] == lv]
+        rows.append({"level": lv, "questions": len(qs), "distinct": len(set(qs)), "repeats": len(qs) - len(set(qs))})
+    return pd.DataFrame(rows, columns=["level", "questions", "distinct", "repeats"])
+
+
 def attribution_table(studies: dict) -> pd.DataFrame:
     """One row per study, term and denominator: the log-log slope of |g_attempt| / |g_part| on the attempt length
     with its 95 % bootstrap interval, the pairs used, those left out because the part carries no gradient, the
