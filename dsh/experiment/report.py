@@ -9,11 +9,13 @@ ablation tables show the mean over seeds with each seed beside it, and a one-see
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pandas as pd
 
 from ..core import validate as v
 from ..core.agreement import cohen_kappa
+from ..core.files import read_jsonl
 from ..core.paper import paper_results
 from ..measure import tasks
 from ..measure.calibration import normal_interval
@@ -596,7 +598,6 @@ def load_attribution(results_dir) -> dict:
     """The gradient-attribution studies of a results folder (``attribution/<stage>.json``, written by
     :func:`dsh.experiment.pipeline.attribution_results`), by file stem; empty when there are none."""
     import json
-    from pathlib import Path
 
     return {f.stem: json.loads(f.read_text()) for f in sorted(Path(results_dir).glob("attribution/*.json"))}
 
@@ -605,10 +606,6 @@ def question_repeats(results_dir, stage: str = "base") -> pd.DataFrame:
     """The test questions of a results folder, read from ``generations/<stage>.jsonl.gz`` (every stage is asked the
     same ones): per level the questions asked, how many are distinct, and the repeats (a draw with replacement
     repeats a question; :func:`dsh.task.problems.draw_problems` with ``distinct`` does not)."""
-    from pathlib import Path
-
-    from ..core.files import read_jsonl
-
     recs = read_jsonl(Path(results_dir) / "generations" / f"{stage}.jsonl.gz", what="results_dir")
     rows = []
     for lv in sorted({r["level"] for r in recs}, key=level_index):
