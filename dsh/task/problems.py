@@ -83,7 +83,8 @@ def draw_problems(level, count: int, seed: int = 0, exclude=frozenset(), distinc
         p = Problem(rng.randint(10 ** (m - 1), 10 ** m - 1), rng.randint(10 ** (n - 1), 10 ** n - 1))
         if (p.a, p.b) in exclude or (distinct and (p.a, p.b) in seen):
             continue
-        seen.add((p.a, p.b))
+        if distinct:
+            seen.add((p.a, p.b))
         out.append(p)
     return out
 
