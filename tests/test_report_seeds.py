@@ -166,12 +166,13 @@ def test_reflection_table_per_seed(results):
 
 
 def test_question_repeats_counts_each_levels_repeats(tmp_path):
-    """A generations file with known repeats gives them back per level; the committed laptop ladder's counts are the
-    repeats of the stream that drew it (dsh.task.problems, read by a second route: the questions drawn again)."""
+    """A generations file with known repeats gives them back per level; the committed laptop ladder asks every level's
+    questions once, and they are the test questions of today's code (read by a second route: the questions drawn
+    again, in order)."""
     from pathlib import Path
 
-    from dsh.core.files import write_jsonl_gz
-    from dsh.task.problems import draw_problems
+    from dsh.core.files import read_jsonl, write_jsonl_gz
+    from dsh.task.laptop_task import test_questions
 
     (tmp_path / "generations").mkdir()
     qs = {"1x2": ["a", "b", "a", "a"], "1x10": ["c", "d"]}
@@ -180,8 +181,13 @@ def test_question_repeats_counts_each_levels_repeats(tmp_path):
     got = report.question_repeats(tmp_path)
     assert got.to_dict("records") == [{"level": "1x2", "questions": 4, "distinct": 2, "repeats": 2},
                                       {"level": "1x10", "questions": 2, "distinct": 2, "repeats": 0}]
-    committed = report.question_repeats(Path(__file__).parent.parent / "book" / "results" / "laptop")
-    for row in committed.to_dict("records"):
-        drawn = draw_problems(row["level"], row["questions"], seed=1_000_003)
-        assert row["distinct"] == len({(p.a, p.b) for p in drawn}), row
-    assert committed["repeats"].sum() > 0   # the committed ladder was drawn with replacement (issue 34)
+    root = Path(__file__).parent.parent / "book" / "results" / "laptop"
+    committed = report.question_repeats(root)
+    assert committed["repeats"].sum() == 0 and (committed["questions"] == 100).all(), committed
+    asked = {}
+    for r in sorted(read_jsonl(root / "generations" / "base.jsonl.gz"), key=lambda r: r["index"]):
+        asked.setdefault(r["level"], []).append(r["question"])
+    drawn = {}
+    for p in test_questions(list(committed["level"])):
+        drawn.setdefault(p.level, []).append(p.question)
+    assert asked == drawn

@@ -316,8 +316,7 @@ def test_questions(levels=TEST_LEVELS, n_per_level: int = 100, seed: int = 0) ->
 def held_out(levels=TEST_LEVELS, n_per_level: int = 100, seed: int = 0, both_orders: bool = False) -> frozenset:
     """The test questions as pairs (a, b); ``both_orders`` adds (b, a): the reversed question writes the same
     scratchpad and answer (the lean attempt multiplies the longer operand by the shorter), so a training set
-    must leave out both. The shipped base's corpus (:mod:`dsh.training.laptop_base`) left out the ordered pairs
-    only; fine-tuning leaves out both."""
+    must leave out both, and the base's corpus (:mod:`dsh.training.laptop_base`) and fine-tuning do."""
     pairs = {(p.a, p.b) for p in test_questions(levels, n_per_level, seed)}
     return frozenset(pairs | ({(b, a) for a, b in pairs} if both_orders else set()))
 

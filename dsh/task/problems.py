@@ -17,6 +17,7 @@ TRAIN_LEVELS = ((4, 5), (5, 4))
 TEST_LEVELS = tuple((3, n) for n in range(3, 10))
 N_TRAIN = 20_000       # the paper's training problems
 N_TEST = 100           # the paper's test problems per level
+TEST_STREAM = 1_000_003   # test problems are drawn with seed + TEST_STREAM, apart from training's stream
 
 
 @dataclass(frozen=True)
@@ -90,9 +91,10 @@ def draw_problems(level, count: int, seed: int = 0, exclude=frozenset(), distinc
 
 
 def test_problems(levels=TEST_LEVELS, n_per_level: int = N_TEST, seed: int = 0) -> list[Problem]:
-    """The held-out test problems: ``n_per_level`` per level, in level order (the draw that
-    :func:`make_splits` holds out of training and that ``dsh.experiment.evaluate`` asks)."""
-    return [p for lv in levels for p in draw_problems(lv, n_per_level, seed=seed + 1_000_003)]
+    """The held-out test problems: ``n_per_level`` distinct problems per level, in level order (the draw that
+    :func:`make_splits` holds out of training and that ``dsh.experiment.evaluate`` asks). Drawn without
+    replacement, so no question is counted twice in a level's accuracy."""
+    return [p for lv in levels for p in draw_problems(lv, n_per_level, seed=seed + TEST_STREAM, distinct=True)]
 
 
 def make_splits(n_train: int = N_TRAIN, train_levels=TRAIN_LEVELS, n_test: int = N_TEST,

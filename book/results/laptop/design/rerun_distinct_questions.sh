@@ -6,9 +6,9 @@
 # 8 questions are new, and the shipped base's corpus holds all 8 (it held out the old set only), so the base is
 # retrained on a corpus that holds the new set out, and every stage of the experiment is trained and measured again.
 #
-# Before: test_problems draws with distinct=True (the one-line switch in dsh/task/problems.py), and
-# dsh/assets/laptop-base is a base trained by that code (`python -m dsh base --out X`, defaults: ~38 min alone on the
-# 2-core machine; the one trained on 2026-11-25 waits in dsh/assets/laptop-base-next/, see its README.md).
+# Before (done on main 2026-11-26): test_problems draws with distinct=True, and dsh/assets/laptop-base is a base
+# trained by that code (`python -m dsh base --out X`, defaults: ~30-38 min alone on the 2-core machine; the one
+# shipped is described in base_distinct_questions.md beside this script).
 # Run from the repository root with the environment set up (`make setup`), nothing else running (the pipeline
 # records its load averages). Every step resumes: run the script again after a kill.
 #   bash book/results/laptop/design/rerun_distinct_questions.sh [scratch folder, default /tmp/rerun34]
