@@ -90,22 +90,32 @@ def test_a_runs_folder_with_a_foreign_run_folder_is_refused(tmp_path):
     assert (runs / "sft-s0" / "my_weights.pt").is_file() and not (runs / folders.CLAIM).exists()
 
 
-def _copy_laptop(tmp_path: Path) -> Path:
+def _copy_laptop(tmp_path: Path, jobs: bool = True) -> Path:
+    """The committed laptop results in ``tmp_path/laptop``; ``jobs=False``: as a folder written before job records
+    existed (no ``jobs/``, no ``jobs`` in its summary)."""
     out = tmp_path / "laptop"
-    shutil.copytree(LAPTOP / "calibration", out / "calibration")
-    shutil.copy(LAPTOP / "summary.json", out / "summary.json")
+    for sub in ("calibration", "generations", "probe") + (("jobs",) if jobs else ()):
+        shutil.copytree(LAPTOP / sub, out / sub)
+    summary = json.loads((LAPTOP / "summary.json").read_text())
+    if not jobs:
+        summary.pop("jobs")
+    (out / "summary.json").write_text(json.dumps(summary, indent=1))
     return out
 
 
-def test_the_loader_refuses_a_folder_that_mixes_two_runs_and_names_the_stage(tmp_path):
-    """The issue's case: a base evaluated on fewer questions a level than the summary says, rendered without a word."""
-    folder = _copy_laptop(tmp_path)
+@pytest.mark.parametrize("jobs", [True, False])
+def test_the_loader_refuses_a_folder_that_mixes_two_runs_and_names_the_stage(tmp_path, jobs):
+    """The issue's case: a base evaluated on fewer questions a level than the summary says, rendered without a word.
+    With job records the changed file is refused by its sha256; without (an older folder) by its question count."""
+    folder = _copy_laptop(tmp_path, jobs)
     assert len(pipeline.load_results(folder)["calibration"]) == 25
     path = folder / "calibration" / "sft-s1.json"
     cal = json.loads(path.read_text())
     cal["all"]["by_level"]["1x4"]["n"] = 21
     path.write_text(json.dumps(cal))
-    with pytest.raises(ValueError, match=r"stage sft-s1 was evaluated on .*1x4: 21.* its summary says 100 a level"):
+    refusal = (r"calibration/sft-s1.json is not the file stage sft-s1's job wrote" if jobs else
+               r"stage sft-s1 was evaluated on .*1x4: 21.* its summary says 100 a level")
+    with pytest.raises(ValueError, match=refusal):
         pipeline.load_results(folder)
     path.unlink()
     with pytest.raises(ValueError, match="stage sft-s1 of its summary has no calibration/sft-s1.json"):

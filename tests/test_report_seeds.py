@@ -191,3 +191,16 @@ def test_question_repeats_counts_each_levels_repeats(tmp_path):
     for p in test_questions(list(committed["level"])):
         drawn.setdefault(p.level, []).append(p.question)
     assert asked == drawn
+
+
+def test_kl_profile_bins_positions_and_is_empty_with_its_columns_where_no_position_has_ten_trajectories():
+    """Mean k1 per bin of positions from the study's sums and counts; a model with (almost) no trajectories, as
+    a DFT model that writes no check (the committed dft-s0), gives no rows but the columns a chapter indexes by."""
+    study = {"kl_positions": {"sum": [2.0, 4.0, 1.0, 9.0], "n": [10, 20, 10, 3]}}
+    got = report.kl_profile(study, width=2)
+    assert got.to_dict("records") == [
+        {"positions": "0-1", "first": 0, "mean k1": 6.0 / 30, "trajectories": 10},
+        {"positions": "2-3", "first": 2, "mean k1": 1.0 / 10, "trajectories": 10}]
+    empty = report.kl_profile({"kl_positions": {"sum": [1.0], "n": [1]}})
+    assert empty.empty and list(empty.columns) == ["positions", "first", "mean k1", "trajectories"]
+    assert empty.set_index("positions")["mean k1"].empty

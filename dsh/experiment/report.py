@@ -630,7 +630,8 @@ def attribution_table(studies: dict) -> pd.DataFrame:
 
 def kl_profile(study: dict, width: int = 10) -> pd.DataFrame:
     """The mean k1 = log(pi / pi_ref) by position along the first attempt, in bins of ``width`` positions (positions
-    with at least 10 trajectories): the stationarity premise says it is flat."""
+    with at least 10 trajectories): the stationarity premise says it is flat. No rows (the columns kept) where no
+    position has 10 trajectories, as for a model that writes no check after its answer."""
     import numpy as np
 
     s, n = np.asarray(study["kl_positions"]["sum"]), np.asarray(study["kl_positions"]["n"])
@@ -641,7 +642,7 @@ def kl_profile(study: dict, width: int = 10) -> pd.DataFrame:
             rows.append({"positions": f"{start}-{start + width - 1}", "first": start,
                          "mean k1": float(s[start:start + width][ok].sum() / n[start:start + width][ok].sum()),
                          "trajectories": int(n[start:start + width][ok].min())})
-    return pd.DataFrame(rows)
+    return pd.DataFrame(rows, columns=["positions", "first", "mean k1", "trajectories"])
 
 
 def plot_attribution(study: dict, terms=("reward", "kl_reward", "kl_k3"), against: str = "stage", title: str = ""):
