@@ -323,3 +323,26 @@ def test_a_claim_that_names_its_model_by_path_is_explained(tmp_path):
     with pytest.raises(ValueError, match=r"another model \(its claim names the model by path, as dsh did before it "
                                          r"named models by content\); run it with the same options"):
         folders.claim({"results_dir": tmp_path / "r"}, new)
+
+
+def test_committed_results_hold_no_machine_path():
+    """Issue 34: a committed results folder names paths by label (<dsh>, <runs_dir>, <scratch>), never by this
+    machine's absolute paths (the design logs under design/ are the design runs' raw output and are left as written)."""
+    import gzip
+    import re
+
+    machine = re.compile(r"(?<![\w<>])/(tmp|work|home|root|Users|var)/")
+    results = LAPTOP.parent
+    checked = 0
+    for path in results.rglob("*"):
+        if not path.is_file() or "design" in path.relative_to(results).parts:
+            continue
+        if path.suffix == ".gz":
+            text = gzip.decompress(path.read_bytes()).decode()
+        elif path.suffix == ".json":
+            text = path.read_text()
+        else:
+            continue
+        assert not machine.search(text), (path, machine.search(text).group(0))
+        checked += 1
+    assert checked > 50
