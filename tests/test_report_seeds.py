@@ -204,3 +204,16 @@ def test_kl_profile_bins_positions_and_is_empty_with_its_columns_where_no_positi
     empty = report.kl_profile({"kl_positions": {"sum": [1.0], "n": [1]}})
     assert empty.empty and list(empty.columns) == ["positions", "first", "mean k1", "trajectories"]
     assert empty.set_index("positions")["mean k1"].empty
+
+
+def test_seed_estimates_are_each_seeds_overall_block_and_the_deltas_their_differences(results):
+    """seed_estimates reads the calibration of a kind per training seed (seeds lacking the kind left out);
+    seed_deltas is the per-seed difference of two kinds' estimates."""
+    got = report.seed_estimates(results, "sft_reflection")
+    assert list(got) == [0, 1]
+    assert got[1] is results["calibration"]["sft_reflection-s1"]["all"]["overall"]
+    assert list(report.seed_estimates(results, "rl_beta0")) == [0]      # an ablation on seed 0 only
+    assert report.seed_estimates(results, "no_such_kind") == {}
+    rl, sr = report.seed_estimates(results, "rl"), report.seed_estimates(results, "sft_reflection")
+    assert report.seed_deltas(results, "rl", "sft_reflection")["Δp_dW"] == [
+        rl[s]["p_d_given_wrong"] - sr[s]["p_d_given_wrong"] for s in (0, 1)]

@@ -378,16 +378,28 @@ DELTA_KEYS = (("p_s", "Δp_s"), ("p_d_given_correct", "Δp_dC"), ("p_d_given_wro
               ("observed_accuracy", "Δaccuracy"))
 
 
-def seed_deltas(results: dict, kind: str, init: str) -> dict:
-    """``{"Δp_s": [...], "Δp_dC": [...], "Δp_dW": [...], "Δaccuracy": [...]}``: the change of each estimate (over
-    every response) from stage kind ``init`` to ``kind`` of the same training seed, one value a seed that has both
-    (a quantity undefined for one of the two is left out for that seed)."""
+def seed_estimates(results: dict, kind: str) -> dict:
+    """``{seed: estimates}``: the estimates over every response (p_s, p_d_given_correct, p_d_given_wrong,
+    observed_accuracy, ...: the calibration's ``all`` / ``overall`` block) of stage kind ``kind`` for each training
+    seed that has it, in seed order."""
     out = {}
     for s in seeds_of(results):
         cal = calibration_by_kind(results, s)
-        if kind not in cal or init not in cal:
+        if kind in cal:
+            out[s] = cal[kind]["all"]["overall"]
+    return out
+
+
+def seed_deltas(results: dict, kind: str, init: str) -> dict:
+    """``{"Δp_s": [...], "Δp_dC": [...], "Δp_dW": [...], "Δaccuracy": [...]}``: the change of each estimate (over
+    every response) from stage kind ``init`` to ``kind`` of the same training seed, one value a seed that has both
+    (a quantity undefined for one of the two is left out for that seed; :func:`seed_estimates`)."""
+    out = {}
+    before = seed_estimates(results, init)
+    for s, a in seed_estimates(results, kind).items():
+        if s not in before:
             continue
-        a, b = cal[kind]["all"]["overall"], cal[init]["all"]["overall"]
+        b = before[s]
         for key, name in DELTA_KEYS:
             if a[key] is not None and b[key] is not None:
                 out.setdefault(name, []).append(a[key] - b[key])
