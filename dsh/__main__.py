@@ -150,6 +150,7 @@ def _cmd_pipeline(args) -> int:
 
     overrides = _parse_overrides(args.set)
     eval_overrides = _parse_overrides(args.eval_set)
+    attribution_overrides = _parse_overrides(args.attribution_set)
     stages = tuple(x.strip() for x in args.stages.split(",") if x.strip()) if args.stages is not None else None
     if stages == ():
         raise ValueError("stages must name at least one stage, e.g. rl or rl-s0 (leave --stages out for the whole plan)")
@@ -158,7 +159,8 @@ def _cmd_pipeline(args) -> int:
                            seed=args.seed, seeds=_int_list("seeds", args.seeds) if args.seeds else None,
                            ablation_seeds=(_int_list("ablation_seeds", args.ablation_seeds)
                                            if args.ablation_seeds is not None else None),
-                           progress=not args.quiet, fresh=args.fresh)
+                           progress=not args.quiet, fresh=args.fresh,
+                           attribution_overrides=attribution_overrides or None)
     print(json.dumps({k: summary[k] for k in ("preset", "stages", "wall_s", "timings_s", "design")}, indent=1))
     return 0
 
@@ -369,6 +371,9 @@ def _add_pipeline(sub, presets_help, model_help) -> None:
                     "default: every stage of the preset)")
     pl.add_argument("--eval-set", action="append", metavar="KEY=VALUE",
                     help="override an evaluation setting: levels, n_per_level, max_new_tokens, temperature, batch_size")
+    pl.add_argument("--attribution-set", action="append", metavar="KEY=VALUE",
+                    help="override a setting of the gradient-attribution study (laptop): levels, prompts_per_level, "
+                    "group, temperature, max_new_tokens, objectives")
     pl.add_argument("--seed", type=int, default=0, help="the evaluation's seed (test questions, sampling streams); "
                     "only 0, the seed whose test questions every training set leaves out")
     pl.add_argument("--seeds", help="training seeds of every training stage, e.g. 0,1,2 (default: the preset's; "

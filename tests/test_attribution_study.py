@@ -12,7 +12,7 @@ from dsh.experiment import attribution_study as st
 from dsh.experiment import presets
 from dsh.llm import attribution as at
 from dsh.llm.models import load
-from dsh.measure.length_law import loglog_slope, slope_verdict
+from dsh.measure.length_law import bootstrap_coverage, loglog_slope, slope_verdict
 from dsh.task import laptop_task as lt
 
 
@@ -90,6 +90,10 @@ def test_split_on_cases_whose_answer_is_known(base):
         direct = torch.cat([d.flatten() for d in direct])
         diff = g["attempt"] + g["check"] + g["decision"] - direct
         assert float(diff.norm()) <= 1e-4 * float(direct.norm()) and float(direct.norm()) > 0, o   # float32 sums
+        # one forward pass for every objective (the study's route) gives each part as the objective's own pass
+        shared = at.all_part_gradients(model, ref, seg, ("sft", o, "kl_k1"), 0.7)[o]
+        assert set(shared) == set(g) and all(float((shared[k] - g[k]).norm()) <= 1e-5 * float(g[k].norm()) + 1e-12
+                                             for k in g), o
     # a reference equal to the policy: the KL terms give no gradient at all
     same = load(str(presets.LAPTOP.model))[0]
     for o in ("kl_k3", "kl_reward"):
@@ -125,6 +129,23 @@ def test_length_law_recovers_a_known_slope_with_its_stated_coverage():
     assert slope_verdict([0.2, 1.2], 1.0) == "cannot tell" and slope_verdict([None, None], 0.0) == "cannot tell"
     with pytest.raises(ValueError, match="same length"):
         loglog_slope([1, 2], [1])
+
+
+@pytest.mark.slow   # ~12 s: make check leaves it out, make test runs it
+def test_cluster_bootstrap_covers_where_resampling_trajectories_does_not():
+    """Trajectories come 8 to a question and share what the question adds to their ratio: resampling them one by one
+    (the pairs bootstrap) covers the true slope about half the time, resampling questions about 95 %."""
+    got = bootstrap_coverage(n_rep=200, seed=1)
+    assert got["pairs"] < 0.7 and 0.88 <= got["questions"] <= 0.99, got
+    # with nothing shared by a question's samples both resamplings cover
+    alone = bootstrap_coverage(n_rep=100, question_sd=0.0, seed=2)
+    assert alone["pairs"] >= 0.88 and alone["questions"] >= 0.88, alone
+    with pytest.raises(ValueError, match="question_sd and sample_sd"):
+        bootstrap_coverage(question_sd=-1)
+    f = loglog_slope([10, 20, 40, 80, 80], [1, 2, 4, 8, 9], clusters=["a", "a", "b", "c", "c"])
+    assert f["clusters"] == 3 and f["n"] == 5
+    with pytest.raises(ValueError, match="clusters must give one label per pair"):
+        loglog_slope([10, 20, 40], [1, 2, 4], clusters=["a"])
 
 
 def test_study_on_the_shipped_base_writes_what_it_measured(tmp_path):
@@ -163,3 +184,75 @@ def test_attribution_results_refuses_what_it_cannot_study(tmp_path):
     with pytest.raises(ValueError, match="no generations of stage base"):
         attribution_results(res, tmp_path / "runs", ["base"])
     assert not (res / "attribution").exists()
+
+
+def test_cluster_median_resamples_questions_and_covers_a_known_median():
+    from dsh.measure.length_law import cluster_median
+
+    rng = np.random.default_rng(3)
+    hits = 0
+    for rep in range(100):      # 40 questions x 8 samples, each question shifting its samples: true median 0
+        x = np.repeat(rng.normal(0, 1, 40), 8) + rng.normal(0, 0.2, 320)
+        m = cluster_median(x, np.repeat(np.arange(40), 8), n_boot=300, seed=rep)
+        hits += m["ci"][0] <= 0 <= m["ci"][1]
+        assert m["ci"][0] <= m["median"] <= m["ci"][1]
+    assert 0.88 <= hits / 100 <= 1.0, hits
+    assert cluster_median([np.nan], ["a"])["median"] is None
+    with pytest.raises(ValueError, match="clusters must give one label per value"):
+        cluster_median([1, 2], ["a"])
+
+
+def _study(arm, step, rows, validation=None):
+    return {"arm": arm, "step": step, "validation": validation, "trajectories": rows,
+            "fits": {"kl_k3 / decision": {"n": 5, "span": 2.0, "slope": 1.0, "ci": [0.8, 1.2], "predicted": 1.0,
+                                          "verdict": "holds", "silent": 0}}}
+
+
+def test_dynamics_table_weighs_the_kl_by_beta_and_counts_only_trajectories_with_an_advantage():
+    from dsh.experiment import report
+
+    rows = [{"prompt": i, "grad": {"reward": None if i == 0 else {"attempt": 10.0 * i, "decision": 1.0},
+                                   "kl_k3": {"attempt": 100.0, "decision": 4.0 * i}}} for i in range(5)]
+    val = {"p_s": 0.5, "p_s_ci": [0.4, 0.6], "p_d_given_correct": 0.9, "p_d_given_wrong": 0.3,
+           "p_d_given_wrong_ci": [0.2, 0.4]}
+    t = report.dynamics_table({"a": _study("rl-s0", 80, rows, val), "b": _study("rl-s0", 0, rows[:1])},
+                              {"rl-s0": 0.01}).set_index("step")
+    assert list(t.index) == [0, 80]                                    # ordered by step
+    assert t.loc[80, "reward attempt"] == 25.0                         # median of 10, 20, 30, 40: no advantage, no row
+    assert t.loc[80, "kl_k3 attempt"] == pytest.approx(1.0) and t.loc[80, "kl_k3 decision"] == pytest.approx(0.08)
+    assert (t.loc[80, "p_s"], t.loc[80, "p_s low"], t.loc[80, "p_dW high"]) == (0.5, 0.4, 0.4)
+    assert t.loc[0, "reward attempt"] is None or np.isnan(t.loc[0, "reward attempt"])
+    assert np.isnan(t.loc[0, "p_s"]) and t.loc[80, "trajectories"] == 5
+
+
+def test_reproduction_asks_each_slope_inside_the_others_interval():
+    from dsh.experiment import report
+
+    def one(slope, lo, hi):
+        return {"fits": {"kl_k3 / decision": {"n": 9, "span": 2.0, "slope": slope, "ci": [lo, hi], "predicted": 1.0,
+                                              "verdict": "cannot tell", "silent": 0},
+                         "sft / decision": {"n": 0, "span": None, "slope": None, "ci": [None, None],
+                                            "predicted": None, "verdict": None, "silent": 0}}}
+
+    assert report.reproduction(one(1.0, 0.5, 1.5), one(1.2, 0.9, 1.6)).reproduced.tolist() == [True]
+    assert report.reproduction(one(1.0, 0.5, 1.5), one(1.4, 1.1, 1.8)).reproduced.tolist() == [False]   # 1.0 < 1.1
+    assert report.reproduction(one(1.0, 0.9, 1.1), one(1.4, 0.5, 1.8)).reproduced.tolist() == [False]   # 1.4 > 1.1
+    assert len(report.reproduction(one(1.0, 0.5, 1.5), one(1.0, 0.5, 1.5))) == 1        # a term without a slope: out
+
+
+def test_bad_attribution_overrides_are_one_line_before_any_work(tmp_path):
+    from dsh.experiment import pipeline
+
+    for bad, fragment in (({"prompts": 3}, "attribution_overrides must be one of levels"),
+                          ({"seed": 3}, "attribution_overrides must be one of levels"),
+                          ({"group": 1}, "group must be an integer >= 2"),
+                          ({"levels": "2x2"}, "levels must be laptop levels 1xN"),
+                          ([1], "attribution_overrides must be a dict")):
+        with pytest.raises(ValueError, match=fragment):
+            pipeline.run_pipeline("laptop", results_dir=str(tmp_path / "r"), runs_dir=str(tmp_path / "w"),
+                                  attribution_overrides=bad, progress=False)
+        assert not (tmp_path / "r").exists() and not (tmp_path / "w").exists()
+    with pytest.raises(ValueError, match="preset 'ci' runs no attribution study"):
+        pipeline.run_pipeline("ci", results_dir=str(tmp_path / "r"), runs_dir=str(tmp_path / "w"),
+                              attribution_overrides={"group": 3}, progress=False)
+    assert pipeline.study_settings(presets.LAPTOP, {"levels": "1x3"}).levels == ("1x3",)

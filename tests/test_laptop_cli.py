@@ -17,7 +17,9 @@ pytestmark = pytest.mark.slow   # trains four tiny models through TRL in a subpr
 
 SMALL = ["--seeds", "0", "--ablation-seeds", "", "--set", "max_steps=3", "--set", "n_train=24", "--set", "save_steps=1",
          "--set", "generation_batch_size=16", "--set", "per_device_train_batch_size=8",
-         "--set", "max_completion_length=96", "--eval-set", "n_per_level=2", "--eval-set", "levels=1x2,1x3"]
+         "--set", "max_completion_length=96", "--eval-set", "n_per_level=2", "--eval-set", "levels=1x2,1x3",
+         "--attribution-set", "levels=1x2", "--attribution-set", "prompts_per_level=1", "--attribution-set", "group=2",
+         "--attribution-set", "max_new_tokens=120"]
 STAGES = ["base", "sft-s0", "sft_reflection-s0", "dft-s0", "rl-s0"]
 
 
@@ -80,7 +82,7 @@ def test_the_second_run_reuses_resumes_and_finishes(killed_and_resumed):
 
 
 def test_the_results_folder_is_every_presets(killed_and_resumed):
-    root, _, _, _ = killed_and_resumed
+    root, _, _, again = killed_and_resumed
     from dsh.experiment import pipeline, report
 
     res = root / "results"
@@ -94,6 +96,16 @@ def test_the_results_folder_is_every_presets(killed_and_resumed):
     assert list(report.table1(loaded).index) == ["Base", "SFT (no reflection) (1 seed)", "SFT (reflection) (1 seed)",
                                                  "DFT (1 seed)", "RL (1 seed)"]
     assert [c["verdict"] for c in report.claims(loaded, seed=0)] == ["cannot tell"] * 4   # 2 questions a level
+    # issue 31: the attribution step, each model against the one its training started from, two repeated
+    studies = {p.stem: json.loads(p.read_text()) for p in (res / "attribution").glob("*.json")}
+    assert sorted(studies) == sorted([*STAGES, "sft_reflection-s0-t1", "rl-s0-t1"])
+    assert studies["rl-s0"]["reference"] == "<runs_dir>/sft_reflection-s0" and studies["rl-s0"]["model"] == "<runs_dir>/rl-s0"
+    assert studies["base"]["reference"] == studies["base"]["model"] == "<dsh>/assets/laptop-base"
+    assert studies["dft-s0"]["reference"] == "<dsh>/assets/laptop-base"
+    assert "kl_k3" in studies["rl-s0"]["objectives"] and "kl_k3" not in studies["base"]["objectives"]
+    assert studies["rl-s0-t1"]["settings"]["seed"] == 1 and studies["rl-s0"]["settings"]["levels"] == ["1x2"]
+    assert studies["rl-s0"]["weights"] != studies["rl-s0"]["reference_weights"]
+    assert "[dsh pipeline] attribution rl-s0-t1: " in again.stdout
     configs = loaded["summary"]["configs"]          # each trained stage's configuration, paths from labels
     from dsh.experiment.presets import LAPTOP
 
@@ -153,6 +165,9 @@ def comparable(results: Path) -> dict:
         rel = p.relative_to(results).as_posix()
         if rel.startswith("probe/") and rel.endswith(".json"):     # the probe's summary records its time and date
             out[rel] = {k: x for k, x in json.loads(p.read_text()).items() if k not in ("wall_s", "date")}
+            continue
+        if rel.startswith("attribution/"):                          # a study records its times and date
+            out[rel] = {k: x for k, x in json.loads(p.read_text()).items() if k not in ("wall_s", "sample_s", "date")}
             continue
         if rel.startswith("jobs/"):      # a job's record holds the digest of its probe summary (time and date)
             out[rel] = _without_probe_digest(json.loads(p.read_text()))

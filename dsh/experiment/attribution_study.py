@@ -12,7 +12,8 @@ gradient (GRPO's update for one prompt, where trajectories with opposite advanta
 of Theorem 3.2 itself, the k1 sums of the attempt and of the decision tokens, with the mean k1 by position along
 the first attempt (the stationarity premise that chapter 02's counterexample breaks). Log-probabilities are taken
 at the sampling temperature, the policy's and the reference's, as TRL's GRPO scores its rollouts. The length law is
-fitted on a log-log scale with bootstrap intervals over trajectories (:mod:`dsh.measure.length_law`).
+fitted on a log-log scale with bootstrap intervals that resample questions (a question's group of samples is one
+cluster: its samples share the question's numbers and are not independent; :mod:`dsh.measure.length_law`).
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from ..core import validate as v
 from ..core.files import write_text
 from ..core.provenance import git_commit, portable
 from ..llm.complete import complete
-from ..llm.models import load, resolve_model
+from ..llm.models import load, resolve_model, weights_digest
 from ..measure import tasks
 from ..measure.length_law import loglog_slope, slope_verdict
 from ..task import laptop_task as lt
@@ -47,7 +48,8 @@ class StudySettings:
     """What the attribution study samples and measures."""
 
     levels: tuple = ("1x1", "1x2", "1x3", "1x4", "1x5", "1x6", "1x7", "1x8")   # attempts of ~17 to ~100 tokens
-    prompts_per_level: int = 8      # questions a level (8 x 8 x 8 = 512 samples: >= 200 with a reward signal)
+    prompts_per_level: int = 12     # questions a level: 12 x 8 x 8 = 768 samples, ~300 with a reward signal (8 gave
+    #                                 152-189, fewer than the 200 issue 31 asks; the table in chapter 08)
     group: int = 8                  # samples a question (the laptop GRPO's num_generations)
     temperature: float = 2.0        # the laptop GRPO's rollout temperature
     max_new_tokens: int = 400
@@ -171,7 +173,7 @@ def attribute_groups(model, ref_model, tok, samples, objectives, temperature: fl
     of the parts of the summed reward gradient. Trajectories with no decision (cut before a verdict) are left out
     (counted). Also the mean k1 by position along the first attempt (sum and count per position). Log-probabilities
     at ``temperature`` (the sampling's, as GRPO scores its rollouts)."""
-    from ..llm.attribution import part_gradients, segment_laptop, token_kl
+    from ..llm.attribution import all_part_gradients, segment_laptop, token_kl
 
     rows, groups, pos_sum, pos_n = [], {}, np.zeros(POSITIONS), np.zeros(POSITIONS)
     skipped = 0
@@ -192,12 +194,12 @@ def attribute_groups(model, ref_model, tok, samples, objectives, temperature: fl
                "L": float(np.mean(seg.attempt_lengths)), "attempts": len(seg.attempt_lengths),
                "tokens": {k: int(m.sum()) for k, m in parts}, "kl": {k: float(k1[m].sum()) for k, m in parts}}
         row["grad"] = {}
+        grads = all_part_gradients(model, ref_model, seg, objectives, s["advantage"], temperature)
         for o in objectives:
-            adv = s["advantage"] if o == "reward" else 1.0
-            if o == "reward" and adv == 0:
+            if o == "reward" and s["advantage"] == 0:
                 row["grad"][o] = None          # a group whose rewards agree: no reward gradient
                 continue
-            g = part_gradients(model, ref_model, seg, o, adv, temperature)
+            g = grads[o]
             row["grad"][o] = _split(g)
             if o == "reward":
                 acc = groups.setdefault(s["prompt"], {"level": s["level"], "L": [], "sum": None})
@@ -219,29 +221,34 @@ def carries(split: dict, part: str) -> bool:
     return split[part] > SILENT * split["attempt"]
 
 
-def fits(rows, group_rows, objectives, seed: int = 0) -> dict:
+def fits(rows, group_rows, objectives, seed: int = 0, by_question: bool = True) -> dict:
     """The length law per objective, keyed ``"<objective> / decision"`` and ``"<objective> / stage"``: the log-log
     slope of |g_attempt| / |g_decision| (the paper's one decision action) and of |g_attempt| / |g_stage| (check and
-    decision together) on L over trajectories, with its bootstrap interval and, against the decision, the verdict on
-    Theorem 3.2's prediction (:data:`PREDICTED_SLOPE`; None: the theorem predicts nothing for it); the same for
-    the group-summed reward gradient (``reward_group``) and for the immediate KL itself (``kl_immediate``: |k1 sum
-    of the attempt| / |k1 sum of the decision|, or of check and decision). Trajectories whose part carries no
-    gradient (:func:`carries`: a verdict the model is certain of) are left out of the fit and counted
-    (``silent``)."""
+    decision together) on L over trajectories, with its cluster-bootstrap interval (questions resampled) and,
+    against the decision, the verdict on Theorem 3.2's prediction (:data:`PREDICTED_SLOPE`; None: the theorem
+    predicts nothing for it); the same for the group-summed reward gradient (``reward_group``) and for the immediate
+    KL itself (``kl_immediate``: |k1 sum of the attempt| / |k1 sum of the decision|, or of check and decision).
+    Trajectories whose part carries no gradient (:func:`carries`: a verdict the model is certain of) are left out of
+    the fit and counted (``silent``). ``by_question=False`` resamples trajectories one by one instead (the design comparison only: a
+    question's samples are not independent, :func:`dsh.measure.length_law.bootstrap_coverage`)."""
     out = {}
     for against in ("decision", "stage"):
-        series = {o: [(r["L"], r["grad"][o]["attempt"] / r["grad"][o][against]) for r in rows
+        # (L, ratio, question): the question is the cluster the bootstrap resamples
+        series = {o: [(r["L"], r["grad"][o]["attempt"] / r["grad"][o][against], r["prompt"]) for r in rows
                       if r["grad"].get(o) and carries(r["grad"][o], against)] for o in objectives}
-        series["reward_group"] = [(g["L"], g["attempt"] / g[against]) for g in group_rows if carries(g, against)]
+        series["reward_group"] = [(g["L"], g["attempt"] / g[against], g["prompt"]) for g in group_rows
+                                  if carries(g, against)]
         kl_part = (lambda r: r["kl"]["decision"]) if against == "decision" else \
             (lambda r: r["kl"]["decision"] + r["kl"]["check"])
-        series["kl_immediate"] = [(r["L"], abs(r["kl"]["attempt"]) / abs(kl_part(r))) for r in rows if kl_part(r) != 0]
+        series["kl_immediate"] = [(r["L"], abs(r["kl"]["attempt"]) / abs(kl_part(r)), r["prompt"]) for r in rows
+                                  if kl_part(r) != 0]
         for o, pairs in series.items():
             got = [r["grad"][o] for r in rows if r["grad"].get(o)] if o in objectives else \
                 group_rows if o == "reward_group" else []
             silent = sum(not carries(x, against) for x in got)
-            f = loglog_slope([x for x, _ in pairs], [y for _, y in pairs], seed=seed) if pairs else \
-                {"n": 0, "span": None, "slope": None, "ci": [None, None]}
+            f = loglog_slope([x for x, _, _ in pairs], [y for _, y, _ in pairs], seed=seed,
+                             clusters=[q for *_, q in pairs] if by_question else None) if pairs else \
+                {"n": 0, "span": None, "slope": None, "ci": [None, None], "clusters": 0}
             # Theorem 3.2 speaks of the decision as one action; with the check counted as pi_d's it predicts nothing
             pred = PREDICTED_SLOPE.get(o) if against == "decision" else None
             f["silent"] = silent        # trajectories whose part carries no gradient at float32 precision
@@ -275,6 +282,7 @@ def run_study(model: str, reference: str, out, settings: StudySettings = StudySe
     t_sample = time.time() - t0
     rows, group_rows, positions = attribute_groups(m, ref, tok, samples, objectives, settings.temperature)
     result = {"model": portable(str(model), roots), "reference": portable(str(reference), roots),
+              "weights": weights_digest(loc), "reference_weights": weights_digest(ref_loc),
               "settings": asdict(settings),
               "objectives": list(objectives), "trajectories": rows, "groups": group_rows, "kl_positions": positions,
               "fits": fits(rows, group_rows, objectives, settings.seed), "sample_s": round(t_sample, 1),

@@ -128,8 +128,9 @@ def stages_needed(stages, chosen, starts: dict | None = None) -> list[str]:
 def run_pipeline(preset: str = DEFAULT, results_dir: str | None = None, runs_dir: str | None = None,
                  model: str | None = None, overrides: dict | None = None, stages: tuple | None = None,
                  eval_overrides: dict | None = None, seed: int = 0, seeds=None, ablation_seeds=None,
-                 progress: bool = True, fresh: bool = False) -> dict:
-    """Train every stage (reusing finished runs, resuming killed ones), evaluate every model and calibrate it.
+                 progress: bool = True, fresh: bool = False, attribution_overrides: dict | None = None) -> dict:
+    """Train every stage (reusing finished runs, resuming killed ones), evaluate every model and calibrate it, and
+    run the preset's gradient-attribution study on its attribution stages (:func:`attribution_stage`).
 
     ``stages``: only these (and every stage they start from); ``seeds``, ``ablation_seeds``: the training seeds
     (default the preset's; :meth:`~dsh.experiment.presets.Preset.plan_stages`); ``seed``: the evaluation's (the
@@ -137,7 +138,9 @@ def run_pipeline(preset: str = DEFAULT, results_dir: str | None = None, runs_dir
     every training set leaves out). Weights and the working (resumable) generation files go to ``runs_dir``;
     ``results_dir`` receives the small artifacts the book renders (:data:`RESULTS_LAYOUT`). Both folders are claimed
     for this run (:mod:`dsh.experiment.folders`): a folder of another run is refused unless ``fresh`` (then what the
-    pipeline wrote there is removed first), a folder with anything else in it always, before any work. Each step's
+    pipeline wrote there is removed first), a folder with anything else in it always, before any work.
+    ``attribution_overrides``: fields of the study's :class:`~dsh.experiment.attribution_study.StudySettings` that
+    replace the preset's (a smaller study; its seed is the step's: 0, and 1 for the repeats). Each step's
     time is printed as it ends (``progress``). Returns the summary that is also written to
     ``results_dir/summary.json``."""
     v.length("seed", seed)
@@ -158,6 +161,7 @@ def run_pipeline(preset: str = DEFAULT, results_dir: str | None = None, runs_dir
     chosen = [s for s in names if s in chosen]
     needed = stages_needed(plan_, chosen)
     settings = p.eval_settings(**(eval_overrides or {})).checked()   # before the first stage trains
+    study = study_settings(p, attribution_overrides)
     resolve_model(model)  # fail fast
     if results.resolve() == runs.resolve():
         raise ValueError("results_dir must differ from runs_dir (results are committed, runs hold weights)")
@@ -165,7 +169,8 @@ def run_pipeline(preset: str = DEFAULT, results_dir: str | None = None, runs_dir
     ident = folders.identity(p.name, _plan_rows(plan_), chosen, model_digest(model), portable(overrides or {}),
                              dataclasses.asdict(settings), seed)
     folders.claim({"results_dir": results, "runs_dir": runs}, ident, fresh)
-    make_folders(results, runs, ("generations", "calibration") + (("probe",) if p.probe else ()))
+    make_folders(results, runs, ("generations", "calibration") + (("probe",) if p.probe else ())
+                 + (("attribution",) if study else ()))
     clock = Clock(progress)
     prov, load = provenance(), [(0.0, os.getloadavg()[0])]
     models_of, train_summaries, curves, calib, along = {}, {}, {}, {}, {}
@@ -194,6 +199,13 @@ def run_pipeline(preset: str = DEFAULT, results_dir: str | None = None, runs_dir
         load.append((round(clock.elapsed(), 1), os.getloadavg()[0]))
         clock.say(f"{name}: accuracy {calib[name]['all']['overall']['observed_accuracy']:.3f}, "
                   f"truncated {100 * (calib[name]['truncated'] or 0):.1f} % (load {load[-1][1]:.2f})")
+    if study:
+        inits = {s.name: s.init for s in plan_}
+        for name, tseed in [(s, 0) for s in p.attribution_stages] + [(s, 1) for s in p.attribution_repeats]:
+            if name in chosen:
+                ref = models_of[inits[name]] if inits[name] else models_of[name]
+                attribution_stage(models_of[name], ref, results / "attribution", name,
+                                  dataclasses.replace(study, seed=tseed), clock, runs)
     # the summary is written from what the folder holds: each stage's calibration and job record as they are there
     calib = {name: json.loads((results / "calibration" / f"{name}.json").read_text()) for name in chosen}
     jobs = {name: json.loads((results / folders.JOBS / f"{name}.json").read_text()) for name in chosen}
@@ -316,6 +328,45 @@ def probe_stage(model: str, out: Path, p, settings, seed: int, clock: Clock, nam
     return got
 
 
+def study_settings(p, overrides: dict | None = None):
+    """The preset's attribution study with ``overrides`` (None when the preset has none), checked: a field that
+    :class:`~dsh.experiment.attribution_study.StudySettings` lacks, or a bad value, is named in one line."""
+    if overrides is not None and not isinstance(overrides, dict):
+        raise ValueError(f"attribution_overrides must be a dict of StudySettings fields, got {overrides!r}")
+    if p.attribution is None:
+        if overrides:
+            raise ValueError(f"attribution_overrides: preset {p.name!r} runs no attribution study (only laptop does)")
+        return None
+    fields = [f.name for f in dataclasses.fields(StudySettings)]
+    for k in overrides or {}:
+        v.choice("attribution_overrides", k, [f for f in fields if f != "seed"])
+    given = {k: ((x,) if isinstance(x, str) and k in ("levels", "objectives") else x)   # one level named alone
+             for k, x in (overrides or {}).items()}
+    return dataclasses.replace(p.attribution, **given).checked()
+
+
+def attribution_stage(model: str, reference: str, folder: Path, name: str, settings, clock: Clock,
+                      runs: Path) -> dict:
+    """The gradient-attribution study of one stage's model against ``reference`` into
+    ``folder/<name>.json`` (``<name>-t<seed>.json`` for a trajectory seed other than 0), reused when that file
+    holds a study with the same settings of the same weights, the model's and the reference's."""
+    out = folder / f"{name if settings.seed == 0 else f'{name}-t{settings.seed}'}.json"   # names hold dots: no suffix
+    t0 = time.time()
+    weights = weights_digest(resolve_model(model)), weights_digest(resolve_model(reference))
+    if out.is_file():
+        old = json.loads(out.read_text())
+        if old.get("settings") == json.loads(json.dumps(dataclasses.asdict(settings))) and \
+                (old.get("weights"), old.get("reference_weights")) == weights:
+            clock.say(f"attribution {out.stem}: reused")
+            return old
+    got = run_study(model, reference, out, settings, roots={runs: "<runs_dir>"})
+    verdicts = [f["verdict"] for f in got["fits"].values() if f["verdict"]]
+    clock.say(f"attribution {out.stem}: {len(got['trajectories'])} trajectories, verdicts "
+              + ", ".join(f"{k} {verdicts.count(k)}" for k in ("holds", "fails", "cannot tell"))
+              + f" in {clock.took(f'attribution_{out.stem}', t0)} s")
+    return got
+
+
 def _recorded_models(results: Path, runs: Path, summ: dict, settings, names) -> dict:
     """``{stage: model folder}`` for ``names`` of a finished results folder: the model each stage's evaluation used
     (the settings record beside its working generations in ``runs``), refused in one line unless the working
@@ -414,7 +465,8 @@ def _summary(p, model, chosen, settings, seed, clock: Clock, train_summaries, cf
 
 TEST_SEED = 0   # the evaluation seed whose test questions every preset's training sets leave out
 RESULTS_LAYOUT = ("summary.json", "calibration/<stage>.json", "generations/<stage>.jsonl.gz", "probe/<stage>.json",
-                  "probe/<stage>.jsonl.gz", "jobs/<stage>.json")
+                  "probe/<stage>.jsonl.gz", "jobs/<stage>.json", "attribution/<stage>.json",
+                  "attribution/<stage>-t<seed>.json")
 
 
 def load_results(results_dir) -> dict:

@@ -29,6 +29,7 @@ from ..task.problems import TEST_LEVELS
 from ..training.budgets import preset_specs, tokens
 from ..training.laptop_base import SHIPPED_BASE
 from ..training.train import FIELDS, METHODS, TrainConfig
+from .attribution_study import StudySettings
 from .check_probe import ProbeSettings
 from .evaluate import MAX_RESPONSE_TOKENS, EvalSettings
 
@@ -108,7 +109,10 @@ class Preset:
     ``model``: the model the first stages start from; ``seeds``: the training seeds every training stage runs
     with (None: one run, the stages' names carry no seed); ``ablations``: more stages (templates like ``stages``)
     run with ``ablation_seeds`` (:meth:`plan_stages`); ``probe``: the check probe every evaluated model also answers
-    (:mod:`dsh.experiment.check_probe`; None: none)."""
+    (:mod:`dsh.experiment.check_probe`; None: none); ``attribution``: the gradient-attribution study
+    (:mod:`dsh.experiment.attribution_study`) the pipeline runs on the models of ``attribution_stages`` (each against
+    the model its training started from), and once more with another seed of trajectories on those of
+    ``attribution_repeats`` (None: no study)."""
 
     name: str
     about: str
@@ -123,6 +127,9 @@ class Preset:
     ablations: tuple = ()
     ablation_seeds: tuple = ()
     probe: ProbeSettings | None = None
+    attribution: StudySettings | None = None
+    attribution_stages: tuple = ()
+    attribution_repeats: tuple = ()
 
     @property
     def task(self) -> str:
@@ -361,6 +368,11 @@ LAPTOP = Preset(
     # decision faithfulness with as many wrong answers as right ones (the evaluation's own checks see a handful
     # of wrong answers on the fine-tuning levels): 50 test questions a level, each with a right and a wrong attempt
     probe=ProbeSettings(n_per_level=50),
+    # issue 31: the models of every stage the paper names (seed 0; the verdict-only controls left out), each against
+    # the model its training started from; SFT (reflection) and RL once more with another seed of trajectories
+    attribution=StudySettings(),
+    attribution_stages=("base", "sft-s0", "sft_reflection-s0", "dft-s0", "rl-s0", "rl_beta0-s0", "rl_beta0.1-s0"),
+    attribution_repeats=("sft_reflection-s0", "rl-s0"),
 )
 
 PRESETS = {p.name: p for p in (CI, GPU_SMALL, PAPER, LAPTOP)}

@@ -607,11 +607,49 @@ def claims_by_seed(results: dict, min_n: int = 30) -> pd.DataFrame:
 
 
 def load_attribution(results_dir) -> dict:
-    """The gradient-attribution studies of a results folder (``attribution/<stage>.json``, written by
-    :func:`dsh.experiment.pipeline.attribution_results`), by file stem; empty when there are none."""
+    """The gradient-attribution studies of a results folder (``attribution/<stage>.json``, written by the pipeline's
+    attribution step, :func:`dsh.experiment.pipeline.attribution_stage`), by file stem; empty when there are none."""
     import json
 
     return {f.stem: json.loads(f.read_text()) for f in sorted(Path(results_dir).glob("attribution/*.json"))}
+
+
+def load_dynamics(results_dir) -> dict:
+    """The attribution studies along the GRPO runs (``dynamics/<arm>-step<k>.json``, written by
+    ``book/results/laptop/design/grpo_dynamics.py``), by file stem; empty when there are none."""
+    import json
+
+    return {f.stem: json.loads(f.read_text()) for f in sorted(Path(results_dir).glob("dynamics/*.json"))}
+
+
+DYNAMICS_TERMS = ("reward", "kl_k3")
+
+
+def dynamics_table(studies: dict, betas: dict, seed: int = 0) -> pd.DataFrame:
+    """One row per GRPO arm and step (:func:`load_dynamics`): the run's validation estimates at that step (p_s,
+    p_dC, p_dW and the intervals of p_s and p_dW) and, per term of the GRPO loss, the median over trajectories of the
+    norm of its attempt part (what reaches pi_sample) and of its decision part (pi_d), with 95 % intervals that
+    resample questions (:func:`dsh.measure.length_law.cluster_median`): the surrogate reward over the trajectories
+    with an advantage, TRL's k3 KL times the arm's coefficient ``betas[arm]`` (its weight in the loss; none where the
+    policy is its reference)."""
+    from ..measure.length_law import cluster_median
+
+    rows = []
+    for s in sorted(studies.values(), key=lambda x: (x["arm"], x["step"])):
+        val = s.get("validation") or {}
+        row = {"arm": s["arm"], "step": s["step"], "p_s": val.get("p_s"), "p_s low": (val.get("p_s_ci") or [None])[0],
+               "p_s high": (val.get("p_s_ci") or [None, None])[1], "p_dC": val.get("p_d_given_correct"),
+               "p_dW": val.get("p_d_given_wrong"), "p_dW low": (val.get("p_d_given_wrong_ci") or [None])[0],
+               "p_dW high": (val.get("p_d_given_wrong_ci") or [None, None])[1], "trajectories": len(s["trajectories"])}
+        for o in DYNAMICS_TERMS:
+            weight = 1.0 if o == "reward" else betas[s["arm"]]
+            got = [r for r in s["trajectories"] if r["grad"].get(o)]
+            for part in ("attempt", "decision"):
+                m = cluster_median([weight * r["grad"][o][part] for r in got], [r["prompt"] for r in got], seed=seed) \
+                    if got else {"median": None, "ci": [None, None]}
+                row[f"{o} {part}"], row[f"{o} {part} low"], row[f"{o} {part} high"] = m["median"], *m["ci"]
+        rows.append(row)
+    return pd.DataFrame(rows)
 
 
 def question_repeats(results_dir, stage: str = "base") -> pd.DataFrame:
@@ -638,6 +676,19 @@ def attribution_table(studies: dict) -> pd.DataFrame:
                          "silent": f.get("silent"), "span": f["span"], "slope": f["slope"], "low": f["ci"][0],
                          "high": f["ci"][1], "predicted": f["predicted"], "verdict": f["verdict"]})
     return pd.DataFrame(rows)
+
+
+def reproduction(first: dict, second: dict) -> pd.DataFrame:
+    """Two studies of one model with different seeds of trajectories, side by side: per term and denominator the
+    slope and 95 % interval of each (suffixes ``(t0)``, ``(t1)``) and whether the slope is reproduced: each run's
+    slope inside the other's interval. Terms without a slope in either are left out."""
+    a = attribution_table({"x": first}).set_index(["term", "against"]).add_suffix(" (t0)")
+    b = attribution_table({"x": second}).set_index(["term", "against"]).add_suffix(" (t1)")
+    both = a.join(b)
+    both = both[both["slope (t0)"].notna() & both["slope (t1)"].notna()].copy()
+    both["reproduced"] = ((both["low (t1)"] <= both["slope (t0)"]) & (both["slope (t0)"] <= both["high (t1)"])
+                          & (both["low (t0)"] <= both["slope (t1)"]) & (both["slope (t1)"] <= both["high (t0)"]))
+    return both[["slope (t0)", "low (t0)", "high (t0)", "slope (t1)", "low (t1)", "high (t1)", "reproduced"]]
 
 
 def kl_profile(study: dict, width: int = 10) -> pd.DataFrame:

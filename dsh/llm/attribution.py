@@ -249,6 +249,73 @@ def part_gradients(model, ref_model, seg: Segmented, objective: str, advantage: 
     return out
 
 
+def token_weights(lp, lp_ref, seg: Segmented, objective: str, advantage: float = 1.0) -> torch.Tensor:
+    """Per-token weights w_t (detached) such that the gradient of ``objective`` over any set of target tokens is
+    ``sum_t w_t grad log pi(t)`` over that set: every term of :func:`objective_terms` is a function of log pi(t)
+    alone (the reference's log-probabilities, the KL-to-go and DFT's weight held fixed). ``reward``: A; ``sft``: -1;
+    ``dft``: -pi(t); ``kl_k1``: 1; ``kl_k3``: 1 - pi_ref/pi (the derivative of r - log r - 1 in log pi);
+    ``kl_reward``: the k1 KL-to-go Q_t. ``lp_ref`` may be None for the first three."""
+    v.choice("objective", objective, OBJECTIVES)
+    lp = lp.detach()
+    if objective == "reward":
+        return torch.full_like(lp, float(advantage))
+    if objective == "sft":
+        return -torch.ones_like(lp)
+    if objective == "dft":
+        return -lp.exp()
+    k1 = lp - lp_ref
+    if objective == "kl_k1":
+        return torch.ones_like(lp)
+    if objective == "kl_k3":
+        return 1 - torch.exp(lp_ref - lp)
+    resp = (seg.sample_mask | seg.decision_mask | (seg.check_mask if seg.check_mask is not None else False)).float()
+    return torch.flip(torch.cumsum(torch.flip(k1 * resp, [0]), 0), [0])
+
+
+def all_part_gradients(model, ref_model, seg: Segmented, objectives, advantage: float = 1.0,
+                       temperature: float = 1.0) -> dict:
+    """:func:`part_gradients` of several objectives on one trajectory from one forward pass of the policy (and one
+    of the reference, for the KL terms): each part's gradient is one backward pass of log pi with the objective's
+    :func:`token_weights` on that part's tokens. ``reward`` and ``sft`` share one pass per part: the reward's part
+    is the score's times A and the SFT loss's the score's times -1 (exact in real arithmetic; in float32 the two
+    routes agree to rounding, tested). Returns ``{objective: {part: flat gradient}}``."""
+    objectives = tuple(objectives)
+    for o in objectives:
+        v.choice("objectives[i]", o, OBJECTIVES)
+    params = [p for p in model.parameters() if p.requires_grad]
+    lp = _token_logps(model, seg.input_ids, temperature)
+    lp_ref = None
+    if any(o.startswith("kl_") for o in objectives):
+        with torch.no_grad():
+            lp_ref = _token_logps(ref_model, seg.input_ids, temperature)
+    masks = {"attempt": seg.sample_mask, "decision": seg.decision_mask}
+    if seg.check_mask is not None:
+        masks["check"] = seg.check_mask
+
+    def parts(w):
+        out = {}
+        for k, m in masks.items():
+            if bool(m.any()):
+                gs = torch.autograd.grad(lp, params, grad_outputs=w * m.to(w.dtype), retain_graph=True,
+                                         allow_unused=True)
+                out[k] = torch.cat([(torch.zeros_like(p) if g is None else g).flatten() for p, g in zip(params, gs)])
+            else:
+                out[k] = torch.zeros(sum(p.numel() for p in params), dtype=lp.dtype)
+        return out
+
+    out = {}
+    if "reward" in objectives or "sft" in objectives:
+        score = parts(torch.ones_like(lp))
+        if "reward" in objectives:
+            out["reward"] = {k: float(advantage) * g for k, g in score.items()}
+        if "sft" in objectives:
+            out["sft"] = {k: -g for k, g in score.items()}
+    for o in objectives:
+        if o not in out:
+            out[o] = parts(token_weights(lp, lp_ref, seg, o, advantage))
+    return {o: out[o] for o in objectives}
+
+
 def token_kl(model, ref_model, seg: Segmented, temperature: float = 1.0) -> torch.Tensor:
     """k1 = log(pi / pi_ref) of every target token of ``seg`` (the immediate KL penalty of Theorem 3.2 per token),
     both at ``temperature``."""
