@@ -20,6 +20,7 @@ from ..core.paper import paper_results
 from ..measure import tasks
 from ..measure.calibration import normal_interval
 from ..measure.claims import verdicts
+from ..measure.length_law import cluster_median
 from ..measure.stage import preferred
 from ..measure.trend import fifths_contrast
 from ..measure.trend import verdict as trend_verdict
@@ -632,8 +633,6 @@ def dynamics_table(studies: dict, betas: dict, seed: int = 0) -> pd.DataFrame:
     resample questions (:func:`dsh.measure.length_law.cluster_median`): the surrogate reward over the trajectories
     with an advantage, TRL's k3 KL times the arm's coefficient ``betas[arm]`` (its weight in the loss; none where the
     policy is its reference)."""
-    from ..measure.length_law import cluster_median
-
     rows = []
     for s in sorted(studies.values(), key=lambda x: (x["arm"], x["step"])):
         val = s.get("validation") or {}
