@@ -186,6 +186,7 @@ def test_attribution_results_refuses_what_it_cannot_study(tmp_path):
     assert not (res / "attribution").exists()
 
 
+@pytest.mark.slow   # ~4 s: make check leaves it out, make test runs it
 def test_cluster_median_resamples_questions_and_covers_a_known_median():
     from dsh.measure.length_law import cluster_median
 
