@@ -41,6 +41,7 @@ KL_OBJECTIVES = ("kl_reward", "kl_k3")
 PREDICTED_SLOPE = {"reward": 0.0, "kl_reward": 1.0, "kl_k3": 1.0, "sft": None, "dft": None, "kl_immediate": 1.0,
                    "reward_group": 0.0}
 POSITIONS = 128     # positions along the first attempt whose mean k1 is kept
+MIN_TRAJECTORIES = 200   # a study with fewer trajectories with a decision is reported, not given verdicts (issue 31)
 
 
 @dataclass(frozen=True)
