@@ -345,12 +345,18 @@ def study_settings(p, overrides: dict | None = None):
     return dataclasses.replace(p.attribution, **given).checked()
 
 
+def study_path(folder: Path, stage: str, seed: int) -> Path:
+    """Where a stage's attribution study goes: ``folder/<stage>.json``, ``<stage>-t<seed>.json`` for a trajectory
+    seed other than 0 (stage names hold dots: no ``with_suffix``)."""
+    return folder / f"{stage if seed == 0 else f'{stage}-t{seed}'}.json"
+
+
 def attribution_stage(model: str, reference: str, folder: Path, name: str, settings, clock: Clock,
                       runs: Path) -> dict:
     """The gradient-attribution study of one stage's model against ``reference`` into
     ``folder/<name>.json`` (``<name>-t<seed>.json`` for a trajectory seed other than 0), reused when that file
     holds a study with the same settings of the same weights, the model's and the reference's."""
-    out = folder / f"{name if settings.seed == 0 else f'{name}-t{settings.seed}'}.json"   # names hold dots: no suffix
+    out = study_path(folder, name, settings.seed)
     t0 = time.time()
     weights = weights_digest(resolve_model(model)), weights_digest(resolve_model(reference))
     if out.is_file():
@@ -406,8 +412,7 @@ def attribution_results(results_dir, runs_dir, stages, seed: int = 0, progress: 
     (results / "attribution").mkdir(exist_ok=True)
     for s in stages:
         ref = models[plan_[s]["init"]] if plan_[s]["init"] else models[s]
-        name = s if seed == 0 else f"{s}-t{seed}"
-        out[s] = run_study(models[s], ref, results / "attribution" / f"{name}.json", StudySettings(seed=seed),
+        out[s] = run_study(models[s], ref, study_path(results / "attribution", s, seed), StudySettings(seed=seed),
                            progress=progress, roots={runs: "<runs_dir>"})
     return out
 

@@ -636,10 +636,10 @@ def dynamics_table(studies: dict, betas: dict, seed: int = 0) -> pd.DataFrame:
     rows = []
     for s in sorted(studies.values(), key=lambda x: (x["arm"], x["step"])):
         val = s.get("validation") or {}
-        row = {"arm": s["arm"], "step": s["step"], "p_s": val.get("p_s"), "p_s low": (val.get("p_s_ci") or [None])[0],
-               "p_s high": (val.get("p_s_ci") or [None, None])[1], "p_dC": val.get("p_d_given_correct"),
-               "p_dW": val.get("p_d_given_wrong"), "p_dW low": (val.get("p_d_given_wrong_ci") or [None])[0],
-               "p_dW high": (val.get("p_d_given_wrong_ci") or [None, None])[1], "trajectories": len(s["trajectories"])}
+        (s_lo, s_hi), (w_lo, w_hi) = (val.get(f"{k}_ci") or (None, None) for k in ("p_s", "p_d_given_wrong"))
+        row = {"arm": s["arm"], "step": s["step"], "p_s": val.get("p_s"), "p_s low": s_lo, "p_s high": s_hi,
+               "p_dC": val.get("p_d_given_correct"), "p_dW": val.get("p_d_given_wrong"), "p_dW low": w_lo,
+               "p_dW high": w_hi, "trajectories": len(s["trajectories"])}
         for o in DYNAMICS_TERMS:
             weight = 1.0 if o == "reward" else betas[s["arm"]]
             got = [r for r in s["trajectories"] if r["grad"].get(o)]

@@ -186,11 +186,14 @@ def objective_terms(model, ref_model, seg: Segmented, objective: str, advantage:
     if objective == "kl_k3":
         r = torch.exp(lp_ref - lp)
         return r - torch.log(r) - 1
-    # kl_reward: score times the KL-to-go over the response (prompt positions carry no penalty)
+    return lp * kl_to_go(k1.detach(), seg)     # kl_reward: score times the KL-to-go
+
+
+def kl_to_go(k1, seg: Segmented) -> torch.Tensor:
+    """The trajectory's k1 KL-to-go Q_t = sum_{t' >= t} k1(t') over the response's targets (prompt positions carry
+    no penalty)."""
     resp = (seg.sample_mask | seg.decision_mask | (seg.check_mask if seg.check_mask is not None else False)).float()
-    d = (k1.detach() * resp)
-    togo = torch.flip(torch.cumsum(torch.flip(d, [0]), 0), [0])
-    return lp * togo
+    return torch.flip(torch.cumsum(torch.flip(k1 * resp, [0]), 0), [0])
 
 
 @dataclass(frozen=True)
@@ -206,8 +209,8 @@ class Attribution:
     mean_attempt_length: float
 
 
-def _flat_grads(model, loss, params):
-    grads = torch.autograd.grad(loss, params, retain_graph=True, allow_unused=True)
+def _flat_grads(model, loss, params, grad_outputs=None):
+    grads = torch.autograd.grad(loss, params, grad_outputs=grad_outputs, retain_graph=True, allow_unused=True)
     return [torch.zeros_like(p) if g is None else g for p, g in zip(params, grads)]
 
 
@@ -263,13 +266,11 @@ def token_weights(lp, lp_ref, seg: Segmented, objective: str, advantage: float =
         return -torch.ones_like(lp)
     if objective == "dft":
         return -lp.exp()
-    k1 = lp - lp_ref
     if objective == "kl_k1":
         return torch.ones_like(lp)
     if objective == "kl_k3":
         return 1 - torch.exp(lp_ref - lp)
-    resp = (seg.sample_mask | seg.decision_mask | (seg.check_mask if seg.check_mask is not None else False)).float()
-    return torch.flip(torch.cumsum(torch.flip(k1 * resp, [0]), 0), [0])
+    return kl_to_go(lp - lp_ref, seg)
 
 
 def all_part_gradients(model, ref_model, seg: Segmented, objectives, advantage: float = 1.0,
@@ -293,15 +294,9 @@ def all_part_gradients(model, ref_model, seg: Segmented, objectives, advantage: 
         masks["check"] = seg.check_mask
 
     def parts(w):
-        out = {}
-        for k, m in masks.items():
-            if bool(m.any()):
-                gs = torch.autograd.grad(lp, params, grad_outputs=w * m.to(w.dtype), retain_graph=True,
-                                         allow_unused=True)
-                out[k] = torch.cat([(torch.zeros_like(p) if g is None else g).flatten() for p, g in zip(params, gs)])
-            else:
-                out[k] = torch.zeros(sum(p.numel() for p in params), dtype=lp.dtype)
-        return out
+        return {k: torch.cat([g.flatten() for g in (_flat_grads(model, lp, params, w * m.to(w.dtype)) if bool(m.any())
+                                                     else [torch.zeros_like(p) for p in params])])
+                for k, m in masks.items()}
 
     out = {}
     if "reward" in objectives or "sft" in objectives:

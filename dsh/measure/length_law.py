@@ -50,17 +50,19 @@ def loglog_slope(lengths, ratios, n_boot: int = 2000, seed: int = 0, clusters=No
         return float(d @ (ys - ys.mean())) / den if den > 0 else np.nan
 
     rng = np.random.default_rng(seed)
-    if labels is None:
-        draws = (rng.integers(0, x.size, x.size) for _ in range(n_boot))
-    else:
-        members = [np.nonzero(labels == k)[0] for k in np.unique(labels)]
-        draws = (np.concatenate([members[i] for i in rng.integers(0, len(members), len(members))])
-                 for _ in range(n_boot))
+    draws = (rng.integers(0, x.size, x.size) for _ in range(n_boot)) if labels is None else \
+        _cluster_draws(labels, n_boot, rng)
     boots = np.array([fit(ix) for ix in draws])
     boots = boots[np.isfinite(boots)]
     out["slope"] = fit(np.arange(x.size))
     out["ci"] = [float(np.quantile(boots, 0.025)), float(np.quantile(boots, 0.975))]
     return out
+
+
+def _cluster_draws(labels, n_boot: int, rng):
+    """``n_boot`` bootstrap index sets that resample whole clusters (the indices of each drawn cluster's members)."""
+    members = [np.nonzero(labels == k)[0] for k in np.unique(labels)]
+    return (np.concatenate([members[i] for i in rng.integers(0, len(members), len(members))]) for _ in range(n_boot))
 
 
 def slope_verdict(ci, predicted: float, tolerance: float = TOLERANCE) -> str:
@@ -115,9 +117,6 @@ def cluster_median(values, clusters, n_boot: int = 2000, seed: int = 0) -> dict:
     x, labels = x[ok], np.asarray(clusters)[ok]
     if not x.size:
         return {"n": 0, "median": None, "ci": [None, None]}
-    members = [np.nonzero(labels == k)[0] for k in np.unique(labels)]
-    rng = np.random.default_rng(seed)
-    boots = [float(np.median(x[np.concatenate([members[i] for i in rng.integers(0, len(members), len(members))])]))
-             for _ in range(n_boot)]
+    boots = [float(np.median(x[ix])) for ix in _cluster_draws(labels, n_boot, np.random.default_rng(seed))]
     return {"n": int(x.size), "median": float(np.median(x)),
             "ci": [float(np.quantile(boots, 0.025)), float(np.quantile(boots, 0.975))]}
