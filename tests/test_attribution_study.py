@@ -3,6 +3,7 @@ known, the length-law fit against known truth, the study end to end on the shipp
 
 import json
 import random
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -43,6 +44,9 @@ def test_laptop_parts_cover_the_response_in_order_and_name_each_writer():
     cut = text[: text.index(lt.PASSES) - 3]                     # cut inside the second check: no second decision
     assert [k for *_, k in at.laptop_parts(cut)][-1] == "other"
     assert at.laptop_parts(text + "\n12") [-1][2] == "other"     # stray text after a passing verdict
+    one = text.split("\nCheck")[0]                               # the first attempt alone
+    assert at.laptop_parts(one) == [(0, len(one), "attempt")]    # one unchecked attempt: its STOP is the end of turn
+    assert [k for *_, k in at.laptop_parts(one + "\n12")] == ["other"]
 
 
 def test_segment_laptop_masks_tokens_by_part_and_adds_the_stop(base):
@@ -57,8 +61,18 @@ def test_segment_laptop_masks_tokens_by_part_and_adds_the_stop(base):
     attempts = [text[s:e] for s, e, k in at.laptop_parts(text) if k == "attempt"]
     assert seg.attempt_lengths == [len(tok(a, add_special_tokens=False)["input_ids"]) for a in attempts]
     assert tok.decode(ids[seg.sample_mask]) == "".join(attempts)
+    # one unchecked attempt that stops: the end-of-turn token is pi_d's STOP, its only decision token
+    one = text.split("\nCheck")[0]
+    seg1 = at.segment_laptop(tok, p.question, one)
+    assert tok.decode(seg1.input_ids[1:][seg1.decision_mask]) == tok.eos_token and not seg1.check_mask.any()
+    assert tok.decode(seg1.input_ids[1:][seg1.sample_mask]) == one and len(seg1.attempt_lengths) == 1
     with pytest.raises(ValueError, match="no decision"):
-        at.segment_laptop(tok, p.question, text.split("\nCheck")[0])
+        at.segment_laptop(tok, p.question, one, stopped=False)          # cut at the token limit: no STOP
+    cut = at.segment_laptop(tok, p.question, text, stopped=False)       # cut right after the verdict: no end of turn
+    assert int(cut.decision_mask.sum()) == int(seg.decision_mask.sum()) - 1
+    stray = text.replace("\nThe answer is", f"\n{lt.PASSES}\nThe answer is", 1)   # a verdict before any answer
+    with pytest.raises(ValueError, match="attempt holds a verdict"):
+        at.segment_laptop(tok, p.question, stray)
 
 
 class _FrozenAt(torch.nn.Module):
@@ -150,20 +164,41 @@ def test_cluster_bootstrap_covers_where_resampling_trajectories_does_not():
 
 def test_study_on_the_shipped_base_writes_what_it_measured(tmp_path):
     base = str(presets.LAPTOP.model)
-    settings = st.StudySettings(levels=("1x2", "1x5"), prompts_per_level=1, group=3, max_new_tokens=120)
+    settings = st.StudySettings(levels=("1x2", "1x5"), prompts_per_level=1, group=3, max_new_tokens=120,
+                                min_signal=0)
     r = st.run_study(base, base, tmp_path / "a.json", settings)
     assert json.loads((tmp_path / "a.json").read_text()) == json.loads(json.dumps(r))
     assert r["objectives"] == ["reward", "sft", "dft"]           # reference = the model: no KL terms
-    assert len(r["trajectories"]) + r["kl_positions"]["skipped"] == 6
+    assert len(r["trajectories"]) + r["kl_positions"]["skipped"] == 6 == r["samples"] and r["rounds"] == 1
+    assert sum(r["kl_positions"]["skipped_why"].values()) == r["kl_positions"]["skipped"]
+    # the base answers and stops: its end of turn is the decision (no check written)
+    assert r["trajectories"] and all(t["checks"] == 0 and t["tokens"]["decision"] == 1 for t in r["trajectories"])
     assert set(r["fits"]) == {f"{o} / {p}" for o in ("reward", "sft", "dft", "reward_group", "kl_immediate")
                               for p in ("decision", "stage")}
     for bad, match in ((dict(levels=("2x2",)), "levels"), (dict(group=1), "group"), (dict(temperature=0), "temp"),
-                       (dict(objectives=("kl",)), "objectives"), (dict(prompts_per_level=0), "prompts_per_level")):
+                       (dict(objectives=("kl",)), "objectives"), (dict(prompts_per_level=0), "prompts_per_level"),
+                       (dict(min_signal=-1), "min_signal"), (dict(max_rounds=0), "max_rounds")):
         with pytest.raises(ValueError, match=match):
             st.run_study(base, base, tmp_path / "b.json", st.StudySettings(**bad))
     with pytest.raises(ValueError, match="out"):
         st.run_study(base, base, tmp_path / "b.txt", settings)
     assert not (tmp_path / "b.json").exists()
+
+
+def test_rounds_add_new_questions_until_enough_trajectories_carry_a_signal(base):
+    model, tok = base
+    one = st.StudySettings(levels=("1x2", "1x3"), prompts_per_level=1, group=3, max_new_tokens=60)
+    first = st.sample_groups(model, tok, one)
+    assert st.sample_groups(model, tok, one) == first                                   # seeded
+    got, rounds = st.sample_rounds(model, tok, replace(one, min_signal=10 ** 6, max_rounds=3))
+    assert rounds == 3 and len(got) == 18 and got[:6] == first                        # the first round unchanged
+    assert [g["prompt"] for g in got[::3]] == list(range(6))                            # a cluster per question
+    assert len({g["question"] for g in got}) > 2
+    assert st.questions(one, 3)[:2] == st.questions(one)
+    got, rounds = st.sample_rounds(model, tok, replace(one, min_signal=0, max_rounds=3))
+    assert rounds == 1 and got == first
+    n = st.decision_count(tok, first)
+    assert n["decision"] + sum(n["left_out"].values()) == 6 and n["signal"] <= n["decision"]
 
 
 def test_attribution_results_refuses_what_it_cannot_study(tmp_path):

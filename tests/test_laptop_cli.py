@@ -19,7 +19,7 @@ SMALL = ["--seeds", "0", "--ablation-seeds", "", "--set", "max_steps=3", "--set"
          "--set", "generation_batch_size=16", "--set", "per_device_train_batch_size=8",
          "--set", "max_completion_length=96", "--eval-set", "n_per_level=2", "--eval-set", "levels=1x2,1x3",
          "--attribution-set", "levels=1x2", "--attribution-set", "prompts_per_level=1", "--attribution-set", "group=2",
-         "--attribution-set", "max_new_tokens=120"]
+         "--attribution-set", "max_new_tokens=120", "--attribution-set", "min_signal=0"]
 STAGES = ["base", "sft-s0", "sft_reflection-s0", "dft-s0", "rl-s0"]
 
 

@@ -21,7 +21,8 @@ ROOT = Path(__file__).resolve().parent.parent
 LAPTOP = ROOT / "book" / "results" / "laptop"
 SMALL = dict(seeds=(0,), ablation_seeds=(), stages=("base",), eval_overrides={"levels": ("1x2",), "n_per_level": 2},
              overrides={"max_steps": 1}, progress=False,
-             attribution_overrides={"levels": ("1x2",), "prompts_per_level": 1, "group": 2, "max_new_tokens": 120})
+             attribution_overrides={"levels": ("1x2",), "prompts_per_level": 1, "group": 2, "max_new_tokens": 120,
+                                                   "min_signal": 0})
 
 
 def _hashes(folder: Path) -> dict:

@@ -41,6 +41,8 @@ KL_OBJECTIVES = ("kl_reward", "kl_k3")
 PREDICTED_SLOPE = {"reward": 0.0, "kl_reward": 1.0, "kl_k3": 1.0, "sft": None, "dft": None, "kl_immediate": 1.0,
                    "reward_group": 0.0}
 POSITIONS = 128     # positions along the first attempt whose mean k1 is kept
+METHOD = 2          # the split's rules (1: verdicts only, attempts may hold stray verdicts; 2: :func:`segment_laptop`
+#                     with STOP after an unchecked answer, attempts holding a verdict left out, rounds to min_signal)
 MIN_TRAJECTORIES = 200   # a study with fewer trajectories with a decision is reported, not given verdicts (issue 31)
 
 
@@ -55,6 +57,9 @@ class StudySettings:
     temperature: float = 2.0        # the laptop GRPO's rollout temperature
     max_new_tokens: int = 400
     objectives: tuple = OBJECTIVES
+    min_signal: int = MIN_TRAJECTORIES   # another round of prompts_per_level new questions a level is drawn until
+    #                                 this many trajectories with a decision carry a reward signal (advantage != 0)
+    max_rounds: int = 4             # ... or this many rounds were drawn (RL beta 0 reaches a verdict in ~1 of 3)
     seed: int = 0                   # questions and sampling streams
 
     def checked(self) -> StudySettings:
@@ -74,32 +79,69 @@ class StudySettings:
             raise ValueError(f"objectives must be a non-empty list of {', '.join(OBJECTIVES)}; got {self.objectives!r}")
         for o in self.objectives:
             v.choice("objectives[i]", o, OBJECTIVES)
+        v.length("min_signal", self.min_signal)
+        v.positive_int("max_rounds", self.max_rounds)
         v.length("seed", self.seed)
         return self
 
 
-def questions(settings: StudySettings) -> list:
-    """The study's questions: ``prompts_per_level`` drawn per level from the settings' seed."""
+def questions(settings: StudySettings, rounds: int = 1) -> list:
+    """The study's questions: ``prompts_per_level`` drawn per level from the settings' seed, round after round (the
+    first round's questions do not depend on how many rounds are drawn)."""
     rng = random.Random(f"attribution-{settings.seed}")
-    return [lt.draw(lv, rng) for lv in settings.levels for _ in range(settings.prompts_per_level)]
+    return [lt.draw(lv, rng) for _ in range(rounds) for lv in settings.levels for _ in range(settings.prompts_per_level)]
 
 
-def sample_groups(model, tok, settings: StudySettings) -> list[dict]:
-    """``group`` samples of every question at the settings' temperature, with the task's reward and GRPO's
-    group-relative advantage (reward minus the group's mean, over the group's standard deviation; 0 for a group
-    whose rewards all agree)."""
+def sample_groups(model, tok, settings: StudySettings, round_no: int = 0) -> list[dict]:
+    """``group`` samples of every question of round ``round_no`` at the settings' temperature, with the task's reward
+    and GRPO's group-relative advantage (reward minus the group's mean, over the group's standard deviation; 0 for a
+    group whose rewards all agree). Each sample has its own counted random stream (keyed by its place over all
+    rounds), and each question its index over all rounds (``prompt``: the cluster the intervals resample)."""
     task = tasks.get("laptop_task")
-    qs = questions(settings)
+    per = len(settings.levels) * settings.prompts_per_level
+    qs = questions(settings, round_no + 1)[round_no * per:]
+    keys = [round_no * per * settings.group + j for j in range(per * settings.group)]
     outs = complete(model, tok, [p.question for p in qs for _ in range(settings.group)], settings.max_new_tokens,
-                    settings.temperature, settings.seed, rows=min(256, len(qs) * settings.group))
+                    settings.temperature, settings.seed, rows=min(256, len(qs) * settings.group), keys=keys)
     rows = []
     for i, p in enumerate(qs):
         mine = outs[i * settings.group:(i + 1) * settings.group]
         r = np.array([task.reward(c.text, p.answer, p.question) for c in mine])
         adv = (r - r.mean()) / r.std() if r.std() > 0 else np.zeros_like(r)
-        rows += [{"question": p.question, "level": p.level, "prompt": i, "response": c.text, "stopped": c.stopped,
-                  "reward": float(x), "advantage": float(a)} for c, x, a in zip(mine, r, adv)]
+        rows += [{"question": p.question, "level": p.level, "prompt": round_no * per + i, "response": c.text,
+                  "stopped": c.stopped, "reward": float(x), "advantage": float(a)} for c, x, a in zip(mine, r, adv)]
     return rows
+
+
+def decision_count(tok, samples) -> dict:
+    """How many ``samples`` the split can take (:func:`dsh.llm.attribution.segment_laptop`: a decision, no verdict
+    inside an attempt), how many of those carry a reward signal (advantage != 0), and why the others are left out."""
+    from ..llm.attribution import segment_laptop
+
+    out = {"decision": 0, "signal": 0, "left_out": {}}
+    for s in samples:
+        try:
+            segment_laptop(tok, s["question"], s["response"], s["stopped"])
+        except ValueError as e:
+            why = str(e).split(" (")[0]
+            out["left_out"][why] = out["left_out"].get(why, 0) + 1
+            continue
+        out["decision"] += 1
+        out["signal"] += s["advantage"] != 0
+    return out
+
+
+def sample_rounds(model, tok, settings: StudySettings) -> tuple[list[dict], int]:
+    """Rounds of :func:`sample_groups` until ``min_signal`` trajectories with a decision carry a reward signal or
+    ``max_rounds`` rounds were drawn (a rule on the count alone, never on what the trajectories measure). Returns
+    the samples and the number of rounds."""
+    samples, r = [], 0
+    while r < settings.max_rounds:
+        samples += sample_groups(model, tok, settings, r)
+        r += 1
+        if decision_count(tok, samples)["signal"] >= settings.min_signal:
+            break
+    return samples, r
 
 
 def generator_samples(levels, per_level: int = 1, seed: int = 0) -> list[dict]:
@@ -177,12 +219,13 @@ def attribute_groups(model, ref_model, tok, samples, objectives, temperature: fl
     from ..llm.attribution import all_part_gradients, segment_laptop, token_kl
 
     rows, groups, pos_sum, pos_n = [], {}, np.zeros(POSITIONS), np.zeros(POSITIONS)
-    skipped = 0
+    skipped, why = 0, {}
     for s in samples:
         try:
-            seg = segment_laptop(tok, s["question"], s["response"])
-        except ValueError:
+            seg = segment_laptop(tok, s["question"], s["response"], s.get("stopped", True))
+        except ValueError as e:
             skipped += 1
+            why[str(e).split(" (")[0]] = why.get(str(e).split(" (")[0], 0) + 1
             continue
         k1 = token_kl(model, ref_model, seg, temperature)
         att = seg.sample_mask.nonzero()[:, 0]
@@ -193,6 +236,7 @@ def attribute_groups(model, ref_model, tok, samples, objectives, temperature: fl
         parts = (("attempt", seg.sample_mask), ("check", seg.check_mask), ("decision", seg.decision_mask))
         row = {"level": s["level"], "prompt": s["prompt"], "reward": s["reward"], "advantage": s["advantage"],
                "L": float(np.mean(seg.attempt_lengths)), "attempts": len(seg.attempt_lengths),
+               "checks": s["response"].count(lt.PASSES) + s["response"].count(lt.FAILS),
                "tokens": {k: int(m.sum()) for k, m in parts}, "kl": {k: float(k1[m].sum()) for k, m in parts}}
         row["grad"] = {}
         grads = all_part_gradients(model, ref_model, seg, objectives, s["advantage"], temperature)
@@ -209,7 +253,7 @@ def attribute_groups(model, ref_model, tok, samples, objectives, temperature: fl
         rows.append(row)
     group_rows = [{"prompt": k, "level": x["level"], "L": float(np.mean(x["L"])), "trajectories": len(x["L"]),
                    **_split(x["sum"])} for k, x in groups.items()]
-    positions = {"sum": pos_sum.tolist(), "n": pos_n.tolist(), "skipped": skipped}
+    positions = {"sum": pos_sum.tolist(), "n": pos_n.tolist(), "skipped": skipped, "skipped_why": why}
     return rows, group_rows, positions
 
 
@@ -279,12 +323,12 @@ def run_study(model: str, reference: str, out, settings: StudySettings = StudySe
     m.eval()        # no dropout in the tiny models; the gradients are those of the weights as they are
     same = Path(loc).resolve() == Path(ref_loc).resolve()
     objectives = tuple(o for o in settings.objectives if not (same and o in KL_OBJECTIVES))
-    samples = sample_groups(m, tok, settings)
+    samples, rounds = sample_rounds(m, tok, settings)
     t_sample = time.time() - t0
     rows, group_rows, positions = attribute_groups(m, ref, tok, samples, objectives, settings.temperature)
     result = {"model": portable(str(model), roots), "reference": portable(str(reference), roots),
               "weights": weights_digest(loc), "reference_weights": weights_digest(ref_loc),
-              "settings": asdict(settings),
+              "settings": asdict(settings), "method": METHOD, "rounds": rounds, "samples": len(samples),
               "objectives": list(objectives), "trajectories": rows, "groups": group_rows, "kl_positions": positions,
               "fits": fits(rows, group_rows, objectives, settings.seed), "sample_s": round(t_sample, 1),
               "wall_s": round(time.time() - t0, 1), "commit": git_commit(), "date": time.strftime("%Y-%m-%d %H:%M:%S")}

@@ -35,7 +35,7 @@ from ..task.records import by_question
 from ..training import validation
 from ..training.train import METHODS, resume_mismatch, train
 from . import folders
-from .attribution_study import StudySettings, run_study
+from .attribution_study import METHOD, StudySettings, run_study
 from .check_probe import run_probe
 from .evaluate import evaluate, model_identity, settings_path
 from .presets import DEFAULT, get
@@ -362,6 +362,7 @@ def attribution_stage(model: str, reference: str, folder: Path, name: str, setti
     if out.is_file():
         old = json.loads(out.read_text())
         if old.get("settings") == json.loads(json.dumps(dataclasses.asdict(settings))) and \
+                old.get("method") == METHOD and \
                 (old.get("weights"), old.get("reference_weights")) == weights:
             clock.say(f"attribution {out.stem}: reused")
             return old

@@ -96,15 +96,20 @@ _LAPTOP_MARKER = re.compile(r"\n" + re.escape(lt.MARKER) + r"\n?")
 def laptop_parts(response: str) -> list[tuple[int, int, str]]:
     """Character spans of a laptop response (:mod:`dsh.task.laptop_task`) by who writes them: ``attempt``
     (pi_sample: the steps and ``The answer is N.``), ``check`` (the check question and the check up to its verdict:
-    what pi_d reads), ``decision`` (pi_d: the verdict, and the marker line that starts a new attempt). Text after
-    the last verdict that is not a marker (a cut or stray response) is ``other``. Spans cover the response in
-    order."""
+    what pi_d reads), ``decision`` (pi_d: the verdict, and the marker line that starts a new attempt). A response
+    that ends right after an answer with no check of it ends with that attempt (its STOP is the end-of-turn token,
+    :func:`segment_laptop`: the task's one-attempt form, which the SFT data teach). Text after the last verdict
+    that is not a marker, or after the last answer that is neither checked nor the end (a cut or stray response),
+    is ``other``. Spans cover the response in order."""
     out, pos = [], 0
     while pos < len(response):
         ans = _LAPTOP_ANSWER.search(response, pos)
         ver = _LAPTOP_VERDICT.search(response, ans.end()) if ans else None
         if ver is None:
-            out.append((pos, len(response), "other"))
+            if ans is not None and ans.end() == len(response):
+                out.append((pos, ans.end(), "attempt"))      # an unchecked last attempt: STOP follows
+            else:
+                out.append((pos, len(response), "other"))
             break
         out += [(pos, ans.end(), "attempt"), (ans.end(), ver.start(), "check"), (ver.start(), ver.end(), "decision")]
         pos = ver.end()
@@ -118,22 +123,29 @@ def laptop_parts(response: str) -> list[tuple[int, int, str]]:
     return [x for x in out if x[1] > x[0]]
 
 
-def segment_laptop(tokenizer, question: str, response: str) -> Segmented:
+def segment_laptop(tokenizer, question: str, response: str, stopped: bool = True) -> Segmented:
     """Tokenize a laptop response after its chat prompt and mark its targets by :func:`laptop_parts`: attempt tokens
     (``sample_mask``), check tokens (``check_mask``), decision tokens (``decision_mask``: the verdicts, the markers,
-    and the end-of-turn token when the response stops right after a passing or failing verdict, i.e. STOP). A token
-    belongs to the part of its first character; ``other`` tokens are in no mask. ``attempt_lengths``: tokens of
-    each attempt. Raises ValueError for a response with no decision (no verdict)."""
+    and the end-of-turn token when the response stopped (``stopped``: it ended by itself, not at the token limit)
+    right after a verdict or right after an unchecked answer, i.e. STOP). A token belongs to the part of its first
+    character; ``other`` tokens are in no mask. ``attempt_lengths``: tokens of each attempt. Raises ValueError for
+    a response with no decision (no verdict, and no STOP right after an answer) and for one whose attempt holds a
+    verdict (a check written before any answer: not the task's form, and its check tokens would count as
+    pi_sample's)."""
     if not isinstance(question, str) or not isinstance(response, str) or not response:
         raise ValueError("question and response must be non-empty strings")
     parts = laptop_parts(response)
-    if not any(k == "decision" for _, _, k in parts):
-        raise ValueError("response holds no decision (no verdict after a stated answer)")
+    if any(k == "attempt" and _LAPTOP_VERDICT.search(response, s, e) for s, e, k in parts):
+        raise ValueError("an attempt holds a verdict (a check written before any answer)")
+    ls, le, lk = parts[-1]
+    stops = bool(stopped) and tokenizer.eos_token_id is not None and \
+        (lk == "attempt" or (lk == "decision" and _LAPTOP_VERDICT.fullmatch(response, ls, le) is not None))
+    if not stops and not any(k == "decision" for _, _, k in parts):
+        raise ValueError("response holds no decision (no verdict after a stated answer, no STOP after an answer)")
     p_ids = tokenizer(chat_prompt(tokenizer, question), add_special_tokens=False)["input_ids"]
     enc = tokenizer(response, add_special_tokens=False, return_offsets_mapping=True)
     r_ids, offs = enc["input_ids"], enc["offset_mapping"]
-    stops = parts[-1][2] == "decision" and _LAPTOP_VERDICT.fullmatch(response[parts[-1][0]:parts[-1][1]]) is not None
-    e_ids = [tokenizer.eos_token_id] if stops and tokenizer.eos_token_id is not None else []
+    e_ids = [tokenizer.eos_token_id] if stops else []
     ids = p_ids + r_ids + e_ids
     masks = {k: torch.zeros(len(ids) - 1, dtype=torch.bool) for k in ("attempt", "check", "decision")}
     start = len(p_ids) - 1

@@ -8,14 +8,14 @@ and checks that each final model is the committed one, byte for byte (sha256 of 
 the committed run's path. At each checkpoint the attribution study (:mod:`dsh.experiment.attribution_study`, 6
 questions a level) measures the split of every term against the run's reference, and the run's own validation log
 gives p_s, p_dC, p_dW at the same steps. Run from the repository root with the runs folder of the committed results
-and a scratch folder:
+and a scratch folder (the re-trained runs stay there, and a later run of the script studies their checkpoints
+again without training while their final models are the committed ones):
 
     python book/results/laptop/design/grpo_dynamics.py <runs_dir> <scratch_dir> [arm ...]
 """
 
 import dataclasses
 import json
-import shutil
 import sys
 import time
 from pathlib import Path
@@ -30,16 +30,22 @@ runs, scratch = Path(sys.argv[1]), Path(sys.argv[2])
 arms = sys.argv[3:] or ["rl-s0", "rl_beta0.1-s0", "rl_beta0-s0"]
 out = Path(__file__).resolve().parent.parent / "dynamics"
 out.mkdir(exist_ok=True)
-settings = StudySettings(prompts_per_level=6)
+settings = StudySettings(prompts_per_level=6, min_signal=0)   # one round: the design of the dynamics
 cfgs = plan("laptop", str(runs))
+done_studies = {}
 for arm in arms:
     cfg = cfgs[arm]
     every = cfg.validation_every
     run = scratch / arm
     cfg = dataclasses.replace(cfg, output_dir=str(run), keep_checkpoints=True, save_steps=every, save_total_limit=None)
     t0 = time.time()
-    summary = train(cfg)
-    train_s = time.time() - t0
+    done = run / "final" / "model.safetensors"
+    if done.is_file() and weights_digest(run / "final") == weights_digest(runs / arm / "final"):
+        train_s = json.loads((run / "train_s.json").read_text())     # kept from an earlier run of this script
+    else:
+        train(cfg)
+        train_s = time.time() - t0
+        (run / "train_s.json").write_text(json.dumps(train_s))
     final, committed = weights_digest(run / "final"), weights_digest(runs / arm / "final")
     if final != committed:
         raise SystemExit(f"{arm}: the re-trained final model ({final[:16]}) is not the committed one ({committed[:16]})")
@@ -52,10 +58,13 @@ for arm in arms:
         raise SystemExit(f"{arm}: the re-trained run's validation log differs from the committed run's")
     for step, folder in points:
         target = out / f"{arm}-step{step}.json"
-        study = run_study(str(folder), str(reference), target, settings, roots={runs: "<runs_dir>", scratch: "<scratch>"})
+        key = (str(folder), str(reference))      # step 0 is the same model and reference in every arm: studied once
+        if key not in done_studies:
+            done_studies[key] = run_study(str(folder), str(reference), target, settings,
+                                          roots={runs: "<runs_dir>", scratch: "<scratch>"})
+        study = dict(done_studies[key])
         study.update(arm=arm, step=step, validation=next((v for v in validation if v["step"] == step), None),
                      final_is_committed=True, train_s=round(train_s, 1))
         target.write_text(json.dumps(study, indent=1))
         print(f"{arm} step {step}: {len(study['trajectories'])} trajectories in {study['wall_s']} s", flush=True)
-    shutil.rmtree(run)
 print(json.dumps({"commit": git_commit(), "date": time.strftime("%Y-%m-%d %H:%M:%S")}))
