@@ -292,3 +292,22 @@ def test_bad_attribution_overrides_are_one_line_before_any_work(tmp_path):
         pipeline.run_pipeline("ci", results_dir=str(tmp_path / "r"), runs_dir=str(tmp_path / "w"),
                               attribution_overrides={"group": 3}, progress=False)
     assert pipeline.study_settings(presets.LAPTOP, {"levels": "1x3"}).levels == ("1x3",)
+
+
+def test_the_pipeline_step_reuses_a_study_only_of_the_same_method_settings_and_weights(tmp_path):
+    from dsh.experiment.pipeline import Clock, attribution_stage
+
+    base = str(presets.LAPTOP.model)
+    s = st.StudySettings(levels=("1x2",), prompts_per_level=1, group=2, max_new_tokens=60, min_signal=0)
+    first = attribution_stage(base, base, tmp_path, "base", s, Clock(False), tmp_path)
+    path = tmp_path / "base.json"
+    assert first["method"] == st.METHOD and path.is_file()
+    stamp = path.read_text()
+    reused = attribution_stage(base, base, tmp_path, "base", s, Clock(False), tmp_path)
+    assert reused == json.loads(json.dumps(first))                                             # read back
+    assert path.read_text() == stamp
+    path.write_text(json.dumps(dict(first, method=st.METHOD - 1, trajectories=[])))             # an older method
+    again = attribution_stage(base, base, tmp_path, "base", s, Clock(False), tmp_path)
+    assert again["method"] == st.METHOD and again["trajectories"] == first["trajectories"]      # computed again
+    other = attribution_stage(base, base, tmp_path, "base", replace(s, group=3), Clock(False), tmp_path)
+    assert len(other["trajectories"]) + other["kl_positions"]["skipped"] == 3                  # new settings

@@ -394,7 +394,9 @@ def _recorded_models(results: Path, runs: Path, summ: dict, settings, names) -> 
 def attribution_results(results_dir, runs_dir, stages, seed: int = 0, progress: bool = True) -> dict:
     """The gradient-attribution study (:mod:`dsh.experiment.attribution_study`) of ``stages`` of a finished laptop
     results folder, each model against the model its training started from (the plan's ``init``; the base against
-    itself), the models found as :func:`probe_results` finds them. Writes
+    itself), the models found as :func:`probe_results` finds them, with the settings of the folder's preset (its
+    ``attribution``, the trajectory seed ``seed``): the pipeline's own step (:func:`attribution_stage`), so a study
+    already there with the same settings, method and weights is reused. Writes
     ``results_dir/attribution/<stage>.json`` (``<stage>-t<seed>.json`` for a trajectory seed other than 0).
     Returns ``{stage: study}``."""
     results, runs = Path(results_dir), Path(runs_dir)
@@ -406,15 +408,15 @@ def attribution_results(results_dir, runs_dir, stages, seed: int = 0, progress: 
     stages = list(stages)
     for s in stages:
         v.choice("stages[i]", s, list(plan_))
+    study = dataclasses.replace(get(summ["preset"]).attribution or StudySettings(), seed=v.length("seed", seed)).checked()
     settings = get(summ["preset"]).eval_settings(**{k: x for k, x in summ["eval"].items() if k != "batch_size"})
     need = sorted({*stages, *(plan_[s]["init"] for s in stages if plan_[s]["init"])})
     models = _recorded_models(results, runs, summ, settings, need)
-    out = {}
+    out, clock = {}, Clock(progress)
     (results / "attribution").mkdir(exist_ok=True)
     for s in stages:
         ref = models[plan_[s]["init"]] if plan_[s]["init"] else models[s]
-        out[s] = run_study(models[s], ref, study_path(results / "attribution", s, seed), StudySettings(seed=seed),
-                           progress=progress, roots={runs: "<runs_dir>"})
+        out[s] = attribution_stage(models[s], ref, results / "attribution", s, study, clock, runs)
     return out
 
 
