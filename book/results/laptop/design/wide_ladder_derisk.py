@@ -11,7 +11,9 @@ one round): the median attempt length a level and its span, the accuracy a level
 A design measurement for the next step, not a result of the experiment. Run from the repository root with a
 scratch folder:
 
-    python book/results/laptop/design/wide_ladder_derisk.py <scratch_dir>
+    python book/results/laptop/design/wide_ladder_derisk.py <scratch_dir> [N]
+
+N (default 8): fine-tune and measure on 1x1 ... 1xN; each N is kept in the JSON under its own key.
 """
 
 import collections
@@ -30,9 +32,11 @@ from dsh.llm.models import load, weights_digest
 from dsh.training.train import train
 
 scratch = Path(sys.argv[1])
-WIDE = tuple(x for n in range(1, 9) for x in ((f"1x{n}",) if n == 1 else (f"1x{n}", f"{n}x1")))
+top = int(sys.argv[2]) if len(sys.argv) > 2 else 8
+WIDE = tuple(x for n in range(1, top + 1) for x in ((f"1x{n}",) if n == 1 else (f"1x{n}", f"{n}x1")))
+LEVELS = tuple(f"1x{n}" for n in range(1, top + 1))
 cfg = plan("laptop", str(scratch / "runs"))["sft_reflection-s0"]
-cfg = dataclasses.replace(cfg, train_levels=WIDE, output_dir=str(scratch / "sft_reflection_wide-s0"))
+cfg = dataclasses.replace(cfg, train_levels=WIDE, output_dir=str(scratch / f"sft_reflection_wide{top}-s0"))
 t0 = time.time()
 if not (Path(cfg.output_dir) / "final" / "model.safetensors").is_file():
     train(cfg)
@@ -42,7 +46,7 @@ model, tok = load(str(final))
 model.eval()
 rows = []
 for temperature in (1.0, 2.0):
-    s = dataclasses.replace(StudySettings(), temperature=temperature, min_signal=0).checked()
+    s = dataclasses.replace(StudySettings(), levels=LEVELS, temperature=temperature, min_signal=0).checked()
     lengths, right, n, decision = (collections.defaultdict(list), collections.defaultdict(list),
                                    collections.Counter(), collections.Counter())
     for r in sample_groups(model, tok, s):
@@ -60,10 +64,12 @@ for temperature in (1.0, 2.0):
                  "accuracy": {lv: sum(x) / len(x) for lv, x in sorted(right.items())},
                  "with_decision": dict(decision), "samples": dict(n)})
     print(json.dumps(rows[-1]), flush=True)
-full = full_attempt_lengths(tok, StudySettings().levels)
+full = full_attempt_lengths(tok, LEVELS)
 out = Path(__file__).with_suffix(".json")
-out.write_text(json.dumps({"train_levels": list(WIDE), "config": "laptop preset, sft_reflection-s0, train_levels replaced",
-                           "weights": weights_digest(final), "train_s": train_s, "rows": rows,
-                           "whole_copy_lengths": full, "method": METHOD, "commit": git_commit(),
-                           "date": time.strftime("%Y-%m-%d %H:%M:%S")}, indent=1))
+got = json.loads(out.read_text()) if out.is_file() else {}
+got[f"1x1-1x{top}"] = {"train_levels": list(WIDE), "config": "laptop preset, sft_reflection-s0, train_levels replaced",
+                       "weights": weights_digest(final), "train_s": train_s, "rows": rows,
+                       "whole_copy_lengths": full, "method": METHOD, "commit": git_commit(),
+                       "date": time.strftime("%Y-%m-%d %H:%M:%S")}
+out.write_text(json.dumps(got, indent=1))
 print(f"wrote {out}")
