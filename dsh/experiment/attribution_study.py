@@ -113,17 +113,24 @@ def sample_groups(model, tok, settings: StudySettings, round_no: int = 0) -> lis
     return rows
 
 
+def _segment(tok, sample):
+    """:func:`dsh.llm.attribution.segment_laptop` of a sample and None, or None and why the split leaves it out
+    (the error's first clause)."""
+    from ..llm.attribution import segment_laptop
+
+    try:
+        return segment_laptop(tok, sample["question"], sample["response"], sample.get("stopped", True)), None
+    except ValueError as e:
+        return None, str(e).split(" (")[0]
+
+
 def decision_count(tok, samples) -> dict:
     """How many ``samples`` the split can take (:func:`dsh.llm.attribution.segment_laptop`: a decision, no verdict
     inside an attempt), how many of those carry a reward signal (advantage != 0), and why the others are left out."""
-    from ..llm.attribution import segment_laptop
-
     out = {"decision": 0, "signal": 0, "left_out": {}}
     for s in samples:
-        try:
-            segment_laptop(tok, s["question"], s["response"], s["stopped"])
-        except ValueError as e:
-            why = str(e).split(" (")[0]
+        _, why = _segment(tok, s)
+        if why is not None:
             out["left_out"][why] = out["left_out"].get(why, 0) + 1
             continue
         out["decision"] += 1
@@ -135,11 +142,13 @@ def sample_rounds(model, tok, settings: StudySettings) -> tuple[list[dict], int]
     """Rounds of :func:`sample_groups` until ``min_signal`` trajectories with a decision carry a reward signal or
     ``max_rounds`` rounds were drawn (a rule on the count alone, never on what the trajectories measure). Returns
     the samples and the number of rounds."""
-    samples, r = [], 0
+    samples, r, signal = [], 0, 0
     while r < settings.max_rounds:
-        samples += sample_groups(model, tok, settings, r)
+        new = sample_groups(model, tok, settings, r)
+        samples += new
+        signal += decision_count(tok, new)["signal"]          # each round's samples split once
         r += 1
-        if decision_count(tok, samples)["signal"] >= settings.min_signal:
+        if signal >= settings.min_signal:
             break
     return samples, r
 
@@ -216,16 +225,15 @@ def attribute_groups(model, ref_model, tok, samples, objectives, temperature: fl
     of the parts of the summed reward gradient. Trajectories with no decision (cut before a verdict) are left out
     (counted). Also the mean k1 by position along the first attempt (sum and count per position). Log-probabilities
     at ``temperature`` (the sampling's, as GRPO scores its rollouts)."""
-    from ..llm.attribution import all_part_gradients, segment_laptop, token_kl
+    from ..llm.attribution import all_part_gradients, token_kl
 
     rows, groups, pos_sum, pos_n = [], {}, np.zeros(POSITIONS), np.zeros(POSITIONS)
     skipped, why = 0, {}
     for s in samples:
-        try:
-            seg = segment_laptop(tok, s["question"], s["response"], s.get("stopped", True))
-        except ValueError as e:
+        seg, reason = _segment(tok, s)
+        if seg is None:
             skipped += 1
-            why[str(e).split(" (")[0]] = why.get(str(e).split(" (")[0], 0) + 1
+            why[reason] = why.get(reason, 0) + 1
             continue
         k1 = token_kl(model, ref_model, seg, temperature)
         att = seg.sample_mask.nonzero()[:, 0]

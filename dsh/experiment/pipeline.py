@@ -408,8 +408,9 @@ def attribution_results(results_dir, runs_dir, stages, seed: int = 0, progress: 
     stages = list(stages)
     for s in stages:
         v.choice("stages[i]", s, list(plan_))
-    study = dataclasses.replace(get(summ["preset"]).attribution or StudySettings(), seed=v.length("seed", seed)).checked()
-    settings = get(summ["preset"]).eval_settings(**{k: x for k, x in summ["eval"].items() if k != "batch_size"})
+    preset = get(summ["preset"])
+    study = dataclasses.replace(preset.attribution or StudySettings(), seed=v.length("seed", seed)).checked()
+    settings = preset.eval_settings(**{k: x for k, x in summ["eval"].items() if k != "batch_size"})
     need = sorted({*stages, *(plan_[s]["init"] for s in stages if plan_[s]["init"])})
     models = _recorded_models(results, runs, summ, settings, need)
     out, clock = {}, Clock(progress)
