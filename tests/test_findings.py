@@ -116,11 +116,33 @@ def test_a_changed_result_changes_the_empirical_verdicts(lap):
     assert _by_claim(findings.beyond_findings(swapped))[name.split(":")[0]]["verdict"] == "fails"
 
 
+def test_the_length_law_verdicts_count_only_studies_spanning_5x(lap):
+    """The wide rows take only studies whose per-level median attempt lengths span >= 5x: the committed laptop
+    studies (2.1-2.4x) give none; the design study of the 1x1 ... 1x10 model (5.9x) gives both rows, whose counts are
+    its own fits' verdicts."""
+    import json
+
+    narrow = report.load_attribution(LAPTOP)
+    plain = findings.beyond_findings(lap, narrow)
+    assert findings.beyond_findings(lap, narrow, wide=narrow) == plain
+    one = {"m": json.loads((LAPTOP / "design" / "wide_ladder_study.json").read_text())}
+    rows = [r for r in findings.beyond_findings(lap, narrow, wide=one) if r not in plain]
+    assert len(rows) == 2 and all("1x1 ... 1x10" in r["claim"] for r in rows)
+    t = report.attribution_table(one)
+    t = t[(t.against == "decision") & t.verdict.notna()]
+    kl = list(t[t.term.isin(["kl_immediate", "kl_k3", "kl_reward"])].verdict)
+    assert f"fails {kl.count('fails')}, cannot tell {kl.count('cannot tell')}" in rows[0]["number"]
+    assert rows[0]["verdict"] == "cannot tell" and set(kl) == {"fails", "cannot tell"}    # they disagree
+    assert rows[1]["verdict"] == "fails" and "fails 1" in rows[1]["number"]                 # the reward's one fit
+    assert "span 5.9x to 5.9x" in rows[0]["number"]
+
+
 @pytest.mark.parametrize("call,message", [
     (lambda: findings.theory_findings(seed=-1), "seed must be an integer >= 0"),
     (lambda: findings.theory_findings(T=1), "T must be an integer >= 2"),
     (lambda: findings.empirical_findings({"summary": {}}), "results must be a results folder loaded by"),
     (lambda: findings.beyond_findings([]), "results must be a results folder loaded by"),
+    (lambda: findings.beyond_findings(pipeline.load_results(LAPTOP), {}, wide=[]), "wide must be a dict of"),
     (lambda: findings._row("x", "y", "maybe", "", "d"), "verdict must be one of confirmed, erratum"),
 ])
 def test_bad_input_is_named(call, message):

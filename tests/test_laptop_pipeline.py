@@ -43,20 +43,40 @@ def test_plan_has_every_stage_for_every_seed_and_both_ablations():
 
 
 
-def test_token_limits_hold_the_longest_traces():
+@pytest.mark.parametrize("preset", [presets.LAPTOP, presets.LAPTOP_WIDE], ids=["laptop", "laptop-wide"])
+def test_token_limits_hold_the_longest_traces(preset):
     from dsh.llm.tiny import build_tokenizer
 
     tok = build_tokenizer()
     rng = random.Random(0)
-    sft = presets.LAPTOP.training["sft_reflection"]
-    ev = presets.LAPTOP.evaluation
-    grpo = presets.LAPTOP.training["grpo"]
-    for lv in ev.levels:
+    sft = preset.training["sft_reflection"]
+    ev = preset.evaluation
+    grpo = preset.training["grpo"]
+    for lv in dict.fromkeys((*ev.levels, *sft["train_levels"])):
         longest = max(len(tok(lt.trace(lt.draw(lv, rng), "reflection", seed=i).text)["input_ids"])
                       for i in range(300))
-        assert longest + 1 <= ev.max_new_tokens
+        if lv in ev.levels:
+            assert longest + 1 <= ev.max_new_tokens
         if lv in sft["train_levels"]:
             assert longest + 20 <= sft["max_length"] and longest + 1 <= grpo["max_completion_length"]
+
+
+def test_the_wide_preset_differs_from_the_laptop_preset_only_in_its_fine_tuning_ladder():
+    """laptop-wide: the laptop stages from the same base, fine-tuned on 1x1 ... 1x10 in both orders (GRPO's token
+    limit raised to hold those traces), seed 0, the KL ablation without the verdict-only controls; its study samples
+    1x1 ... 1x10 at temperature 1."""
+    wide, lap = presets.LAPTOP_WIDE, presets.LAPTOP
+    assert wide.model == lap.model and wide.evaluation == lap.evaluation and wide.stages == lap.stages
+    for m, c in lap.training.items():
+        w = wide.training[m]
+        assert set(w) == set(c)
+        assert {k for k in c if w[k] != c[k]} == ({"train_levels", "max_completion_length"} if m == "grpo"
+                                                  else {"train_levels"})
+        assert sorted(w["train_levels"]) == sorted([f"1x{n}" for n in range(1, 11)] + [f"{n}x1" for n in range(2, 11)])
+    names = [s.name for s in wide.plan_stages()]
+    assert names == ["base", "sft-s0", "sft_reflection-s0", "dft-s0", "rl-s0", "rl_beta0-s0", "rl_beta0.1-s0"]
+    assert set(wide.attribution_stages) <= set(names) and wide.attribution.levels[-1] == "1x10"
+    assert wide.attribution.temperature == 1.0 and wide.probe is None
 
 
 def test_bad_plans_are_refused():

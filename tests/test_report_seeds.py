@@ -206,6 +206,40 @@ def test_kl_profile_bins_positions_and_is_empty_with_its_columns_where_no_positi
     assert empty.set_index("positions")["mean k1"].empty
 
 
+def test_attempt_lengths_and_kl_by_level_follow_the_ladder_and_take_medians():
+    """Levels in ladder order (1x10 after 1x9, not after 1x1); per-level medians of L and of the k1 sums, the span
+    of the medians and of all attempts, counted trajectories."""
+    rows = [("1x10", 100, 5.0, 1.0), ("1x1", 20, 0.0, 0.0), ("1x1", 30, 2.0, -1.0), ("1x1", 40, 4.0, 3.0),
+            ("1x9", 80, 1.0, 1.0)]
+    study = {"trajectories": [{"level": lv, "L": L, "kl": {"attempt": a, "decision": d}} for lv, L, a, d in rows]}
+    lengths = report.attempt_lengths({"m": study})
+    assert list(lengths.columns) == ["1x1", "1x9", "1x10", "span of medians", "span of all"]
+    assert lengths.loc["m"].to_dict() == {"1x1": 30, "1x9": 80, "1x10": 100, "span of medians": 100 / 30,
+                                          "span of all": 100 / 20}
+    kl = report.kl_by_level(study)
+    assert list(kl.index) == ["1x1", "1x9", "1x10"]
+    assert kl.loc["1x1"].to_dict() == {"attempt k1": 2.0, "decision k1": 0.0, "trajectories": 3}
+
+
+def test_plot_slopes_draws_one_interval_per_study_and_term_with_a_slope():
+    """One error bar per fitted slope (a term without a slope in a study draws none), one row per study."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+
+    def fit(slope):
+        return {"slope": slope, "ci": [slope - 0.3, slope + 0.2]} if slope is not None else {"slope": None}
+
+    a = {"fits": {"kl_k3 / decision": fit(1.1), "reward / decision": fit(0.2)}}
+    b = {"fits": {"kl_k3 / decision": fit(None), "reward / decision": fit(1.4)}}
+    fig = report.plot_slopes({"one": {"a": a}, "two": {"b": b}}, terms=("kl_k3", "reward"))
+    bars = [len(ax.containers) for ax in fig.axes]
+    assert bars == [1, 2]
+    assert [t.get_text() for t in fig.axes[0].get_yticklabels()] == ["one: a", "two: b"]
+    x = fig.axes[1].containers[1].lines[0].get_xdata()
+    assert list(x) == [1.4]
+
+
 def test_seed_estimates_are_each_seeds_overall_block_and_the_deltas_their_differences(results):
     """seed_estimates reads the calibration of a kind per training seed (seeds lacking the kind left out);
     seed_deltas is the per-seed difference of two kinds' estimates."""

@@ -139,7 +139,9 @@ def test_every_preset_config_and_plan_is_as_before_the_layout_move():
                 "output_dir": c["output_dir"].replace("-s0", f"-s{k}")}
     want["laptop/configs"].pop("rl_beta0.01-s0")
     want["laptop/jobs"] = jobs
-    got = dump()
+    # issue 31: a new preset, laptop-wide (the laptop stages fine-tuned on 1x1 ... 1x10 for the length law); the
+    # laptop preset itself is unchanged
+    got = {k: x for k, x in dump().items() if "laptop-wide" not in k}
     assert sorted(got) == sorted(want)
     for key in want:
         assert got[key] == want[key], key

@@ -18,7 +18,7 @@ import torch
 from dsh.core import validate as v
 from dsh.core.paper import paper_results
 from dsh.experiment import report
-from dsh.experiment.attribution_study import MIN_TRAJECTORIES
+from dsh.experiment.attribution_study import MIN_SPAN, MIN_TRAJECTORIES
 from dsh.theory import clipping, sft_pg, toy
 from dsh.theory import mdp as M
 from dsh.theory import symbolic as th
@@ -190,14 +190,17 @@ def empirical_findings(results: dict) -> list[dict]:
     return rows
 
 
-def beyond_findings(results: dict, studies: dict | None = None) -> list[dict]:
+def beyond_findings(results: dict, studies: dict | None = None, wide: dict | None = None) -> list[dict]:
     """Results beyond the paper on the same folder: the KL ablation (does a larger beta keep more of pi_d, on every
-    seed), the check probe's decision faithfulness after SFT (reflection), and the length law of Theorem 3.2 in the
-    trained models' gradients (``studies``: :func:`dsh.experiment.report.load_attribution`)."""
+    seed), the check probe's decision faithfulness after SFT (reflection), and the length law of Theorems 3.1 and 3.2
+    in the trained models' gradients (``studies``: :func:`dsh.experiment.report.load_attribution` of the folder;
+    ``wide``: the same of the ``laptop-wide`` preset's folder, whose verdicts count only studies with >= 200
+    trajectories and per-level median attempt lengths spanning >= 5x)."""
     _check_results(results)
-    if studies is not None and not isinstance(studies, dict):
-        raise ValueError(f"studies must be a dict of attribution studies by name (report.load_attribution), got "
-                         f"{type(studies).__name__}")
+    for name, x in (("studies", studies), ("wide", wide)):
+        if x is not None and not isinstance(x, dict):
+            raise ValueError(f"{name} must be a dict of attribution studies by name (report.load_attribution), got "
+                             f"{type(x).__name__}")
     rows = []
     arms = {beta: report.seed_deltas(results, kind, "sft_reflection")["Δp_dW"] for beta, kind in report.kl_arms(results)}
     if len(arms) >= 2:
@@ -220,21 +223,37 @@ def beyond_findings(results: dict, studies: dict | None = None) -> list[dict]:
                          + f" (chance agreement {probe.chance.min():.2f}-{probe.chance.max():.2f}; "
                          "'holds': agreement >= 0.9 and kappa >= 0.8 on every seed)",
                          "06_laptop_experiment", "laptop-results"))
-    studied = {n: s for n, s in (studies or {}).items() if len(s["trajectories"]) >= MIN_TRAJECTORIES}
-    if studied:         # a model that (almost) never writes a check gives nothing to split: no verdict from it
-        t = report.attribution_table(studied)
-        t = t[(t.against == "decision") & t.verdict.notna()]
-        medians = report.attempt_lengths(studied)["span of medians"]
-        for terms, name in ((("kl_immediate", "kl_k3", "kl_reward"), "Theorem 3.2 in the trained models: the KL "
-                             "terms' attempt / decision ratio grows like L_k (log-log slope 1)"),
-                            (("reward",), "Theorem 3.1 in the trained models: the reward's ratio does not grow "
-                             "with L_k (slope 0)")):
-            got = list(t[t.term.isin(terms)].verdict)
-            counts = ", ".join(f"{v} {got.count(v)}" for v in ("holds", "fails", "cannot tell") if got.count(v))
-            rows.append(_row("beyond", name, _across_seeds(got), f"{len(got)} fits ({len(studied)} studies with >= "
-                             f"{MIN_TRAJECTORIES} trajectories x terms), each against the prediction +-0.5: {counts}; "
-                             f"the per-level median attempt lengths span {medians.min():.1f}x to {medians.max():.1f}x",
-                             "08_attribution_in_llms"))
+    rows += _length_law_rows(studies or {}, "", 0.0)
+    rows += _length_law_rows(wide or {}, " (stages fine-tuned on 1x1 ... 1x10, attempts spanning >= 5x)", MIN_SPAN)
+    return rows
+
+
+def _length_law_rows(studies: dict, where: str, min_span: float) -> list[dict]:
+    """The two length-law rows (Theorem 3.2's KL terms, Theorem 3.1's reward) over the studies with >= 200
+    trajectories whose per-level median attempt lengths span >= ``min_span``; none when no study qualifies."""
+    studied = {n: s for n, s in studies.items() if len(s["trajectories"]) >= MIN_TRAJECTORIES}
+    if not studied:     # a model that (almost) never writes a check gives nothing to split: no verdict from it
+        return []
+    medians = report.attempt_lengths(studied)["span of medians"]
+    short = sorted(n for n in studied if medians[n] < min_span)
+    studied = {n: s for n, s in studied.items() if n not in short}
+    if not studied:
+        return []
+    t = report.attribution_table(studied)
+    t = t[(t.against == "decision") & t.verdict.notna()]
+    medians = medians[list(studied)]
+    left = f"; left out, spanning less: {', '.join(short)}" if short else ""
+    rows = []
+    for terms, name in ((("kl_immediate", "kl_k3", "kl_reward"), "Theorem 3.2 in the trained models: the KL "
+                         "terms' attempt / decision ratio grows like L_k (log-log slope 1)"),
+                        (("reward",), "Theorem 3.1 in the trained models: the reward's ratio does not grow "
+                         "with L_k (slope 0)")):
+        got = list(t[t.term.isin(terms)].verdict)
+        counts = ", ".join(f"{v} {got.count(v)}" for v in ("holds", "fails", "cannot tell") if got.count(v))
+        rows.append(_row("beyond", name + where, _across_seeds(got), f"{len(got)} fits ({len(studied)} studies with >= "
+                         f"{MIN_TRAJECTORIES} trajectories x terms), each against the prediction +-0.5: {counts}; "
+                         f"the per-level median attempt lengths span {medians.min():.1f}x to {medians.max():.1f}x"
+                         + left, "08_attribution_in_llms"))
     return rows
 
 

@@ -375,7 +375,29 @@ LAPTOP = Preset(
     attribution_repeats=("sft_reflection-s0", "rl-s0"),
 )
 
-PRESETS = {p.name: p for p in (CI, GPU_SMALL, PAPER, LAPTOP)}
+# ---- laptop-wide ---------------------------------------------------------------------------------
+# Issue 31's length law needs attempts whose lengths span >= 5x; the laptop stages, fine-tuned on 1x2 ... 1x5, write
+# attempts whose per-level medians span 2.1-2.4x over 1x1 ... 1x8 (chapter 08). The same stages from the same shipped
+# base with one change, fine-tuning (SFT, SFT with reflection, DFT, RL and the KL ablation) on 1x1 ... 1x10 in both
+# orders, for the gradient-attribution study alone: seed 0, no verdict-only controls, no check probe; evaluated on
+# the laptop ladder as the laptop stages are. The study samples at temperature 1 (the paper's): there SFT (reflection)
+# fine-tuned this way wrote attempts spanning 5.9x, at the rollouts' temperature 2 only 4.1-4.4x (chapter 08's design
+# measurement, book/results/laptop/design/wide_ladder_derisk.json); otherwise the laptop study's settings.
+WIDE_TOP = 10
+LAPTOP_WIDE_LEVELS = tuple(x for n in range(1, WIDE_TOP + 1) for x in ((f"1x{n}",) if n == 1 else (f"1x{n}", f"{n}x1")))
+_WIDE = dict(train_levels=LAPTOP_WIDE_LEVELS)
+LAPTOP_WIDE = Preset(
+    name="laptop-wide", about="the laptop stages fine-tuned on 1x1 ... 1x10: attempts spanning 5x for the length law",
+    training={m: {**c, **_WIDE, **({"max_completion_length": 880} if m == "grpo" else {})}   # a 1x10 trace: <= 860
+              for m, c in LAPTOP.training.items()},
+    stages=LAPTOP_STAGES,
+    evaluation=LAPTOP.evaluation,
+    model=LAPTOP.model, seeds=(0,), ablations=LAPTOP_ABLATIONS[:len(KL_BETAS)], ablation_seeds=(0,),
+    attribution=StudySettings(levels=tuple(f"1x{n}" for n in range(1, WIDE_TOP + 1)), temperature=1.0),
+    attribution_stages=LAPTOP.attribution_stages, attribution_repeats=LAPTOP.attribution_repeats,
+)
+
+PRESETS = {p.name: p for p in (CI, GPU_SMALL, PAPER, LAPTOP, LAPTOP_WIDE)}
 NAMES = tuple(PRESETS)
 DEFAULT = CI.name
 # {preset: {budget name: the traces it must hold}}: what dsh.training.budgets derives every Budget from

@@ -733,6 +733,38 @@ def plot_attribution(study: dict, terms=("reward", "kl_reward", "kl_k3"), agains
     return fig
 
 
+def plot_slopes(groups: dict, terms=("kl_immediate", "kl_k3", "kl_reward", "reward"), against: str = "decision"):
+    """The length law's slopes with their 95 % intervals, one panel per term, one row per study of each group
+    (``{group label: {study name: study}}``, e.g. the laptop stages and the laptop-wide stages), with the prediction
+    and the band of the verdict rule (:data:`dsh.measure.length_law.TOLERANCE`) shaded."""
+    import matplotlib.pyplot as plt
+
+    from ..measure.length_law import TOLERANCE
+    from .attribution_study import PREDICTED_SLOPE
+
+    names = [(g, n) for g, studies in groups.items() for n in studies]
+    fig, axes = plt.subplots(1, len(terms), figsize=(3.3 * len(terms), 0.32 * len(names) + 1.4), sharey=True,
+                             squeeze=False)
+    colours = dict(zip(groups, plt.rcParams["axes.prop_cycle"].by_key()["color"]))
+    for ax, term in zip(axes[0], terms):
+        want = PREDICTED_SLOPE.get(term)
+        if want is not None:
+            ax.axvspan(want - TOLERANCE, want + TOLERANCE, color="0.9", zorder=0)
+            ax.axvline(want, color="0.5", lw=1, zorder=0)
+        for y, (g, n) in enumerate(names):
+            f = groups[g][n]["fits"].get(f"{term} / {against}")
+            if f and f["slope"] is not None:
+                ax.errorbar(f["slope"], y, xerr=[[f["slope"] - f["ci"][0]], [f["ci"][1] - f["slope"]]], fmt="o",
+                            color=colours[g], ms=4, capsize=2)
+        ax.set(title=term, xlabel="log-log slope")
+    axes[0][0].set_yticks(range(len(names)), [f"{g}: {n}" for g, n in names], fontsize=8)
+    axes[0][0].invert_yaxis()
+    fig.suptitle(f"|g_attempt| / |g_{against}| against the attempt length L: slopes with 95 % intervals "
+                 f"(shaded: the prediction +-{TOLERANCE:g})", fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
 def attempt_lengths(studies: dict) -> pd.DataFrame:
     """Median attempt length (tokens) per level of each study's own trajectories, and the span of those medians
     (longest / shortest): the range of L the length law is fitted over, free of a few outlying attempts."""
@@ -744,4 +776,17 @@ def attempt_lengths(studies: dict) -> pd.DataFrame:
         med = df.groupby("level")["L"].median()
         rows[name] = {**med.to_dict(), "span of medians": med.max() / med.min(),
                       "span of all": df.L.max() / df.L.min()}
-    return pd.DataFrame(rows).T
+    out = pd.DataFrame(rows).T
+    levels = sorted((c for c in out.columns if not c.startswith("span")), key=level_index)   # 1x10 after 1x9
+    return out[levels + [c for c in out.columns if c.startswith("span")]]
+
+
+def kl_by_level(study: dict) -> pd.DataFrame:
+    """The immediate KL of Theorem 3.2 against the study's reference, per level (ladder order): the median over the
+    level's trajectories of the k1 sum of the attempt tokens and of the decision tokens, and the trajectories."""
+    df = pd.DataFrame([{"level": t["level"], "attempt k1": t["kl"]["attempt"], "decision k1": t["kl"]["decision"]}
+                       for t in study["trajectories"]])
+    out = df.groupby("level").agg(**{"attempt k1": ("attempt k1", "median"),
+                                     "decision k1": ("decision k1", "median"),
+                                     "trajectories": ("attempt k1", "size")})
+    return out.loc[sorted(out.index, key=level_index)]
