@@ -733,6 +733,17 @@ def plot_attribution(study: dict, terms=("reward", "kl_reward", "kl_k3"), agains
     return fig
 
 
+def grad_by_level(study: dict, term: str) -> pd.DataFrame:
+    """Per level (ladder order): the median attempt length and the median |g_attempt| and |g_decision| of the
+    objective ``term`` over the level's trajectories: how much of a length-law slope fitted across levels is the
+    length's, and how much the level's own."""
+    df = pd.DataFrame([{"level": t["level"], "L": t["L"], "|g_attempt|": t["grad"][term]["attempt"],
+                        "|g_decision|": t["grad"][term]["decision"]}
+                       for t in study["trajectories"] if t["grad"].get(term)])
+    out = df.groupby("level").median()
+    return out.loc[sorted(out.index, key=level_index)]
+
+
 def plot_slopes(groups: dict, terms=("kl_immediate", "kl_k3", "kl_reward", "reward"), against: str = "decision"):
     """The length law's slopes with their 95 % intervals, one panel per term, one row per study of each group
     (``{group label: {study name: study}}``, e.g. the laptop stages and the laptop-wide stages), with the prediction
