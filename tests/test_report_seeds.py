@@ -216,7 +216,7 @@ def test_attempt_lengths_and_kl_by_level_follow_the_ladder_and_take_medians():
     assert list(lengths.columns) == ["1x1", "1x9", "1x10", "span of medians", "span of all"]
     assert lengths.loc["m"].to_dict() == {"1x1": 30, "1x9": 80, "1x10": 100, "span of medians": 100 / 30,
                                           "span of all": 100 / 20}
-    for t, (_, L, a, d) in zip(study["trajectories"], rows):
+    for t, (_, _, a, d) in zip(study["trajectories"], rows):
         t["grad"] = {"kl_k3": {"attempt": a + 1, "decision": d + 1}}
     g = report.grad_by_level(study, "kl_k3")
     assert list(g.index) == ["1x1", "1x9", "1x10"]

@@ -20,12 +20,12 @@ from ..core.paper import paper_results
 from ..measure import tasks
 from ..measure.calibration import normal_interval
 from ..measure.claims import verdicts
-from ..measure.length_law import cluster_median
+from ..measure.length_law import TOLERANCE, cluster_median
 from ..measure.stage import preferred
 from ..measure.trend import fifths_contrast
 from ..measure.trend import verdict as trend_verdict
 from ..task.problems import level_index
-from .attribution_study import carries
+from .attribution_study import PREDICTED_SLOPE, carries
 from .pipeline import design_checks, plan, plan_of
 from .presets import get, stage_label
 
@@ -749,9 +749,6 @@ def plot_slopes(groups: dict, terms=("kl_immediate", "kl_k3", "kl_reward", "rewa
     (``{group label: {study name: study}}``, e.g. the laptop stages and the laptop-wide stages), with the prediction
     and the band of the verdict rule (:data:`dsh.measure.length_law.TOLERANCE`) shaded."""
     import matplotlib.pyplot as plt
-
-    from ..measure.length_law import TOLERANCE
-    from .attribution_study import PREDICTED_SLOPE
 
     names = [(g, n) for g, studies in groups.items() for n in studies]
     fig, axes = plt.subplots(1, len(terms), figsize=(3.3 * len(terms), 0.32 * len(names) + 1.4), sharey=True,
