@@ -44,7 +44,8 @@ POSITIONS = 128     # positions along the first attempt whose mean k1 is kept
 METHOD = 2          # the split's rules (1: verdicts only, attempts may hold stray verdicts; 2: :func:`segment_laptop`
 #                     with STOP after an unchecked answer, attempts holding a verdict left out, rounds to min_signal)
 MIN_TRAJECTORIES = 200   # a study with fewer trajectories with a decision is reported, not given verdicts (issue 31)
-MIN_SPAN = 5.0           # ... and the length law's verdict needs per-level median attempt lengths spanning this much
+MIN_SPAN = 5.0           # the span of per-level median attempt lengths issue 31 asks the length law to be fitted over
+#                          (the findings' laptop-wide rows count only studies that reach it)
 
 
 @dataclass(frozen=True)
