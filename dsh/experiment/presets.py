@@ -340,7 +340,8 @@ _LAPTOP_SFT = dict(task="laptop_task", task_options=dict(LAPTOP_REFLECTION), tra
 LAPTOP_STAGES = (Stage("base", None), Stage("sft", "sft", "base"), Stage("sft_reflection", "sft_reflection", "base"),
                  Stage("dft", "dft", "base"), Stage("rl", "grpo", "sft_reflection"))
 KL_BETAS = (0.0, 0.1)   # with the RL arm's 0.001 (the paper's): beta = 0 and two values > 0
-LAPTOP_ABLATIONS = tuple(Stage(f"rl_beta{b:g}", "grpo", "sft_reflection", {"beta": b}) for b in KL_BETAS) + (
+KL_ABLATION = tuple(Stage(f"rl_beta{b:g}", "grpo", "sft_reflection", {"beta": b}) for b in KL_BETAS)
+LAPTOP_ABLATIONS = KL_ABLATION + (
     Stage("sft_verdict", "sft_reflection", "base", {"task_options": {**LAPTOP_REFLECTION, "check": "verdict"}}),
     Stage("rl_verdict", "grpo", "sft_verdict"))
 
@@ -392,7 +393,7 @@ LAPTOP_WIDE = Preset(
               for m, c in LAPTOP.training.items()},
     stages=LAPTOP_STAGES,
     evaluation=LAPTOP.evaluation,
-    model=LAPTOP.model, seeds=(0,), ablations=LAPTOP_ABLATIONS[:len(KL_BETAS)], ablation_seeds=(0,),
+    model=LAPTOP.model, seeds=(0,), ablations=KL_ABLATION, ablation_seeds=(0,),
     attribution=StudySettings(levels=tuple(f"1x{n}" for n in range(1, WIDE_TOP + 1)), temperature=1.0),
     attribution_stages=LAPTOP.attribution_stages, attribution_repeats=LAPTOP.attribution_repeats,
 )

@@ -740,8 +740,7 @@ def grad_by_level(study: dict, term: str) -> pd.DataFrame:
     df = pd.DataFrame([{"level": t["level"], "L": t["L"], "|g_attempt|": t["grad"][term]["attempt"],
                         "|g_decision|": t["grad"][term]["decision"]}
                        for t in study["trajectories"] if t["grad"].get(term)])
-    out = df.groupby("level").median()
-    return out.loc[sorted(out.index, key=level_index)]
+    return df.groupby("level").median().loc[_levels_sorted(df)]
 
 
 def plot_slopes(groups: dict, terms=("kl_immediate", "kl_k3", "kl_reward", "reward"), against: str = "decision"):
@@ -797,4 +796,4 @@ def kl_by_level(study: dict) -> pd.DataFrame:
     out = df.groupby("level").agg(**{"attempt k1": ("attempt k1", "median"),
                                      "decision k1": ("decision k1", "median"),
                                      "trajectories": ("attempt k1", "size")})
-    return out.loc[sorted(out.index, key=level_index)]
+    return out.loc[_levels_sorted(df)]
