@@ -1,13 +1,17 @@
 """The laptop preset's plan (every stage x seed, both ablations, run by dsh.experiment.pipeline like every preset),
 budgets that hold the traces, bad input refused before any work."""
 
+import json
 import random
+from pathlib import Path
 
 import pytest
 
 from dsh.experiment import presets
 from dsh.experiment.pipeline import plan, reward_curve, stages_needed
 from dsh.task import laptop_task as lt
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def test_plan_has_every_stage_for_every_seed_and_both_ablations():
@@ -64,7 +68,7 @@ def test_token_limits_hold_the_longest_traces(preset):
 def test_the_wide_preset_differs_from_the_laptop_preset_only_in_its_fine_tuning_ladder():
     """laptop-wide: the laptop stages from the same base, fine-tuned on 1x1 ... 1x10 in both orders (GRPO's token
     limit raised to hold those traces), seed 0, the KL ablation without the verdict-only controls; its study samples
-    1x1 ... 1x10 at temperature 1."""
+    1x1 ... 1x10 at the temperature its design measurement chose."""
     wide, lap = presets.LAPTOP_WIDE, presets.LAPTOP
     assert wide.model == lap.model and wide.evaluation == lap.evaluation and wide.stages == lap.stages
     for m, c in lap.training.items():
@@ -76,7 +80,13 @@ def test_the_wide_preset_differs_from_the_laptop_preset_only_in_its_fine_tuning_
     names = [s.name for s in wide.plan_stages()]
     assert names == ["base", "sft-s0", "sft_reflection-s0", "dft-s0", "rl-s0", "rl_beta0-s0", "rl_beta0.1-s0"]
     assert set(wide.attribution_stages) <= set(names) and wide.attribution.levels[-1] == "1x10"
-    assert wide.attribution.temperature == 1.0 and wide.probe is None
+    assert wide.probe is None
+    # the study's temperature is the one the committed design measurement chose by its rule
+    design = json.loads((ROOT / "book/results/laptop/design/wide_study_temperature.json").read_text())
+    assert wide.attribution.temperature == design["chosen"] == presets.WIDE_STUDY_T
+    ts = [float(t) for t in next(iter(design["stages"].values()))["temperatures"]]
+    assert design["chosen"] == max(t for t in ts if all(st["temperatures"][str(t)]["span"] >= 5
+                                                        for st in design["stages"].values()))
 
 
 def test_bad_plans_are_refused():

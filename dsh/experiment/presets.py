@@ -381,10 +381,13 @@ LAPTOP = Preset(
 # attempts whose per-level medians span 2.1-2.4x over 1x1 ... 1x8 (chapter 08). The same stages from the same shipped
 # base with one change, fine-tuning (SFT, SFT with reflection, DFT, RL and the KL ablation) on 1x1 ... 1x10 in both
 # orders, for the gradient-attribution study alone: seed 0, no verdict-only controls, no check probe; evaluated on
-# the laptop ladder as the laptop stages are. The study samples at temperature 1 (the paper's): there SFT (reflection)
-# fine-tuned this way wrote attempts spanning 5.9x, at the rollouts' temperature 2 only 4.1-4.4x (chapter 08's design
-# measurement, book/results/laptop/design/wide_ladder_derisk.json); otherwise the laptop study's settings.
+# the laptop ladder as the laptop stages are. The study samples at temperature 1.75: at the rollouts' 2 the attempts of
+# SFT (reflection) fine-tuned this way spanned only 4.1-4.4x (book/results/laptop/design/wide_ladder_derisk.json), at 1
+# (the first studies) a one-attempt model's STOP was too certain to carry a gradient on most trajectories; 1.75 is the
+# highest of 1, 1.25, 1.5, 1.75 at which every stage spanning 5x at 1 still did, a rule fixed before measuring
+# (design/wide_study_temperature.py and .json; chapter 08's design table). Otherwise the laptop study's settings.
 WIDE_TOP = 10
+WIDE_STUDY_T = 1.75   # design/wide_study_temperature.json's choice (the test checks they agree)
 LAPTOP_WIDE_LEVELS = tuple(x for n in range(1, WIDE_TOP + 1) for x in ((f"1x{n}",) if n == 1 else (f"1x{n}", f"{n}x1")))
 _WIDE = dict(train_levels=LAPTOP_WIDE_LEVELS)
 LAPTOP_WIDE = Preset(
@@ -394,7 +397,7 @@ LAPTOP_WIDE = Preset(
     stages=LAPTOP_STAGES,
     evaluation=LAPTOP.evaluation,
     model=LAPTOP.model, seeds=(0,), ablations=KL_ABLATION, ablation_seeds=(0,),
-    attribution=StudySettings(levels=tuple(f"1x{n}" for n in range(1, WIDE_TOP + 1)), temperature=1.0),
+    attribution=StudySettings(levels=tuple(f"1x{n}" for n in range(1, WIDE_TOP + 1)), temperature=WIDE_STUDY_T),
     attribution_stages=LAPTOP.attribution_stages, attribution_repeats=LAPTOP.attribution_repeats,
 )
 
