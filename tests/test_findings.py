@@ -127,7 +127,7 @@ def test_the_length_law_verdicts_count_only_studies_spanning_5x(lap):
     assert findings.beyond_findings(lap, narrow, wide=narrow) == plain
     one = {"m": json.loads((LAPTOP / "design" / "wide_ladder_study.json").read_text())}
     rows = [r for r in findings.beyond_findings(lap, narrow, wide=one) if r not in plain]
-    assert len(rows) == 2 and all("1x1 ... 1x10" in r["claim"] for r in rows)
+    assert len(rows) == 2 and all("1x1 ... 1x10, sampled at temperature 1," in r["claim"] for r in rows)
     t = report.attribution_table(one)
     t = t[(t.against == "decision") & t.verdict.notna()]
     kl = list(t[t.term.isin(["kl_immediate", "kl_k3", "kl_reward"])].verdict)

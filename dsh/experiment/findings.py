@@ -224,7 +224,9 @@ def beyond_findings(results: dict, studies: dict | None = None, wide: dict | Non
                          "'holds': agreement >= 0.9 and kappa >= 0.8 on every seed)",
                          "06_laptop_experiment", "laptop-results"))
     rows += _length_law_rows(studies or {}, "", 0.0)
-    rows += _length_law_rows(wide or {}, " (stages fine-tuned on 1x1 ... 1x10, attempts spanning >= 5x)", MIN_SPAN)
+    temps = sorted({s["settings"]["temperature"] for s in (wide or {}).values()})
+    at = f", sampled at temperature {', '.join(f'{t:g}' for t in temps)}" if temps else ""
+    rows += _length_law_rows(wide or {}, f" (stages fine-tuned on 1x1 ... 1x10{at}, attempts spanning >= 5x)", MIN_SPAN)
     return rows
 
 
