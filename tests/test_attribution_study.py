@@ -108,6 +108,11 @@ def test_split_on_cases_whose_answer_is_known(base):
         shared = at.all_part_gradients(model, ref, seg, ("sft", o, "kl_k1"), 0.7)[o]
         assert set(shared) == set(g) and all(float((shared[k] - g[k]).norm()) <= 1e-5 * float(g[k].norm()) + 1e-12
                                              for k in g), o
+    # the surrogate reward of one trajectory is its SFT loss times -A, part by part (so its per-trajectory
+    # attempt / decision ratio is the SFT loss's: chapter 08)
+    rew, sft = at.part_gradients(model, model, seg, "reward", 0.7), at.part_gradients(model, model, seg, "sft")
+    assert all(float((rew[k] + 0.7 * sft[k]).norm()) <= 1e-5 * float(rew[k].norm()) and float(rew[k].norm()) > 0
+               for k in rew)
     # a reference equal to the policy: the KL terms give no gradient at all
     same = load(str(presets.LAPTOP.model))[0]
     for o in ("kl_k3", "kl_reward"):
