@@ -192,7 +192,8 @@ def _cmd_attribution(args) -> int:
     stages = [x.strip() for x in args.stages.split(",") if x.strip()]
     if not stages:
         raise ValueError("stages must name at least one stage of the results folder, e.g. sft_reflection-s0,rl-s0")
-    got = attribution_results(args.results_dir, args.runs_dir, stages, seed=args.seed, progress=not args.quiet)
+    got = attribution_results(args.results_dir, args.runs_dir, stages, seed=args.seed, progress=not args.quiet,
+                              overrides=_parse_overrides(args.set) or None)
     for name, r in got.items():
         print(f"{name}: {len(r['trajectories'])} trajectories, {r['wall_s']} s")
     return 0
@@ -407,6 +408,9 @@ def _add_attribution(sub) -> None:
     at.add_argument("--runs-dir", required=True, help="the runs folder of the pipeline that wrote it")
     at.add_argument("--stages", required=True, help="comma-separated stages, e.g. sft_reflection-s0,rl-s0")
     at.add_argument("--seed", type=int, default=0, help="the questions' and samples' seed (default 0)")
+    at.add_argument("--set", action="append", metavar="KEY=VALUE",
+                    help="override a setting of the preset's study: levels, prompts_per_level, group, temperature, "
+                         "max_new_tokens, objectives, min_signal, max_rounds (repeatable; e.g. --set levels=1x2,1x3)")
     at.add_argument("--quiet", action="store_true", help="no progress output")
     at.set_defaults(func=_cmd_attribution)
 

@@ -328,18 +328,19 @@ def probe_stage(model: str, out: Path, p, settings, seed: int, clock: Clock, nam
     return got
 
 
-def study_settings(p, overrides: dict | None = None):
+def study_settings(p, overrides: dict | None = None, name: str = "attribution_overrides"):
     """The preset's attribution study with ``overrides`` (None when the preset has none), checked: a field that
-    :class:`~dsh.experiment.attribution_study.StudySettings` lacks, or a bad value, is named in one line."""
+    :class:`~dsh.experiment.attribution_study.StudySettings` lacks, or a bad value, is named in one line (the
+    overrides called ``name`` there)."""
     if overrides is not None and not isinstance(overrides, dict):
-        raise ValueError(f"attribution_overrides must be a dict of StudySettings fields, got {overrides!r}")
+        raise ValueError(f"{name} must be a dict of StudySettings fields, got {overrides!r}")
     if p.attribution is None:
         if overrides:
-            raise ValueError(f"attribution_overrides: preset {p.name!r} runs no attribution study (only laptop does)")
+            raise ValueError(f"{name}: preset {p.name!r} runs no attribution study (only laptop does)")
         return None
     fields = [f.name for f in dataclasses.fields(StudySettings)]
     for k in overrides or {}:
-        v.choice("attribution_overrides", k, [f for f in fields if f != "seed"])
+        v.choice(name, k, [f for f in fields if f != "seed"])
     given = {k: ((x,) if isinstance(x, str) and k in ("levels", "objectives") else x)   # one level named alone
              for k, x in (overrides or {}).items()}
     return dataclasses.replace(p.attribution, **given).checked()
@@ -391,12 +392,14 @@ def _recorded_models(results: Path, runs: Path, summ: dict, settings, names) -> 
     return models
 
 
-def attribution_results(results_dir, runs_dir, stages, seed: int = 0, progress: bool = True) -> dict:
+def attribution_results(results_dir, runs_dir, stages, seed: int = 0, progress: bool = True,
+                        overrides: dict | None = None) -> dict:
     """The gradient-attribution study (:mod:`dsh.experiment.attribution_study`) of ``stages`` of a finished laptop
     results folder, each model against the model its training started from (the plan's ``init``; the base against
     itself), the models found as :func:`probe_results` finds them, with the settings of the folder's preset (its
-    ``attribution``, the trajectory seed ``seed``): the pipeline's own step (:func:`attribution_stage`), so a study
-    already there with the same settings, method and weights is reused. Writes
+    ``attribution`` with ``overrides``, fields of :class:`~dsh.experiment.attribution_study.StudySettings` but the
+    seed, as the pipeline's ``attribution_overrides``; the trajectory seed ``seed``): the pipeline's own step
+    (:func:`attribution_stage`), so a study already there with the same settings, method and weights is reused. Writes
     ``results_dir/attribution/<stage>.json`` (``<stage>-t<seed>.json`` for a trajectory seed other than 0).
     Returns ``{stage: study}``."""
     results, runs = Path(results_dir), Path(runs_dir)
@@ -409,7 +412,9 @@ def attribution_results(results_dir, runs_dir, stages, seed: int = 0, progress: 
     for s in stages:
         v.choice("stages[i]", s, list(plan_))
     preset = get(summ["preset"])
-    study = dataclasses.replace(preset.attribution or StudySettings(), seed=v.length("seed", seed)).checked()
+    if preset.attribution is None:     # a laptop-task folder of a preset without a study: the study's defaults
+        preset = dataclasses.replace(preset, attribution=StudySettings())
+    study = dataclasses.replace(study_settings(preset, overrides, "overrides"), seed=v.length("seed", seed)).checked()
     settings = preset.eval_settings(**{k: x for k, x in summ["eval"].items() if k != "batch_size"})
     need = sorted({*stages, *(plan_[s]["init"] for s in stages if plan_[s]["init"])})
     models = _recorded_models(results, runs, summ, settings, need)
