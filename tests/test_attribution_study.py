@@ -204,6 +204,8 @@ def test_rounds_add_new_questions_until_enough_trajectories_carry_a_signal(base)
     assert rounds == 1 and got == first
     n = st.decision_count(tok, first)
     assert n["decision"] + sum(n["left_out"].values()) == 6 and n["signal"] <= n["decision"]
+    empty = {**first[0], "response": "", "stopped": True}     # the end of turn as the first token: named as such
+    assert st.decision_count(tok, [empty]) == {"decision": 0, "signal": 0, "left_out": {"empty response": 1}}
 
 
 def test_attribution_results_refuses_what_it_cannot_study(tmp_path):

@@ -117,9 +117,11 @@ def sample_groups(model, tok, settings: StudySettings, round_no: int = 0) -> lis
 
 def _segment(tok, sample):
     """:func:`dsh.llm.attribution.segment_laptop` of a sample and None, or None and why the split leaves it out
-    (the error's first clause)."""
+    (the error's first clause; "empty response" for a response with no text, the model's end of turn first)."""
     from ..llm.attribution import segment_laptop
 
+    if not sample["response"]:
+        return None, "empty response"
     try:
         return segment_laptop(tok, sample["question"], sample["response"], sample.get("stopped", True)), None
     except ValueError as e:
