@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from dsh.experiment import presets
+from dsh.experiment.attribution_study import MIN_SPAN
 from dsh.experiment.pipeline import plan, reward_curve, stages_needed
 from dsh.task import laptop_task as lt
 
@@ -85,7 +86,7 @@ def test_the_wide_preset_differs_from_the_laptop_preset_only_in_its_fine_tuning_
     design = json.loads((ROOT / "book/results/laptop/design/wide_study_temperature.json").read_text())
     assert wide.attribution.temperature == design["chosen"] == presets.WIDE_STUDY_T
     ts = [float(t) for t in next(iter(design["stages"].values()))["temperatures"]]
-    assert design["chosen"] == max(t for t in ts if all(st["temperatures"][str(t)]["span"] >= 5
+    assert design["chosen"] == max(t for t in ts if all(st["temperatures"][str(t)]["span"] >= MIN_SPAN
                                                         for st in design["stages"].values()))
 
 
