@@ -190,22 +190,59 @@ def test_study_on_the_shipped_base_writes_what_it_measured(tmp_path):
     assert not (tmp_path / "b.json").exists()
 
 
-def test_rounds_add_new_questions_until_enough_trajectories_carry_a_signal(base):
+def test_rounds_add_new_questions_until_every_fit_holds_enough_trajectories(base):
     model, tok = base
     one = st.StudySettings(levels=("1x2", "1x3"), prompts_per_level=1, group=3, max_new_tokens=60)
+    objectives = ("reward", "sft", "dft")          # the base against itself: no KL terms
     first = st.sample_groups(model, tok, one)
     assert st.sample_groups(model, tok, one) == first                                   # seeded
-    got, rounds = st.sample_rounds(model, tok, replace(one, min_signal=10 ** 6, max_rounds=3))
-    assert rounds == 3 and len(got) == 18 and got[:6] == first                        # the first round unchanged
-    assert [g["prompt"] for g in got[::3]] == list(range(6))                            # a cluster per question
-    assert len({g["question"] for g in got}) > 2
+    got = st.study_rounds(model, model, tok, replace(one, min_signal=10 ** 6, max_rounds=3), objectives)
+    assert got["rounds"] == 3 and got["samples"] == 18
+    assert sorted({t["prompt"] for t in got["trajectories"]}) <= list(range(6))         # a cluster per question
     assert st.questions(one, 3)[:2] == st.questions(one)
-    got, rounds = st.sample_rounds(model, tok, replace(one, min_signal=0, max_rounds=3))
-    assert rounds == 1 and got == first
+    alone = st.study_rounds(model, model, tok, replace(one, min_signal=0, max_rounds=3), objectives)
+    assert alone["rounds"] == 1 and alone["samples"] == 6                               # 0 needed: one round
+    rows0, _, _ = st.attribute_groups(model, model, tok, first, objectives, one.temperature)
+    assert alone["trajectories"] == rows0 == [t for t in got["trajectories"] if t["prompt"] < 2]
+    # the rule counts what the fits take: every objective against the decision and the stage, no group fit
+    counts = st.fit_counts(got["trajectories"], objectives)
+    f = st.fits(got["trajectories"], got["groups"], objectives)
+    assert set(counts) == {f"{o} / {a}" for o in objectives for a in ("decision", "stage")}
+    assert all(counts[k] == f[k]["n"] for k in counts)
+    assert st.counted_terms(("reward", "kl_k3"))[-2:] == ["kl_immediate / decision", "kl_immediate / stage"]
+    least = min(counts.values())
+    assert st.enough(got["trajectories"], objectives, least) and not st.enough(got["trajectories"], objectives, least + 1)
     n = st.decision_count(tok, first)
     assert n["decision"] + sum(n["left_out"].values()) == 6 and n["signal"] <= n["decision"]
     empty = {**first[0], "response": "", "stopped": True}     # the end of turn as the first token: named as such
     assert st.decision_count(tok, [empty]) == {"decision": 0, "signal": 0, "left_out": {"empty response": 1}}
+
+
+def test_a_study_continued_from_its_first_rounds_equals_one_drawn_whole(tmp_path):
+    base = str(presets.LAPTOP.model)
+    s = st.StudySettings(levels=("1x2", "1x4"), prompts_per_level=1, group=3, max_new_tokens=80, min_signal=10 ** 6,
+                         max_rounds=1)
+    short = st.run_study(base, base, tmp_path / "short.json", s)
+    whole = st.run_study(base, base, tmp_path / "whole.json", replace(s, max_rounds=3))
+    cont = st.run_study(base, base, tmp_path / "cont.json", replace(s, max_rounds=3), previous=short)
+    assert short["rounds"] == 1 and whole["rounds"] == cont["rounds"] == 3 and cont["samples"] == whole["samples"]
+    for k in ("trajectories", "groups", "fits", "settings", "objectives"):
+        assert cont[k] == whole[k], k
+    assert np.allclose(cont["kl_positions"]["n"], whole["kl_positions"]["n"])
+    assert cont["resumed"]["rounds"] == 1 and "resumed" not in whole
+    w = (short["weights"], short["reference_weights"])
+    obj = tuple(short["objectives"])
+    s3 = replace(s, max_rounds=3)
+    assert st.resume_point(short, s3, obj, w) == 1
+    assert st.resume_point(dict(short, method=1), s3, obj, w) is None                  # another split
+    assert st.resume_point(short, replace(s3, group=2), obj, w) is None                # other settings
+    assert st.resume_point(short, s3, obj, ("x", "y")) is None                         # other weights
+    assert st.resume_point(whole, s, obj, w) is None                                    # more rounds than allowed
+    # a study whose rule would have stopped before its last round is not this study's first rounds
+    assert st.resume_point(whole, replace(s3, min_signal=0, max_rounds=4), obj, w) is None
+    with pytest.raises(ValueError, match="previous must be"):
+        st.run_study(base, base, tmp_path / "bad.json", replace(s3, group=2), previous=short)
+    assert not (tmp_path / "bad.json").exists()
 
 
 def test_attribution_results_refuses_what_it_cannot_study(tmp_path):
@@ -313,8 +350,14 @@ def test_the_pipeline_step_reuses_a_study_only_of_the_same_method_settings_and_w
     reused = attribution_stage(base, base, tmp_path, "base", s, Clock(False), tmp_path)
     assert reused == json.loads(json.dumps(first))                                             # read back
     assert path.read_text() == stamp
-    path.write_text(json.dumps(dict(first, method=st.METHOD - 1, trajectories=[])))             # an older method
+    path.write_text(json.dumps(dict(first, method=1, trajectories=[])))             # another split: computed again
     again = attribution_stage(base, base, tmp_path, "base", s, Clock(False), tmp_path)
-    assert again["method"] == st.METHOD and again["trajectories"] == first["trajectories"]      # computed again
+    assert again["method"] == st.METHOD and again["trajectories"] == first["trajectories"] and "resumed" not in again
+    path.write_text(json.dumps(dict(first, method=2, settings=dict(first["settings"], max_rounds=4))))
+    taken = attribution_stage(base, base, tmp_path, "base", s, Clock(False), tmp_path)   # method 2: its rounds taken
+    assert taken["resumed"] == {"rounds": 1, "method": 2, "commit": first["commit"], "date": first["date"],
+                                "wall_s": first["wall_s"]}
+    assert {k: taken[k] for k in ("trajectories", "fits", "rounds", "samples")} == \
+        {k: first[k] for k in ("trajectories", "fits", "rounds", "samples")} and taken["settings"] == first["settings"]
     other = attribution_stage(base, base, tmp_path, "base", replace(s, group=3), Clock(False), tmp_path)
     assert len(other["trajectories"]) + other["kl_positions"]["skipped"] == 3                  # new settings

@@ -41,8 +41,11 @@ KL_OBJECTIVES = ("kl_reward", "kl_k3")
 PREDICTED_SLOPE = {"reward": 0.0, "kl_reward": 1.0, "kl_k3": 1.0, "sft": None, "dft": None, "kl_immediate": 1.0,
                    "reward_group": 0.0}
 POSITIONS = 128     # positions along the first attempt whose mean k1 is kept
-METHOD = 2          # the split's rules (1: verdicts only, attempts may hold stray verdicts; 2: :func:`segment_laptop`
-#                     with STOP after an unchecked answer, attempts holding a verdict left out, rounds to min_signal)
+METHOD = 3          # the split's rules (1: verdicts only, attempts may hold stray verdicts; 2: :func:`segment_laptop`
+#                     with STOP after an unchecked answer, attempts holding a verdict left out, rounds until min_signal
+#                     trajectories carry a reward signal; 3: method 2's split, rounds until every term's fit has
+#                     min_signal trajectories, :func:`enough`). Method 2's rounds are method 3's first rounds
+#                     (:func:`resume_point`).
 MIN_TRAJECTORIES = 200   # a study with fewer trajectories with a decision is reported, not given verdicts (issue 31)
 MIN_SPAN = 5.0           # the span of per-level median attempt lengths issue 31 asks the length law to be fitted over
 #                          (the findings' laptop-wide rows count only studies that reach it)
@@ -60,8 +63,9 @@ class StudySettings:
     max_new_tokens: int = 400
     objectives: tuple = OBJECTIVES
     min_signal: int = MIN_TRAJECTORIES   # another round of prompts_per_level new questions a level is drawn until
-    #                                 this many trajectories with a decision carry a reward signal (advantage != 0)
-    max_rounds: int = 4             # ... or this many rounds were drawn (RL beta 0 reaches a verdict in ~1 of 3)
+    #                                 every term's fit holds this many trajectories (:func:`enough`)
+    max_rounds: int = 12            # ... or this many rounds were drawn (DFT on 1x1 ... 1x10 gives its KL-as-reward
+    #                                 fit ~23 trajectories a round: 9 rounds; chapter 08's design table)
     seed: int = 0                   # questions and sampling streams
 
     def checked(self) -> StudySettings:
@@ -142,19 +146,81 @@ def decision_count(tok, samples) -> dict:
     return out
 
 
-def sample_rounds(model, tok, settings: StudySettings) -> tuple[list[dict], int]:
-    """Rounds of :func:`sample_groups` until ``min_signal`` trajectories with a decision carry a reward signal or
-    ``max_rounds`` rounds were drawn (a rule on the count alone, never on what the trajectories measure). Returns
-    the samples and the number of rounds."""
-    samples, r, signal = [], 0, 0
-    while r < settings.max_rounds:
-        new = sample_groups(model, tok, settings, r)
-        samples += new
-        signal += decision_count(tok, new)["signal"]          # each round's samples split once
-        r += 1
-        if signal >= settings.min_signal:
-            break
-    return samples, r
+def counted_terms(objectives) -> list[str]:
+    """The fits the round rule counts (:func:`enough`): every objective's against the decision and against the
+    stage, and the immediate KL's where the study has KL terms (a model against itself has none). The group-summed
+    reward (``reward_group``) counts groups, not trajectories, and is not held to it."""
+    terms = list(objectives) + (["kl_immediate"] if any(o in KL_OBJECTIVES for o in objectives) else [])
+    return [f"{t} / {a}" for t in terms for a in ("decision", "stage")]
+
+
+def fit_counts(rows, objectives) -> dict:
+    """How many trajectories each fit of :func:`counted_terms` takes from ``rows`` (:func:`fits`' ``n``: the pairs
+    with a positive, finite length and ratio, as :func:`dsh.measure.length_law.loglog_slope` keeps them)."""
+    terms = counted_terms(objectives)
+
+    def kept(pairs):
+        return sum(bool(np.isfinite(x) and np.isfinite(y) and x > 0 and y > 0) for x, y, _ in pairs)
+    return {f"{o} / {a}": kept(pairs) for a in ("decision", "stage")
+            for o, pairs in _series(rows, [], objectives, a).items() if f"{o} / {a}" in terms}
+
+
+def enough(rows, objectives, min_signal: int) -> bool:
+    """The round rule (method 3): every fit the study counts (:func:`counted_terms`) holds ``min_signal``
+    trajectories or more. A rule on counts alone, never on what the trajectories measure."""
+    return all(n >= min_signal for n in fit_counts(rows, objectives).values())
+
+
+def resume_point(previous: dict, settings: StudySettings, objectives, weights: tuple) -> int | None:
+    """The rounds of ``previous`` (a study record) that this study can take as its own first rounds, or None: a
+    study of the same weights (model's, reference's), objectives and settings but ``max_rounds``, by method 2 or 3
+    (one split; rounds are drawn and attributed one by one, each from its own seeded questions and streams), with
+    no more rounds than ``max_rounds``, and where :func:`enough` holds after none of its rounds but the last (method
+    3 would have drawn them all). Its rounds are then exactly what this study draws first."""
+    same = {k: x for k, x in asdict(settings).items() if k != "max_rounds"}
+    old = {k: x for k, x in (previous.get("settings") or {}).items() if k != "max_rounds"}
+    if previous.get("method") not in (2, 3) or json.loads(json.dumps(old)) != json.loads(json.dumps(same)) or \
+            (previous.get("weights"), previous.get("reference_weights")) != tuple(weights) or \
+            previous.get("objectives") != list(objectives) or not 0 < previous.get("rounds", 0) <= settings.max_rounds:
+        return None
+    per = len(settings.levels) * settings.prompts_per_level
+    rows = previous["trajectories"]
+    for r in range(1, previous["rounds"]):         # method 3 stops after the first round where enough() holds
+        if enough([x for x in rows if x["prompt"] < r * per], objectives, settings.min_signal):
+            return None
+    return previous["rounds"]
+
+
+def study_rounds(model, ref_model, tok, settings: StudySettings, objectives, previous: dict | None = None,
+                 start: int = 0) -> dict:
+    """Rounds of :func:`sample_groups` and :func:`attribute_groups`, one after the other, until :func:`enough`
+    holds or ``max_rounds`` rounds were drawn; the first ``start`` rounds taken from ``previous`` (a study record,
+    :func:`resume_point`). Returns the samples drawn, the rounds, the per-trajectory and per-group rows, the k1
+    profile and the seconds spent sampling."""
+    if previous is not None and start:
+        got = {"samples": previous["samples"], "rounds": start, "trajectories": list(previous["trajectories"]),
+               "groups": list(previous["groups"]), "sample_s": previous.get("sample_s", 0.0),
+               "kl_positions": json.loads(json.dumps(previous["kl_positions"]))}
+    else:
+        got = {"samples": 0, "rounds": 0, "trajectories": [], "groups": [], "sample_s": 0.0,
+               "kl_positions": {"sum": [0.0] * POSITIONS, "n": [0.0] * POSITIONS, "skipped": 0, "skipped_why": {}}}
+    pos = got["kl_positions"]
+    while got["rounds"] < settings.max_rounds and not (got["rounds"] and enough(got["trajectories"], objectives,
+                                                                                   settings.min_signal)):
+        t0 = time.time()
+        new = sample_groups(model, tok, settings, got["rounds"])
+        got["sample_s"] += time.time() - t0
+        rows, group_rows, p = attribute_groups(model, ref_model, tok, new, objectives, settings.temperature)
+        got["samples"] += len(new)
+        got["rounds"] += 1
+        got["trajectories"] += rows
+        got["groups"] += group_rows
+        pos["sum"] = [a + b for a, b in zip(pos["sum"], p["sum"])]
+        pos["n"] = [a + b for a, b in zip(pos["n"], p["n"])]
+        pos["skipped"] += p["skipped"]
+        for k, n in p["skipped_why"].items():
+            pos["skipped_why"][k] = pos["skipped_why"].get(k, 0) + n
+    return got
 
 
 def generator_samples(levels, per_level: int = 1, seed: int = 0) -> list[dict]:
@@ -278,6 +344,20 @@ def carries(split: dict, part: str) -> bool:
     return split[part] > SILENT * split["attempt"]
 
 
+def _series(rows, group_rows, objectives, against: str) -> dict:
+    """Per fit of :func:`fits` against ``against`` (decision or stage), its (L, ratio, question) triples: the
+    question is the cluster the bootstrap resamples."""
+    series = {o: [(r["L"], r["grad"][o]["attempt"] / r["grad"][o][against], r["prompt"]) for r in rows
+                  if r["grad"].get(o) and carries(r["grad"][o], against)] for o in objectives}
+    series["reward_group"] = [(g["L"], g["attempt"] / g[against], g["prompt"]) for g in group_rows
+                              if carries(g, against)]
+    kl_part = (lambda r: r["kl"]["decision"]) if against == "decision" else \
+        (lambda r: r["kl"]["decision"] + r["kl"]["check"])
+    series["kl_immediate"] = [(r["L"], abs(r["kl"]["attempt"]) / abs(kl_part(r)), r["prompt"]) for r in rows
+                              if kl_part(r) != 0]
+    return series
+
+
 def fits(rows, group_rows, objectives, seed: int = 0, by_question: bool = True) -> dict:
     """The length law per objective, keyed ``"<objective> / decision"`` and ``"<objective> / stage"``: the log-log
     slope of |g_attempt| / |g_decision| (the paper's one decision action) and of |g_attempt| / |g_stage| (check and
@@ -290,15 +370,7 @@ def fits(rows, group_rows, objectives, seed: int = 0, by_question: bool = True) 
     question's samples are not independent, :func:`dsh.measure.length_law.bootstrap_coverage`)."""
     out = {}
     for against in ("decision", "stage"):
-        # (L, ratio, question): the question is the cluster the bootstrap resamples
-        series = {o: [(r["L"], r["grad"][o]["attempt"] / r["grad"][o][against], r["prompt"]) for r in rows
-                      if r["grad"].get(o) and carries(r["grad"][o], against)] for o in objectives}
-        series["reward_group"] = [(g["L"], g["attempt"] / g[against], g["prompt"]) for g in group_rows
-                                  if carries(g, against)]
-        kl_part = (lambda r: r["kl"]["decision"]) if against == "decision" else \
-            (lambda r: r["kl"]["decision"] + r["kl"]["check"])
-        series["kl_immediate"] = [(r["L"], abs(r["kl"]["attempt"]) / abs(kl_part(r)), r["prompt"]) for r in rows
-                                  if kl_part(r) != 0]
+        series = _series(rows, group_rows, objectives, against)
         for o, pairs in series.items():
             got = [r["grad"][o] for r in rows if r["grad"].get(o)] if o in objectives else \
                 group_rows if o == "reward_group" else []
@@ -315,14 +387,22 @@ def fits(rows, group_rows, objectives, seed: int = 0, by_question: bool = True) 
     return out
 
 
+def study_objectives(settings: StudySettings, model: str, reference: str) -> tuple:
+    """The settings' objectives but the KL terms when ``reference`` is ``model`` (resolved folders; their gradients
+    vanish)."""
+    same = Path(model).resolve() == Path(reference).resolve()
+    return tuple(o for o in settings.objectives if not (same and o in KL_OBJECTIVES))
+
+
 def run_study(model: str, reference: str, out, settings: StudySettings = StudySettings(),
-              progress: bool = False, roots: dict | None = None) -> dict:
+              progress: bool = False, roots: dict | None = None, previous: dict | None = None) -> dict:
     """Sample, attribute and fit (:func:`sample_groups`, :func:`attribute_groups`, :func:`fits`) for ``model``
     against ``reference`` (model folders; the reference is the model its training started from) and write ``out``
     (JSON: settings, models, per-trajectory and per-group rows, the k1 profile, the fits, time, commit). The KL
     terms are left out when the reference is the model itself (their gradients vanish). The models' paths are
-    recorded from the labels of ``roots`` (``{folder: label}``; :func:`dsh.core.provenance.portable`). Returns what
-    it wrote."""
+    recorded from the labels of ``roots`` (``{folder: label}``; :func:`dsh.core.provenance.portable`). ``previous``:
+    a study record whose rounds become this study's first (:func:`resume_point`; refused in one line when they
+    cannot), recorded as ``resumed``; its wall time counts in ``wall_s``. Returns what it wrote."""
     settings = settings.checked()
     out = Path(out)
     if out.suffix != ".json":
@@ -333,17 +413,28 @@ def run_study(model: str, reference: str, out, settings: StudySettings = StudySe
     ref, _ = load(ref_loc)
     ref.eval()
     m.eval()        # no dropout in the tiny models; the gradients are those of the weights as they are
-    same = Path(loc).resolve() == Path(ref_loc).resolve()
-    objectives = tuple(o for o in settings.objectives if not (same and o in KL_OBJECTIVES))
-    samples, rounds = sample_rounds(m, tok, settings)
-    t_sample = time.time() - t0
-    rows, group_rows, positions = attribute_groups(m, ref, tok, samples, objectives, settings.temperature)
+    objectives = study_objectives(settings, loc, ref_loc)
+    weights = weights_digest(loc), weights_digest(ref_loc)
+    start = 0
+    if previous is not None:
+        start = resume_point(previous, settings, objectives, weights)
+        if start is None:
+            raise ValueError("previous must be a study of the same weights, objectives and settings but max_rounds, "
+                             "by method 2 or 3, whose rounds this study would draw (resume_point)")
+    got = study_rounds(m, ref, tok, settings, objectives, previous, start)
+    rows, group_rows = got["trajectories"], got["groups"]
     result = {"model": portable(str(model), roots), "reference": portable(str(reference), roots),
-              "weights": weights_digest(loc), "reference_weights": weights_digest(ref_loc),
-              "settings": asdict(settings), "method": METHOD, "rounds": rounds, "samples": len(samples),
-              "objectives": list(objectives), "trajectories": rows, "groups": group_rows, "kl_positions": positions,
-              "fits": fits(rows, group_rows, objectives, settings.seed), "sample_s": round(t_sample, 1),
-              "wall_s": round(time.time() - t0, 1), "commit": git_commit(), "date": time.strftime("%Y-%m-%d %H:%M:%S")}
+              "weights": weights[0], "reference_weights": weights[1],
+              "settings": asdict(settings), "method": METHOD, "rounds": got["rounds"], "samples": got["samples"],
+              "objectives": list(objectives), "trajectories": rows, "groups": group_rows,
+              "kl_positions": got["kl_positions"], "fits": fits(rows, group_rows, objectives, settings.seed),
+              "sample_s": round(got["sample_s"], 1),
+              "wall_s": round(time.time() - t0 + (previous.get("wall_s", 0.0) if start else 0.0), 1),
+              "commit": git_commit(), "date": time.strftime("%Y-%m-%d %H:%M:%S")}
+    if start:       # where its first rounds come from
+        result["resumed"] = {"rounds": start, "method": previous["method"], "commit": previous.get("commit"),
+                             "date": previous.get("date"), "wall_s": previous.get("wall_s"),
+                             **({"resumed": previous["resumed"]} if "resumed" in previous else {})}
     write_text(out, json.dumps(result, indent=1))
     if progress:
         print(f"[dsh attribution] {model}: {len(rows)} trajectories in {result['wall_s']} s")

@@ -35,7 +35,7 @@ from ..task.records import by_question
 from ..training import validation
 from ..training.train import METHODS, resume_mismatch, train
 from . import folders
-from .attribution_study import METHOD, StudySettings, run_study
+from .attribution_study import METHOD, StudySettings, resume_point, run_study, study_objectives
 from .check_probe import run_probe
 from .evaluate import evaluate, model_identity, settings_path
 from .presets import DEFAULT, get
@@ -356,10 +356,13 @@ def attribution_stage(model: str, reference: str, folder: Path, name: str, setti
                       runs: Path) -> dict:
     """The gradient-attribution study of one stage's model against ``reference`` into
     ``folder/<name>.json`` (``<name>-t<seed>.json`` for a trajectory seed other than 0), reused when that file
-    holds a study with the same settings of the same weights, the model's and the reference's."""
+    holds a study with the same settings and method of the same weights, the model's and the reference's; continued
+    from its rounds when they are this study's first (:func:`~dsh.experiment.attribution_study.resume_point`: an
+    earlier method's or a smaller ``max_rounds``)."""
     out = study_path(folder, name, settings.seed)
     t0 = time.time()
     weights = weights_digest(resolve_model(model)), weights_digest(resolve_model(reference))
+    old = None
     if out.is_file():
         old = json.loads(out.read_text())
         if old.get("settings") == json.loads(json.dumps(dataclasses.asdict(settings))) and \
@@ -367,7 +370,13 @@ def attribution_stage(model: str, reference: str, folder: Path, name: str, setti
                 (old.get("weights"), old.get("reference_weights")) == weights:
             clock.say(f"attribution {out.stem}: reused")
             return old
-    got = run_study(model, reference, out, settings, roots={runs: "<runs_dir>"})
+        objectives = study_objectives(settings, resolve_model(model), resolve_model(reference))
+        if resume_point(old, settings, objectives, weights) is None:
+            old = None
+        else:
+            clock.say(f"attribution {out.stem}: the earlier study's {old['rounds']} round"
+                      f"{'s' if old['rounds'] != 1 else ''} taken as this study's first")
+    got = run_study(model, reference, out, settings, roots={runs: "<runs_dir>"}, previous=old)
     verdicts = [f["verdict"] for f in got["fits"].values() if f["verdict"]]
     clock.say(f"attribution {out.stem}: {len(got['trajectories'])} trajectories, verdicts "
               + ", ".join(f"{k} {verdicts.count(k)}" for k in ("holds", "fails", "cannot tell"))
