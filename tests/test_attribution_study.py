@@ -230,6 +230,10 @@ def test_a_study_continued_from_its_first_rounds_equals_one_drawn_whole(tmp_path
         assert cont[k] == whole[k], k
     assert np.allclose(cont["kl_positions"]["n"], whole["kl_positions"]["n"])
     assert cont["resumed"]["rounds"] == 1 and "resumed" not in whole
+    assert st.counts_after(whole, 1) == st.fit_counts(short["trajectories"], short["objectives"])     # its first round
+    assert st.counts_after(whole, 3) == st.fit_counts(whole["trajectories"], whole["objectives"])
+    with pytest.raises(ValueError, match=r"rounds must be 1 \.\.\. 3"):
+        st.counts_after(whole, 4)
     w = (short["weights"], short["reference_weights"])
     obj = tuple(short["objectives"])
     s3 = replace(s, max_rounds=3)

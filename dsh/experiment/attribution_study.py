@@ -165,6 +165,16 @@ def fit_counts(rows, objectives) -> dict:
             for o, pairs in _series(rows, [], objectives, a).items() if f"{o} / {a}" in terms}
 
 
+def counts_after(study: dict, rounds: int) -> dict:
+    """:func:`fit_counts` of a study record's first ``rounds`` rounds (its trajectories of those rounds' questions):
+    what the round rule saw after that round."""
+    s = study["settings"]
+    if not 0 < v.length("rounds", rounds) <= study["rounds"]:
+        raise ValueError(f"rounds must be 1 ... {study['rounds']} (the study's rounds), got {rounds!r}")
+    per = len(s["levels"]) * s["prompts_per_level"]
+    return fit_counts([t for t in study["trajectories"] if t["prompt"] < rounds * per], study["objectives"])
+
+
 def enough(rows, objectives, min_signal: int) -> bool:
     """The round rule (method 3): every fit the study counts (:func:`counted_terms`) holds ``min_signal``
     trajectories or more. A rule on counts alone, never on what the trajectories measure."""
@@ -183,10 +193,8 @@ def resume_point(previous: dict, settings: StudySettings, objectives, weights: t
             (previous.get("weights"), previous.get("reference_weights")) != tuple(weights) or \
             previous.get("objectives") != list(objectives) or not 0 < previous.get("rounds", 0) <= settings.max_rounds:
         return None
-    per = len(settings.levels) * settings.prompts_per_level
-    rows = previous["trajectories"]
     for r in range(1, previous["rounds"]):         # method 3 stops after the first round where enough() holds
-        if enough([x for x in rows if x["prompt"] < r * per], objectives, settings.min_signal):
+        if all(n >= settings.min_signal for n in counts_after(previous, r).values()):
             return None
     return previous["rounds"]
 
