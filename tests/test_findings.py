@@ -134,7 +134,14 @@ def test_the_length_law_verdicts_count_only_studies_spanning_5x(lap):
     assert f"fails {kl.count('fails')}, cannot tell {kl.count('cannot tell')}" in rows[0]["number"]
     assert rows[0]["verdict"] == "cannot tell" and set(kl) == {"fails", "cannot tell"}    # they disagree
     assert rows[1]["verdict"] == "fails" and "fails 1" in rows[1]["number"]                 # the reward's one fit
-    assert "span 5.9x to 5.9x" in rows[0]["number"]
+    assert "span 5.9x to 5.9x" in rows[0]["number"] and "left out, fits on" not in rows[0]["number"]
+    # a fit on fewer than 200 trajectories is given no verdict, and named
+    thin = json.loads(json.dumps(one))
+    thin["m"]["fits"]["kl_reward / decision"]["n"] = 199
+    thin["m"]["fits"]["reward / decision"]["n"] = 150
+    got = [r for r in findings.beyond_findings(lap, narrow, wide=thin) if r not in plain]
+    assert len(got) == 1 and "left out, fits on fewer than 200: m kl_reward" in got[0]["number"]     # no reward row
+    assert got[0]["number"].startswith(f"{len(kl) - 1} fits on >= 200 trajectories each")
 
 
 @pytest.mark.parametrize("call,message", [

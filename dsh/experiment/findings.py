@@ -194,8 +194,8 @@ def beyond_findings(results: dict, studies: dict | None = None, wide: dict | Non
     """Results beyond the paper on the same folder: the KL ablation (does a larger beta keep more of pi_d, on every
     seed), the check probe's decision faithfulness after SFT (reflection), and the length law of Theorems 3.1 and 3.2
     in the trained models' gradients (``studies``: :func:`dsh.experiment.report.load_attribution` of the folder;
-    ``wide``: the same of the ``laptop-wide`` preset's folder, whose verdicts count only studies with >= 200
-    trajectories and per-level median attempt lengths spanning >= 5x)."""
+    ``wide``: the same of the ``laptop-wide`` preset's folder, whose verdicts count only fits on >= 200
+    trajectories of studies whose per-level median attempt lengths span >= 5x)."""
     _check_results(results)
     for name, x in (("studies", studies), ("wide", wide)):
         if x is not None and not isinstance(x, dict):
@@ -232,7 +232,8 @@ def beyond_findings(results: dict, studies: dict | None = None, wide: dict | Non
 
 def _length_law_rows(studies: dict, where: str, min_span: float) -> list[dict]:
     """The two length-law rows (Theorem 3.2's KL terms, Theorem 3.1's reward) over the studies with >= 200
-    trajectories whose per-level median attempt lengths span >= ``min_span``; none when no study qualifies."""
+    trajectories whose per-level median attempt lengths span >= ``min_span``, each fit on >= 200 trajectories (the
+    others named as left out); no row where no fit qualifies."""
     studied = {n: s for n, s in studies.items() if len(s["trajectories"]) >= MIN_TRAJECTORIES}
     if not studied:     # a model that (almost) never writes a check gives nothing to split: no verdict from it
         return []
@@ -250,12 +251,18 @@ def _length_law_rows(studies: dict, where: str, min_span: float) -> list[dict]:
                          "terms' attempt / decision ratio grows like L_k (log-log slope 1)"),
                         (("reward",), "Theorem 3.1 in the trained models: the reward's ratio does not grow "
                          "with L_k (slope 0)")):
-        got = list(t[t.term.isin(terms)].verdict)
+        mine = t[t.term.isin(terms)]
+        thin = mine[mine.pairs < MIN_TRAJECTORIES]         # a fit on fewer trajectories is given no verdict
+        got = list(mine[mine.pairs >= MIN_TRAJECTORIES].verdict)
+        if not got:
+            continue
         counts = ", ".join(f"{v} {got.count(v)}" for v in ("holds", "fails", "cannot tell") if got.count(v))
-        rows.append(_row("beyond", name + where, _across_seeds(got), f"{len(got)} fits ({len(studied)} studies with >= "
-                         f"{MIN_TRAJECTORIES} trajectories x terms), each against the prediction +-0.5: {counts}; "
-                         f"the per-level median attempt lengths span {medians.min():.1f}x to {medians.max():.1f}x"
-                         + left, "08_attribution_in_llms"))
+        few = (f"; left out, fits on fewer than {MIN_TRAJECTORIES}: "
+               + ", ".join(f"{r.study} {r.term}" for r in thin.itertuples())) if len(thin) else ""
+        rows.append(_row("beyond", name + where, _across_seeds(got), f"{len(got)} fits on >= {MIN_TRAJECTORIES} "
+                         f"trajectories each ({len(studied)} studies x terms), each against the prediction +-0.5: "
+                         f"{counts}; the per-level median attempt lengths span {medians.min():.1f}x to "
+                         f"{medians.max():.1f}x" + left + few, "08_attribution_in_llms"))
     return rows
 
 
