@@ -13,7 +13,7 @@ from dsh.experiment import attribution_study as st
 from dsh.experiment import presets
 from dsh.llm import attribution as at
 from dsh.llm.models import load
-from dsh.measure.length_law import bootstrap_coverage, loglog_slope, slope_verdict
+from dsh.measure.length_law import bootstrap_coverage, loglog_slope, mutual_inclusion, slope_verdict
 from dsh.task import laptop_task as lt
 
 
@@ -322,6 +322,26 @@ def test_reproduction_asks_each_slope_inside_the_others_interval():
     assert report.reproduction(one(1.0, 0.5, 1.5), one(1.4, 1.1, 1.8)).reproduced.tolist() == [False]   # 1.0 < 1.1
     assert report.reproduction(one(1.0, 0.9, 1.1), one(1.4, 0.5, 1.8)).reproduced.tolist() == [False]   # 1.4 > 1.1
     assert len(report.reproduction(one(1.0, 0.5, 1.5), one(1.0, 0.5, 1.5))) == 1        # a term without a slope: out
+    r = report.reproduction(one(1.0, 0.5, 1.5), one(1.2, 0.9, 1.6))
+    assert r.chance.iloc[0] == pytest.approx(mutual_inclusion([0.5, 1.5], [0.9, 1.6]))
+
+
+def test_mutual_inclusion_is_the_rate_at_which_two_estimates_of_one_slope_reproduce():
+    """Against known truth: pairs of normal estimates of one slope with standard errors s0 and s1 and their 95 %
+    intervals; the share in which each lies inside the other's interval matches the formula."""
+    rng = np.random.default_rng(0)
+    z = 1.959963984540054
+    for s0, s1 in ((0.3, 0.3), (0.2, 0.5), (0.5, 0.1)):
+        a, b = rng.normal(1.0, s0, 200_000), rng.normal(1.0, s1, 200_000)
+        inside = (np.abs(a - b) <= z * s1) & (np.abs(a - b) <= z * s0)
+        p = mutual_inclusion([1 - z * s0, 1 + z * s0], [1 - z * s1, 1 + z * s1])
+        assert abs(inside.mean() - p) < 4 * np.sqrt(p * (1 - p) / a.size), (s0, s1, inside.mean(), p)
+    assert mutual_inclusion([0, 1], [5, 6]) == pytest.approx(0.8342, abs=1e-4)     # equal widths: 1 slope in 6 missed
+    for bad, match in ((([1, 0], [0, 1]), "ci0"), (([0, 1], [0, float("nan")]), "ci1"), (([0, 1], [0]), "ci1")):
+        with pytest.raises(ValueError, match=match):
+            mutual_inclusion(*bad)
+    with pytest.raises(ValueError, match="level"):
+        mutual_inclusion([0, 1], [0, 1], level=1.0)
 
 
 def test_bad_attribution_overrides_are_one_line_before_any_work(tmp_path):

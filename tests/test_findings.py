@@ -135,6 +135,15 @@ def test_the_length_law_verdicts_count_only_studies_spanning_5x(lap):
     assert rows[0]["verdict"] == "cannot tell" and set(kl) == {"fails", "cannot tell"}    # they disagree
     assert rows[1]["verdict"] == "fails" and "fails 1" in rows[1]["number"]                 # the reward's one fit
     assert "span 5.9x to 5.9x" in rows[0]["number"] and "left out, fits on" not in rows[0]["number"]
+    # each model once: a repeat with another seed of trajectories is the reproduction check, not another verdict
+    again = json.loads(json.dumps(one["m"]))
+    again["settings"]["seed"] = 1
+    assert [r for r in findings.beyond_findings(lap, narrow, wide={**one, "m-t1": again}) if r not in plain] == rows
+    # a fit with no pairs (a term the study has not) is no fit at all
+    none = json.loads(json.dumps(one))
+    none["m"]["fits"]["kl_reward / decision"].update(n=0, slope=None, ci=[None, None], verdict="cannot tell")
+    got = [r for r in findings.beyond_findings(lap, narrow, wide=none) if r not in plain]
+    assert got[0]["number"].startswith(f"{len(kl) - 1} fits on") and "left out, fits on" not in got[0]["number"]
     # a fit on fewer than 200 trajectories is given no verdict, and named
     thin = json.loads(json.dumps(one))
     thin["m"]["fits"]["kl_reward / decision"]["n"] = 199

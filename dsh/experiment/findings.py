@@ -231,10 +231,12 @@ def beyond_findings(results: dict, studies: dict | None = None, wide: dict | Non
 
 
 def _length_law_rows(studies: dict, where: str, min_span: float) -> list[dict]:
-    """The two length-law rows (Theorem 3.2's KL terms, Theorem 3.1's reward) over the studies with >= 200
-    trajectories whose per-level median attempt lengths span >= ``min_span``, each fit on >= 200 trajectories (the
-    others named as left out); no row where no fit qualifies."""
-    studied = {n: s for n, s in studies.items() if len(s["trajectories"]) >= MIN_TRAJECTORIES}
+    """The two length-law rows (Theorem 3.2's KL terms, Theorem 3.1's reward) over the studies of trajectory seed 0
+    (each model once) with >= 200 trajectories whose per-level median attempt lengths span >= ``min_span``, each fit
+    on >= 200 trajectories (the others named as left out); no row where no fit qualifies."""
+    # each model once: its study of trajectory seed 0 (a repeat with another seed is the reproduction check)
+    studied = {n: s for n, s in studies.items() if len(s["trajectories"]) >= MIN_TRAJECTORIES
+               and s["settings"].get("seed", 0) == 0}
     if not studied:     # a model that (almost) never writes a check gives nothing to split: no verdict from it
         return []
     medians = report.attempt_lengths(studied)["span of medians"]
@@ -243,7 +245,7 @@ def _length_law_rows(studies: dict, where: str, min_span: float) -> list[dict]:
     if not studied:
         return []
     t = report.attribution_table(studied)
-    t = t[(t.against == "decision") & t.verdict.notna()]
+    t = t[(t.against == "decision") & t.verdict.notna() & (t.pairs > 0)]   # no pairs: a term the study has not
     medians = medians[list(studied)]
     left = f"; left out, spanning less: {', '.join(short)}" if short else ""
     rows = []

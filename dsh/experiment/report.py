@@ -20,7 +20,7 @@ from ..core.paper import paper_results
 from ..measure import tasks
 from ..measure.calibration import normal_interval
 from ..measure.claims import verdicts
-from ..measure.length_law import TOLERANCE, cluster_median
+from ..measure.length_law import TOLERANCE, cluster_median, mutual_inclusion
 from ..measure.stage import preferred
 from ..measure.trend import fifths_contrast
 from ..measure.trend import verdict as trend_verdict
@@ -679,15 +679,19 @@ def attribution_table(studies: dict) -> pd.DataFrame:
 
 def reproduction(first: dict, second: dict) -> pd.DataFrame:
     """Two studies of one model with different seeds of trajectories, side by side: per term and denominator the
-    slope and 95 % interval of each (suffixes ``(t0)``, ``(t1)``) and whether the slope is reproduced: each run's
-    slope inside the other's interval. Terms without a slope in either are left out."""
+    slope and 95 % interval of each (suffixes ``(t0)``, ``(t1)``), whether the slope is reproduced (each run's
+    slope inside the other's interval) and the chance of that were both estimates of one slope, normal, with
+    intervals of these widths (``chance``: :func:`dsh.measure.length_law.mutual_inclusion`, about 0.83). Terms
+    without a slope in either are left out."""
     a = attribution_table({"x": first}).set_index(["term", "against"]).add_suffix(" (t0)")
     b = attribution_table({"x": second}).set_index(["term", "against"]).add_suffix(" (t1)")
     both = a.join(b)
     both = both[both["slope (t0)"].notna() & both["slope (t1)"].notna()].copy()
     both["reproduced"] = ((both["low (t1)"] <= both["slope (t0)"]) & (both["slope (t0)"] <= both["high (t1)"])
                           & (both["low (t0)"] <= both["slope (t1)"]) & (both["slope (t1)"] <= both["high (t0)"]))
-    return both[["slope (t0)", "low (t0)", "high (t0)", "slope (t1)", "low (t1)", "high (t1)", "reproduced"]]
+    both["chance"] = [mutual_inclusion([a, b], [c, d]) for a, b, c, d in
+                      both[["low (t0)", "high (t0)", "low (t1)", "high (t1)"]].itertuples(index=False)]
+    return both[["slope (t0)", "low (t0)", "high (t0)", "slope (t1)", "low (t1)", "high (t1)", "reproduced", "chance"]]
 
 
 def kl_profile(study: dict, width: int = 10) -> pd.DataFrame:

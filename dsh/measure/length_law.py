@@ -104,6 +104,25 @@ def bootstrap_coverage(n_rep: int = 200, questions: int = 40, per_question: int 
     return {"pairs": hits["pairs"] / n_rep, "questions": hits["questions"] / n_rep, "n_rep": n_rep}
 
 
+def mutual_inclusion(ci0, ci1, level: float = 0.95) -> float:
+    """Chance that two independent, unbiased, normal estimates of one slope, whose ``level`` intervals have the
+    widths of ``ci0`` and ``ci1``, each lie inside the other's interval (the reproduction check of issue 31):
+    P(|Z| <= z * min(s0, s1) / sqrt(s0^2 + s1^2)) with s = width / (2 z), z the normal quantile of ``level``. For
+    equal widths at 95 %: P(|Z| <= 1.386) = 0.834, so even a study that reproduces exactly misses about 1 slope in 6."""
+    if not 0 < v.real("level", level) < 1:
+        raise ValueError(f"level must be a number in (0, 1), got {level!r}")
+    widths = []
+    for name, ci in (("ci0", ci0), ("ci1", ci1)):
+        if len(ci) != 2 or not all(isinstance(x, (int, float)) and math.isfinite(x) for x in ci) or ci[1] <= ci[0]:
+            raise ValueError(f"{name} must be an interval [low, high] of finite numbers with low < high, got {ci!r}")
+        widths.append(ci[1] - ci[0])
+    from statistics import NormalDist
+
+    z = NormalDist().inv_cdf(0.5 + level / 2)
+    s0, s1 = (w / (2 * z) for w in widths)
+    return 2 * NormalDist().cdf(z * min(s0, s1) / math.hypot(s0, s1)) - 1
+
+
 def cluster_median(values, clusters, n_boot: int = 2000, seed: int = 0) -> dict:
     """The median of ``values`` with its 95 % percentile-bootstrap interval, whole clusters resampled (one label per
     value in ``clusters``, e.g. the question a trajectory answers). Non-finite values are left out; None for the
