@@ -324,6 +324,22 @@ def test_reproduction_asks_each_slope_inside_the_others_interval():
     assert len(report.reproduction(one(1.0, 0.5, 1.5), one(1.0, 0.5, 1.5))) == 1        # a term without a slope: out
     r = report.reproduction(one(1.0, 0.5, 1.5), one(1.2, 0.9, 1.6))
     assert r.chance.iloc[0] == pytest.approx(mutual_inclusion([0.5, 1.5], [0.9, 1.6]))
+    miss = report.reproduction(one(1.0, 0.9, 1.1), one(1.4, 0.5, 1.8))
+    c = report.reproduction_count([r, miss])
+    p = [mutual_inclusion([0.5, 1.5], [0.9, 1.6]), mutual_inclusion([0.9, 1.1], [0.5, 1.8])]
+    assert c["reproduced"] == 1 and c["slopes"] == 2 and c["expected"] == pytest.approx(sum(p))
+    assert c["high"] - c["expected"] == pytest.approx(1.96 * sum(x * (1 - x) for x in p) ** 0.5)
+    with pytest.raises(ValueError, match="tables must be"):
+        report.reproduction_count([])
+    # the same fits in two sets of studies: disjoint where the intervals do not meet
+    both = report.compare_fits({"m": one(1.0, 0.9, 1.1)}, {"m": one(1.4, 1.2, 1.8)}, ("a", "b"))
+    assert both.disjoint.tolist() == [True] and list(both.index) == [("m", "kl_k3")]
+    assert both["slope (b)"].iloc[0] == 1.4 and "pairs (a)" in both
+    assert report.compare_fits({"m": one(1.0, 0.9, 1.3)}, {"m": one(1.4, 1.2, 1.8)}).disjoint.tolist() == [False]
+    assert report.compare_fits({"m": one(1.0, 0.9, 1.1)}, {"x": one(1.4, 1.2, 1.8)}).empty     # no shared study
+    for kw, match in ((dict(labels=("a", "a")), "labels"), (dict(against="check"), "against")):
+        with pytest.raises(ValueError, match=match):
+            report.compare_fits({"m": one(1.0, 0.9, 1.1)}, {"m": one(1.4, 1.2, 1.8)}, **kw)
 
 
 def test_mutual_inclusion_is_the_rate_at_which_two_estimates_of_one_slope_reproduce():

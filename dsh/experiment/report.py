@@ -694,6 +694,36 @@ def reproduction(first: dict, second: dict) -> pd.DataFrame:
     return both[["slope (t0)", "low (t0)", "high (t0)", "slope (t1)", "low (t1)", "high (t1)", "reproduced", "chance"]]
 
 
+def reproduction_count(tables) -> dict:
+    """Over :func:`reproduction` tables (one per model), how many slopes are reproduced, against how many were
+    expected were every pair two estimates of one slope (the sum of ``chance``), with the 95 % range of that count
+    (normal approximation to a sum of independent Bernoulli draws: sum p +- 1.96 sqrt(sum p (1 - p)))."""
+    tables = list(tables)
+    if not tables or not all(isinstance(t, pd.DataFrame) and {"reproduced", "chance"} <= set(t.columns) for t in tables):
+        raise ValueError("tables must be a non-empty list of reproduction() tables")
+    p = pd.concat(tables).chance.to_numpy(dtype=float)
+    expected, sd = float(p.sum()), float((p * (1 - p)).sum()) ** 0.5
+    return {"reproduced": int(sum(int(t.reproduced.sum()) for t in tables)), "slopes": int(p.size),
+            "expected": expected, "low": expected - 1.96 * sd, "high": expected + 1.96 * sd}
+
+
+def compare_fits(first: dict, second: dict, labels=("first", "second"), against: str = "decision") -> pd.DataFrame:
+    """The same models' fits in two sets of studies (``{study: record with fits}``, e.g. one model sampled at two
+    temperatures), side by side per study and term against ``against``: slope, interval and pairs of each (suffixed
+    with ``labels``), only fits with a slope in both, and whether the two intervals are disjoint."""
+    v.choice("against", against, ("decision", "stage"))
+    if len(labels) != 2 or labels[0] == labels[1]:
+        raise ValueError(f"labels must be two different names, got {labels!r}")
+    key, cols = ["study", "term"], ["slope", "low", "high", "pairs"]
+    a, b = attribution_table(first), attribution_table(second)
+    both = (a[a.against == against].set_index(key)[cols].add_suffix(f" ({labels[0]})")
+            .join(b[b.against == against].set_index(key)[cols].add_suffix(f" ({labels[1]})"), how="inner"))
+    both = both[both.filter(like="slope").notna().all(axis=1)].copy()
+    lo, hi = both.filter(like="low").to_numpy(dtype=float).T, both.filter(like="high").to_numpy(dtype=float).T
+    both["disjoint"] = (hi[0] < lo[1]) | (hi[1] < lo[0])
+    return both
+
+
 def kl_profile(study: dict, width: int = 10) -> pd.DataFrame:
     """The mean k1 = log(pi / pi_ref) by position along the first attempt, in bins of ``width`` positions (positions
     with at least 10 trajectories): the stationarity premise says it is flat. No rows (the columns kept) where no
