@@ -32,7 +32,7 @@ from ..core.provenance import git_commit, portable
 from ..llm.complete import complete
 from ..llm.models import load, resolve_model, weights_digest
 from ..measure import tasks
-from ..measure.length_law import loglog_slope, slope_verdict
+from ..measure.length_law import loglog_slope, slope_verdict, usable
 from ..task import laptop_task as lt
 from ..task.problems import parse_level
 
@@ -158,21 +158,23 @@ def fit_counts(rows, objectives) -> dict:
     """How many trajectories each fit of :func:`counted_terms` takes from ``rows`` (:func:`fits`' ``n``: the pairs
     with a positive, finite length and ratio, as :func:`dsh.measure.length_law.loglog_slope` keeps them)."""
     terms = counted_terms(objectives)
+    return {f"{o} / {a}": int(usable([x for x, _, _ in pairs], [y for _, y, _ in pairs]).sum())
+            for a in ("decision", "stage") for o, pairs in _series(rows, [], objectives, a).items()
+            if f"{o} / {a}" in terms}
 
-    def kept(pairs):
-        return sum(bool(np.isfinite(x) and np.isfinite(y) and x > 0 and y > 0) for x, y, _ in pairs)
-    return {f"{o} / {a}": kept(pairs) for a in ("decision", "stage")
-            for o, pairs in _series(rows, [], objectives, a).items() if f"{o} / {a}" in terms}
+
+def _first_rounds(study: dict, rounds: int) -> list[dict]:
+    """A study record's trajectories of its first ``rounds`` rounds' questions."""
+    s = study["settings"]
+    return [t for t in study["trajectories"] if t["prompt"] < rounds * len(s["levels"]) * s["prompts_per_level"]]
 
 
 def counts_after(study: dict, rounds: int) -> dict:
     """:func:`fit_counts` of a study record's first ``rounds`` rounds (its trajectories of those rounds' questions):
     what the round rule saw after that round."""
-    s = study["settings"]
     if not 0 < v.length("rounds", rounds) <= study["rounds"]:
         raise ValueError(f"rounds must be 1 ... {study['rounds']} (the study's rounds), got {rounds!r}")
-    per = len(s["levels"]) * s["prompts_per_level"]
-    return fit_counts([t for t in study["trajectories"] if t["prompt"] < rounds * per], study["objectives"])
+    return fit_counts(_first_rounds(study, rounds), study["objectives"])
 
 
 def enough(rows, objectives, min_signal: int) -> bool:
@@ -194,7 +196,7 @@ def resume_point(previous: dict, settings: StudySettings, objectives, weights: t
             previous.get("objectives") != list(objectives) or not 0 < previous.get("rounds", 0) <= settings.max_rounds:
         return None
     for r in range(1, previous["rounds"]):         # method 3 stops after the first round where enough() holds
-        if all(n >= settings.min_signal for n in counts_after(previous, r).values()):
+        if enough(_first_rounds(previous, r), objectives, settings.min_signal):
             return None
     return previous["rounds"]
 

@@ -677,16 +677,24 @@ def attribution_table(studies: dict) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def _side_by_side(first: dict, second: dict, labels, key: list, cols: list, against: str | None = None) -> pd.DataFrame:
+    """:func:`attribution_table` of two sets of studies joined on ``key``, ``cols`` of each suffixed with its label
+    (``against``: only fits against it), only the fits with a slope in both."""
+    a, b = attribution_table(first), attribution_table(second)
+    if against is not None:
+        a, b = a[a.against == against], b[b.against == against]
+    both = a.set_index(key)[cols].add_suffix(f" ({labels[0]})").join(
+        b.set_index(key)[cols].add_suffix(f" ({labels[1]})"), how="inner")
+    return both[both[f"slope ({labels[0]})"].notna() & both[f"slope ({labels[1]})"].notna()].copy()
+
+
 def reproduction(first: dict, second: dict) -> pd.DataFrame:
     """Two studies of one model with different seeds of trajectories, side by side: per term and denominator the
     slope and 95 % interval of each (suffixes ``(t0)``, ``(t1)``), whether the slope is reproduced (each run's
     slope inside the other's interval) and the chance of that were both estimates of one slope, normal, with
     intervals of these widths (``chance``: :func:`dsh.measure.length_law.mutual_inclusion`, about 0.83). Terms
     without a slope in either are left out."""
-    a = attribution_table({"x": first}).set_index(["term", "against"]).add_suffix(" (t0)")
-    b = attribution_table({"x": second}).set_index(["term", "against"]).add_suffix(" (t1)")
-    both = a.join(b)
-    both = both[both["slope (t0)"].notna() & both["slope (t1)"].notna()].copy()
+    both = _side_by_side({"x": first}, {"x": second}, ("t0", "t1"), ["term", "against"], ["slope", "low", "high"])
     both["reproduced"] = ((both["low (t1)"] <= both["slope (t0)"]) & (both["slope (t0)"] <= both["high (t1)"])
                           & (both["low (t0)"] <= both["slope (t1)"]) & (both["slope (t1)"] <= both["high (t0)"]))
     both["chance"] = [mutual_inclusion([a, b], [c, d]) for a, b, c, d in
@@ -714,11 +722,7 @@ def compare_fits(first: dict, second: dict, labels=("first", "second"), against:
     v.choice("against", against, ("decision", "stage"))
     if len(labels) != 2 or labels[0] == labels[1]:
         raise ValueError(f"labels must be two different names, got {labels!r}")
-    key, cols = ["study", "term"], ["slope", "low", "high", "pairs"]
-    a, b = attribution_table(first), attribution_table(second)
-    both = (a[a.against == against].set_index(key)[cols].add_suffix(f" ({labels[0]})")
-            .join(b[b.against == against].set_index(key)[cols].add_suffix(f" ({labels[1]})"), how="inner"))
-    both = both[both.filter(like="slope").notna().all(axis=1)].copy()
+    both = _side_by_side(first, second, labels, ["study", "term"], ["slope", "low", "high", "pairs"], against)
     lo, hi = both.filter(like="low").to_numpy(dtype=float).T, both.filter(like="high").to_numpy(dtype=float).T
     both["disjoint"] = (hi[0] < lo[1]) | (hi[1] < lo[0])
     return both

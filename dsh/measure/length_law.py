@@ -11,12 +11,19 @@ prediction with a tolerance fixed before any data are seen (:data:`TOLERANCE`).
 from __future__ import annotations
 
 import math
+from statistics import NormalDist
 
 import numpy as np
 
 from ..core import validate as v
 
 TOLERANCE = 0.5   # a predicted slope "holds" when the 95 % interval lies within +-0.5 of it, "fails" when it misses
+
+
+def usable(lengths, ratios) -> np.ndarray:
+    """Which (length, ratio) pairs a log-log fit can take: both positive and finite."""
+    x, y = np.asarray(lengths, dtype=float), np.asarray(ratios, dtype=float)
+    return np.isfinite(x) & np.isfinite(y) & (x > 0) & (y > 0)
 
 
 def loglog_slope(lengths, ratios, n_boot: int = 2000, seed: int = 0, clusters=None) -> dict:
@@ -33,7 +40,7 @@ def loglog_slope(lengths, ratios, n_boot: int = 2000, seed: int = 0, clusters=No
         raise ValueError(f"lengths and ratios must have the same length, got {x.size} and {y.size}")
     if clusters is not None and len(clusters) != x.size:
         raise ValueError(f"clusters must give one label per pair ({x.size}), got {len(clusters)}")
-    ok = np.isfinite(x) & np.isfinite(y) & (x > 0) & (y > 0)
+    ok = usable(x, y)
     labels = None if clusters is None else np.asarray(clusters)[ok]
     x, y = np.log(x[ok]), np.log(y[ok])
     out = {"n": int(ok.sum()), "span": float(math.exp(x.max() - x.min())) if x.size else None,
@@ -116,8 +123,6 @@ def mutual_inclusion(ci0, ci1, level: float = 0.95) -> float:
         if len(ci) != 2 or not all(isinstance(x, (int, float)) and math.isfinite(x) for x in ci) or ci[1] <= ci[0]:
             raise ValueError(f"{name} must be an interval [low, high] of finite numbers with low < high, got {ci!r}")
         widths.append(ci[1] - ci[0])
-    from statistics import NormalDist
-
     z = NormalDist().inv_cdf(0.5 + level / 2)
     s0, s1 = (w / (2 * z) for w in widths)
     return 2 * NormalDist().cdf(z * min(s0, s1) / math.hypot(s0, s1)) - 1
