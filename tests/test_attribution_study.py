@@ -187,6 +187,9 @@ def test_study_on_the_shipped_base_writes_what_it_measured(tmp_path):
             st.run_study(base, base, tmp_path / "b.json", st.StudySettings(**bad))
     with pytest.raises(ValueError, match="out"):
         st.run_study(base, base, tmp_path / "b.txt", settings)
+    (tmp_path / "a_file").write_text("x")
+    with pytest.raises(ValueError, match="^out cannot be written: .*a_file is a file"):     # before any sampling
+        st.run_study(base, base, tmp_path / "a_file" / "b.json", settings)
     assert not (tmp_path / "b.json").exists()
 
 

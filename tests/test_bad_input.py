@@ -136,6 +136,12 @@ CLI_CASES = [
     ("base-huge-tokens", ["base", "--out", "{tmp}/b", "--tokens", "1000000000000000"], "tokens must be an integer in 1..2,000,000,000"),
     ("bench-size", ["bench", "--size", "huge"], "size must be one of auto, cpu, gpu"),
     ("bench-parts", ["bench", "--parts", "generation,flying"], "parts[i] must be one of generation, sft, grpo"),
+    ("bench-out-is-a-folder", ["bench", "--size", "laptop", "--parts", "tiny", "--out", "{tmp}/config_only"], "out must be a file path"),
+    ("train-output-dir-under-a-file", ["train", "--method", "sft", "--output-dir", "{tmp}/a_file/run"], "output_dir cannot be written"),
+    ("pipeline-results-dir-under-a-file", ["pipeline", "--results-dir", "{tmp}/a_file/r", "--runs-dir", "{tmp}/w"], "results_dir cannot be written"),
+    ("pipeline-runs-dir-under-a-file", ["pipeline", "--results-dir", "{tmp}/r", "--runs-dir", "{tmp}/a_file/w"], "runs_dir cannot be written"),
+    ("probe-out-under-a-file", ["probe", "--model", "{tmp}/fake_model", "--out", "{tmp}/a_file/p.json"], "out cannot be written"),
+    ("bench-out-under-a-file", ["bench", "--size", "laptop", "--parts", "tiny", "--out", "{tmp}/a_file/bench.json"], "out cannot be written"),
 ]
 
 

@@ -97,5 +97,8 @@ def test_bad_input_before_any_work(tmp_path):
         bench.run(size="tpu")
     with pytest.raises(ValueError, match="^parts\\[i\\] must be one of generation, sft, grpo, tiny"):
         bench.run(parts=["generation", "ppo"])
-    with pytest.raises(ValueError, match="is a directory"):
+    with pytest.raises(ValueError, match="^out must be a file path; .* is a folder"):
         bench.run(out=str(tmp_path))
+    (tmp_path / "a_file").write_text("x")
+    with pytest.raises(ValueError, match="^out cannot be written: .*a_file is a file"):     # refused before measuring
+        bench.run(out=str(tmp_path / "a_file" / "bench.json"))

@@ -76,6 +76,10 @@ def test_bad_settings_are_one_line_errors(tmp_path):
     with pytest.raises(ValueError, match="out must be a new or empty folder"):
         build_base(tmp_path / "full")
     assert (tmp_path / "full" / "x").read_text() == "keep"
+    (tmp_path / "a_file").write_text("x")
+    tok = build_tokenizer()
+    with pytest.raises(ValueError, match="^out cannot be written: .*a_file is a file"):     # before any step
+        pretrain(make_model(tok, SMALL), tok, _rows(tok, n=4), tmp_path / "a_file" / "w")
 
 
 @pytest.mark.slow

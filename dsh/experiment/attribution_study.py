@@ -417,6 +417,7 @@ def run_study(model: str, reference: str, out, settings: StudySettings = StudySe
     out = Path(out)
     if out.suffix != ".json":
         raise ValueError(f"out must name a .json file, got {str(out)!r}")
+    v.output_path("out", out)                      # before any sampling: not a folder, no parent a file
     loc, ref_loc = resolve_model(model), resolve_model(reference)
     t0 = time.time()
     m, tok = load(loc)

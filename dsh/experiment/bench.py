@@ -269,9 +269,7 @@ def run(model: str = EMBEDDED, size: str = "auto", parts=PARTS, out: str | None 
     size_name = ("gpu" if cuda else "cpu") if size == "auto" else size
     sz = SIZES[size_name]
     if out is not None:
-        out = Path(out)
-        if out.exists() and out.is_dir():
-            raise ValueError(f"out must be a file path; {out} is a directory")
+        out = v.output_path("out", out)      # before any measuring: a folder, or a parent that is a file, is refused
     t0 = time.time()
     dev = torch.device("cuda" if cuda else "cpu")
     info = {"bandwidth_bytes_per_s": memory_bandwidth(dev), "matmul_peak_flops": matmul_peak(dev)}

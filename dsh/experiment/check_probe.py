@@ -152,6 +152,8 @@ def run_probe(model: str, out, levels=lt.TEST_LEVELS, settings: ProbeSettings = 
     out = Path(out)
     if out.suffix != ".json":
         raise ValueError(f"out must name a .json file, got {str(out)!r}")
+    v.output_path("out", out)                      # before loading or sampling: not a folder, no parent a file
+    v.output_path("out", out.with_suffix(".jsonl.gz"))
     loc = resolve_model(model)
     t0 = time.time()
     m, tok = load(loc)

@@ -25,6 +25,7 @@ import re
 import shutil
 from pathlib import Path
 
+from ..core import validate as v
 from ..core.files import write_text
 from ..core.provenance import git_commit
 from ..training.train import run_foreign_files
@@ -75,6 +76,7 @@ def check(folder: Path, role: str, ident: dict, fresh: bool) -> str:
     refused (nothing is written or removed here)."""
     if folder.exists() and not folder.is_dir():
         raise ValueError(f"{role} {folder} is a file; choose a folder")
+    v.output_path(role, folder, kind="folder")          # no parent of it a file
     ours, foreign = pipeline_files(folder, role)
     record = folder / CLAIM
     if not record.is_file():     # no run of the pipeline claimed it: whatever is there is someone else's

@@ -151,7 +151,7 @@ def pretrain(model, tok, rows, out, cfg: PretrainConfig = PretrainConfig(), prog
     import torch
     from tqdm.auto import tqdm
 
-    out = Path(out)
+    out = v.output_path("out", out, kind="folder")     # a folder; no parent of it a file
     out.mkdir(parents=True, exist_ok=True)
     data_rng = random.Random(f"pretrain-{cfg.seed}")
     flat = batches(rows, cfg.tokens_per_batch, data_rng)     # epochs of batches, drawn in turn as training needs them

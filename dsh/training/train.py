@@ -446,6 +446,7 @@ def check_run_dir(cfg: TrainConfig, digest: str | None = None) -> Path:
     run = Path(cfg.output_dir)
     if run.exists() and not run.is_dir():
         raise ValueError(f"output_dir {run} is a file; choose a folder")
+    v.output_path("output_dir", run, kind="folder")     # no parent of it a file
     full = run.is_dir() and any(run.iterdir())
     if full and not cfg.resume:
         raise ValueError(f"output_dir {run} already holds a run; pass resume=True to continue it or choose "
@@ -578,6 +579,7 @@ def train(cfg: TrainConfig) -> dict:
     ``summary.json``); the run directory keeps ``final/`` (and its checkpoints with ``keep_checkpoints``)."""
     if not isinstance(cfg, TrainConfig):
         raise ValueError(f"cfg must be a dsh.training.train.TrainConfig, got {type(cfg).__name__}")
+    v.output_path("output_dir", cfg.output_dir, kind="folder")    # before the model is read or TRL imported
     loc = resolve_model(cfg.model)                 # fails fast on a bad model before anything is written
     trl_cfg = to_trl_config(cfg)
     digest = model_digest(loc)                     # the starting model by content: what a resume must continue from
