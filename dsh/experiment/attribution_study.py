@@ -32,7 +32,7 @@ from ..core.provenance import git_commit, portable
 from ..llm.complete import complete
 from ..llm.models import load, resolve_model, weights_digest
 from ..measure import tasks
-from ..measure.length_law import loglog_slope, slope_verdict, usable
+from ..measure.length_law import joint_cluster_slopes, loglog_slope, slope_verdict, usable
 from ..task import laptop_task as lt
 from ..task.problems import parse_level
 
@@ -395,6 +395,26 @@ def fits(rows, group_rows, objectives, seed: int = 0, by_question: bool = True) 
             f["verdict"] = None if pred is None else slope_verdict(f["ci"], pred)
             out[f"{o} / {against}"] = f
     return out
+
+
+def slope_correlation(study: dict, n_boot: int = 1000, seed: int = 0):
+    """The correlation of a study's slopes (every fit of :func:`fits` with a slope, keyed ``(term, against)``): its
+    questions resampled jointly for all fits (:func:`dsh.measure.length_law.joint_cluster_slopes`), so that fits
+    resting on the same trajectories move together as their estimates do. A DataFrame, fits by fits."""
+    import pandas as pd
+
+    if not isinstance(study, dict) or not {"trajectories", "groups", "objectives", "fits"} <= set(study):
+        raise ValueError("study must be a study record (run_study), with trajectories, groups, objectives and fits")
+    series = {}
+    for against in ("decision", "stage"):
+        for o, pairs in _series(study["trajectories"], study["groups"], study["objectives"], against).items():
+            if (study["fits"].get(f"{o} / {against}") or {}).get("slope") is not None:
+                series[(o, against)] = tuple(np.array(a) for a in zip(*pairs))
+    if not series:
+        raise ValueError("study has no fit with a slope")
+    keys, boots = joint_cluster_slopes(series, n_boot, seed)
+    corr = pd.DataFrame(boots, columns=pd.MultiIndex.from_tuples(keys, names=["term", "against"])).corr()
+    return corr
 
 
 def study_objectives(settings: StudySettings, model: str, reference: str) -> tuple:

@@ -702,17 +702,56 @@ def reproduction(first: dict, second: dict) -> pd.DataFrame:
     return both[["slope (t0)", "low (t0)", "high (t0)", "slope (t1)", "low (t1)", "high (t1)", "reproduced", "chance"]]
 
 
-def reproduction_count(tables) -> dict:
+def reproduction_count(tables, correlations=None, draws: int = 100_000, seed: int = 0) -> dict:
     """Over :func:`reproduction` tables (one per model), how many slopes are reproduced, against how many were
     expected were every pair two estimates of one slope (the sum of ``chance``), with the 95 % range of that count
-    (normal approximation to a sum of independent Bernoulli draws: sum p +- 1.96 sqrt(sum p (1 - p)))."""
+    and the chance that every slope is reproduced (``p_all``). Without ``correlations`` the slopes count as
+    independent: the range is the normal approximation to a sum of Bernoulli draws, sum p +- 1.96 sqrt(sum p (1 - p)),
+    and ``p_all`` the product of the chances. ``correlations``: one entry per table, the correlation of its first
+    study's slopes and of its second's (a pair of :func:`dsh.experiment.attribution_study.slope_correlation` frames,
+    or one frame for both), indexed by ``(term, against)`` as the table is; then the difference of each pair of runs
+    is drawn ``draws`` times, normal with those correlations and the intervals' widths (tables independent of each
+    other), a slope counting as reproduced when the difference lies within both intervals' half-widths
+    (:func:`dsh.measure.length_law.mutual_inclusion`'s rule), and the range and ``p_all`` come from those draws."""
+    from statistics import NormalDist
+
+    import numpy as np
+
     tables = list(tables)
     if not tables or not all(isinstance(t, pd.DataFrame) and {"reproduced", "chance"} <= set(t.columns) for t in tables):
         raise ValueError("tables must be a non-empty list of reproduction() tables")
     p = pd.concat(tables).chance.to_numpy(dtype=float)
     expected, sd = float(p.sum()), float((p * (1 - p)).sum()) ** 0.5
-    return {"reproduced": int(sum(int(t.reproduced.sum()) for t in tables)), "slopes": int(p.size),
-            "expected": expected, "low": expected - 1.96 * sd, "high": expected + 1.96 * sd}
+    out = {"reproduced": int(sum(int(t.reproduced.sum()) for t in tables)), "slopes": int(p.size),
+           "expected": expected}
+    if correlations is None:
+        return {**out, "low": expected - 1.96 * sd, "high": expected + 1.96 * sd, "p_all": float(np.prod(p)),
+                "range_by": "independent slopes (normal approximation)"}
+    correlations = list(correlations)
+    if len(correlations) != len(tables):
+        raise ValueError(f"correlations must give one entry per table ({len(tables)}), got {len(correlations)}")
+    v.positive_int("draws", draws)
+    v.length("seed", seed)
+    z, rng = NormalDist().inv_cdf(0.975), np.random.default_rng(seed)
+    count, every = np.zeros(draws), np.ones(draws, dtype=bool)
+    for t, corr in zip(tables, correlations):
+        pair = corr if isinstance(corr, (tuple, list)) else (corr, corr)
+        if len(pair) != 2 or not all(isinstance(c, pd.DataFrame) for c in pair):
+            raise ValueError("correlations[i] must be a correlation DataFrame or a pair of them (slope_correlation)")
+        missing = [k for c in pair for k in t.index if k not in c.index or k not in c.columns]
+        if missing:
+            raise ValueError(f"correlations[i] lacks the table's slopes {sorted(set(missing))[:3]}")
+        s0 = (t["high (t0)"] - t["low (t0)"]).to_numpy(dtype=float) / (2 * z)
+        s1 = (t["high (t1)"] - t["low (t1)"]).to_numpy(dtype=float) / (2 * z)
+        r0, r1 = (c.loc[t.index, t.index].to_numpy(dtype=float) for c in pair)
+        cov = r0 * np.outer(s0, s0) + r1 * np.outer(s1, s1)
+        d = rng.multivariate_normal(np.zeros(len(t)), cov, size=draws, method="eigh")
+        hit = np.abs(d) <= z * np.minimum(s0, s1)
+        count += hit.sum(1)
+        every &= hit.all(1)
+    low, high = np.quantile(count, [0.025, 0.975])
+    return {**out, "low": float(low), "high": float(high), "p_all": float(every.mean()),
+            "range_by": "correlated slopes (the studies' bootstrap correlations, normal draws)"}
 
 
 def compare_fits(first: dict, second: dict, labels=("first", "second"), against: str = "decision") -> pd.DataFrame:

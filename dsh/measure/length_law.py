@@ -66,6 +66,46 @@ def loglog_slope(lengths, ratios, n_boot: int = 2000, seed: int = 0, clusters=No
     return out
 
 
+def joint_cluster_slopes(series: dict, n_boot: int = 1000, seed: int = 0) -> tuple[list, np.ndarray]:
+    """Bootstrap slopes of several log-log fits on one sample of clusters, resampled jointly: ``series`` maps a
+    fit's name to its (lengths, ratios, clusters); each draw takes the clusters of all fits together with
+    replacement (a question drawn twice counts twice in every fit that holds it) and refits each fit's least-squares
+    slope of log(ratio) on log(length) over its usable pairs (:func:`usable`). Returns the fits' names (sorted) and
+    the ``[n_boot, fits]`` slopes, NaN where a draw leaves a fit one length or none; their correlation is the
+    correlation of the fits' estimates (:func:`loglog_slope`'s cluster bootstrap is one column: the same draws when
+    every fit holds every cluster)."""
+    v.positive_int("n_boot", n_boot)
+    v.length("seed", seed)
+    if not isinstance(series, dict) or not series:
+        raise ValueError("series must map at least one fit's name to its (lengths, ratios, clusters)")
+    keys, cols = sorted(series), []
+    for k in keys:
+        if len(series[k]) != 3:
+            raise ValueError(f"series[{k!r}] must be (lengths, ratios, clusters), got {len(series[k])} items")
+        x, y, c = (np.asarray(a) for a in series[k])
+        if not x.shape == y.shape == c.shape or x.ndim != 1:
+            raise ValueError(f"series[{k!r}] must give lengths, ratios and clusters of one length, got "
+                             f"{x.shape}, {y.shape}, {c.shape}")
+        ok = usable(x, y)
+        cols.append((np.log(x[ok].astype(float)), np.log(y[ok].astype(float)), c[ok]))
+    labels = np.unique(np.concatenate([c for *_, c in cols]))
+    rng = np.random.default_rng(seed)
+    weights = np.stack([np.bincount(rng.integers(0, labels.size, labels.size), minlength=labels.size)
+                        for _ in range(n_boot)]).astype(float)
+    out = np.full((n_boot, len(keys)), np.nan)
+    for j, (lx, ly, c) in enumerate(cols):
+        w = weights[:, np.searchsorted(labels, c)]             # each pair's multiplicity in each draw
+        m = w.sum(1)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            mx, my = (w @ lx) / m, (w @ ly) / m
+            sxx = w @ (lx * lx) - m * mx * mx
+            sxy = w @ (lx * ly) - m * mx * my
+            slope = sxy / sxx
+        good = (m > 0) & (sxx > 1e-12 * np.maximum(1.0, w @ (lx * lx)))
+        out[good, j] = slope[good]
+    return keys, out
+
+
 def _cluster_draws(labels, n_boot: int, rng):
     """``n_boot`` bootstrap index sets that resample whole clusters (the indices of each drawn cluster's members)."""
     members = [np.nonzero(labels == k)[0] for k in np.unique(labels)]
