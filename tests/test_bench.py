@@ -56,6 +56,9 @@ def test_bench_cli_on_cpu(tmp_path):
     assert [x["completions_per_round"] for x in grpo] == [32, 256, 256]
     for x in grpo:
         assert x["rollouts"] == 8 * 32 and x["rollouts_per_s"] > 0
+        assert x["rollout_tokens_per_s"] == pytest.approx(x["rollouts_per_s"] * x["mean_completion_tokens"])
+        assert x["token_ratio_to_before"] == pytest.approx(
+            x["ratio_to_before"] * x["mean_completion_tokens"] / grpo[0]["mean_completion_tokens"])
         assert x["generation_s"] > 0 and x["update_s"] > 0 and x["scoring_s"] >= 0 and x["other_s"] > -0.5
     ev = tiny["evaluation"]
     assert [x["questions"] for x in ev] == [7 * 4] * 2 and ev[0]["time_share_of_before"] == 1.0

@@ -339,6 +339,11 @@ def tiny_table(tiny) -> list[dict]:
     for r in tiny["grpo"]:
         rows.append({"part": "tiny GRPO", "path": r["path"], "measure": "rollouts/s end to end",
                      "value": r["rollouts_per_s"], "ratio to default": r["ratio_to_before"], "share of ceiling": None})
+    for r in tiny["grpo"]:
+        if "rollout_tokens_per_s" in r:          # results of 2026-11-26 on
+            rows.append({"part": "tiny GRPO", "path": r["path"], "measure": "rollout tokens/s end to end",
+                         "value": r["rollout_tokens_per_s"], "ratio to default": r["token_ratio_to_before"],
+                         "share of ceiling": None})
     for r in tiny["training"]:
         rows.append({"part": "tiny training", "path": r["path"], "measure": "tokens/s (share of 6N at peak)",
                      "value": r["tokens_per_s"], "ratio to default": r["ratio_to_default"],

@@ -243,6 +243,11 @@ def grpo_rows(size: TinySize, workdir: Path, seed: int = 0) -> list:
                     "backend_used": s["generation_backend"]})
     for r in out:
         r["ratio_to_before"] = r["rollouts_per_s"] / out[0]["rollouts_per_s"]
+        # rollouts per second depend on how long the paths' rollouts are (the path before updates its policy every
+        # 32 rollouts, so its later rounds differ): the same comparison per completion token
+        if r["mean_completion_tokens"] and out[0]["mean_completion_tokens"]:
+            r["rollout_tokens_per_s"] = r["rollouts"] * r["mean_completion_tokens"] / r["seconds"]
+            r["token_ratio_to_before"] = r["rollout_tokens_per_s"] / out[0]["rollout_tokens_per_s"]
     return out
 
 
