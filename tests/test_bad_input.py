@@ -12,10 +12,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from dsh.__main__ import main
-from dsh.experiment import evaluate, presets
+from dsh.experiment import attribution_study, evaluate, presets, report
 from dsh.measure import calibration
 from dsh.task import parse, problems, traces
 from dsh.theory import two_stage
@@ -186,6 +187,11 @@ def test_the_real_cli_prints_one_line_and_no_traceback(tmp_path):
         assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr
 
 
+_KEYS = pd.MultiIndex.from_tuples([("kl_k3", "decision")], names=["term", "against"])
+_REPRO = pd.DataFrame({"low (t0)": [0.5], "high (t0)": [1.5], "low (t1)": [0.6], "high (t1)": [1.6],
+                       "reproduced": [True], "chance": [0.83]}, index=_KEYS)
+_CORR = pd.DataFrame([[1.0]], index=_KEYS, columns=_KEYS)
+
 API_CASES = [
     ("predicted_accuracy-nan", lambda: two_stage.predicted_accuracy(math.nan, 0.5, 0.5), "p_s must be a probability"),
     ("predicted_accuracy-str", lambda: two_stage.predicted_accuracy("0.5", 0.5, 0.5), "p_s must be a probability"),
@@ -202,6 +208,18 @@ API_CASES = [
     ("resolve-field", lambda: presets.resolve("sft", "ci", lr=1), "unknown field(s) lr"),
     ("evaluate-levels-blank", lambda: evaluate.evaluate(settings=evaluate.EvalSettings(levels=" ")), "levels must be a non-empty list"),
     ("evaluate-levels-empty", lambda: evaluate.evaluate(settings=evaluate.EvalSettings(levels=[])), "levels must be a non-empty list"),
+    # the attribution studies' tables and figures (dsh.experiment.report) and their round counts
+    ("reproduction-not-a-study", lambda: report.reproduction(1, {"fits": {}}), "first must be a study record"),
+    ("reproduction-no-fits", lambda: report.reproduction({"fits": {}}, {}), "second must be a study record"),
+    ("attribution_table-not-a-dict", lambda: report.attribution_table(3), "studies must map study names"),
+    ("compare_fits-list", lambda: report.compare_fits([], {}), "first must map study names"),
+    ("attempt_lengths-no-trajectories", lambda: report.attempt_lengths({"a": {"fits": {}}}), "studies['a'] must be a study record (attribution_study.run_study) holding trajectories"),
+    ("kl_profile-width", lambda: report.kl_profile({"kl_positions": {"sum": [], "n": []}}, width=0), "width must be an integer >= 1"),
+    ("kl_by_level-not-a-study", lambda: report.kl_by_level([]), "study must be a study record"),
+    ("grad_by_level-term", lambda: report.grad_by_level({"trajectories": [{"level": "1x2", "L": 9, "grad": {"reward": {}}}]}, "kl_k3"), "term must be one of reward"),
+    ("plot_slopes-empty", lambda: report.plot_slopes({}), "groups must map group labels"),
+    ("counts_after-not-a-study", lambda: attribution_study.counts_after({}, 1), "study must be a study record"),
+    ("reproduction_count-draws", lambda: report.reproduction_count([_REPRO], [_CORR], draws=0), "draws must be an integer >= 1"),
 ]
 
 

@@ -172,6 +172,8 @@ def _first_rounds(study: dict, rounds: int) -> list[dict]:
 def counts_after(study: dict, rounds: int) -> dict:
     """:func:`fit_counts` of a study record's first ``rounds`` rounds (its trajectories of those rounds' questions):
     what the round rule saw after that round."""
+    if not isinstance(study, dict) or not {"rounds", "settings", "trajectories", "objectives"} <= set(study):
+        raise ValueError("study must be a study record (run_study) with rounds, settings, trajectories and objectives")
     if not 0 < v.length("rounds", rounds) <= study["rounds"]:
         raise ValueError(f"rounds must be 1 ... {study['rounds']} (the study's rounds), got {rounds!r}")
     return fit_counts(_first_rounds(study, rounds), study["objectives"])

@@ -663,12 +663,29 @@ def question_repeats(results_dir, stage: str = "base") -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["level", "questions", "distinct", "repeats"])
 
 
+def _study(name: str, study, needs=("fits",)) -> dict:
+    """``study`` checked to be a study record (:func:`dsh.experiment.attribution_study.run_study`) holding ``needs``."""
+    if not isinstance(study, dict) or not all(k in study for k in needs):
+        raise ValueError(f"{name} must be a study record (attribution_study.run_study) holding {', '.join(needs)}")
+    return study
+
+
+def _studies(name: str, studies, needs=("fits",)) -> dict:
+    """``studies`` checked to map names to study records holding ``needs``."""
+    if not isinstance(studies, dict):
+        raise ValueError(f"{name} must map study names to study records (attribution_study.run_study), "
+                         f"got {type(studies).__name__}")
+    for k, st in studies.items():
+        _study(f"{name}[{k!r}]", st, needs)
+    return studies
+
+
 def attribution_table(studies: dict) -> pd.DataFrame:
     """One row per study, term and denominator: the log-log slope of |g_attempt| / |g_part| on the attempt length
     with its 95 % bootstrap interval, the pairs used, those left out because the part carries no gradient, the
     lengths' span, Theorem 3.2's predicted slope and the verdict (:mod:`dsh.measure.length_law`)."""
     rows = []
-    for name, s in studies.items():
+    for name, s in _studies("studies", studies).items():
         for key, f in s["fits"].items():
             term, against = key.split(" / ")
             rows.append({"study": name, "term": term, "against": against, "pairs": f["n"],
@@ -694,7 +711,8 @@ def reproduction(first: dict, second: dict) -> pd.DataFrame:
     slope inside the other's interval) and the chance of that were both estimates of one slope, normal, with
     intervals of these widths (``chance``: :func:`dsh.measure.length_law.mutual_inclusion`, about 0.83). Terms
     without a slope in either are left out."""
-    both = _side_by_side({"x": first}, {"x": second}, ("t0", "t1"), ["term", "against"], ["slope", "low", "high"])
+    both = _side_by_side({"x": _study("first", first)}, {"x": _study("second", second)}, ("t0", "t1"),
+                         ["term", "against"], ["slope", "low", "high"])
     both["reproduced"] = ((both["low (t1)"] <= both["slope (t0)"]) & (both["slope (t0)"] <= both["high (t1)"])
                           & (both["low (t0)"] <= both["slope (t1)"]) & (both["slope (t1)"] <= both["high (t0)"]))
     both["chance"] = [mutual_inclusion([a, b], [c, d]) for a, b, c, d in
@@ -759,6 +777,7 @@ def compare_fits(first: dict, second: dict, labels=("first", "second"), against:
     temperatures), side by side per study and term against ``against``: slope, interval and pairs of each (suffixed
     with ``labels``), only fits with a slope in both, and whether the two intervals are disjoint."""
     v.choice("against", against, ("decision", "stage"))
+    _studies("first", first), _studies("second", second)
     if len(labels) != 2 or labels[0] == labels[1]:
         raise ValueError(f"labels must be two different names, got {labels!r}")
     both = _side_by_side(first, second, labels, ["study", "term"], ["slope", "low", "high", "pairs"], against)
@@ -773,7 +792,8 @@ def kl_profile(study: dict, width: int = 10) -> pd.DataFrame:
     position has 10 trajectories, as for a model that writes no check after its answer."""
     import numpy as np
 
-    s, n = np.asarray(study["kl_positions"]["sum"]), np.asarray(study["kl_positions"]["n"])
+    v.positive_int("width", width)
+    s, n = (np.asarray(_study("study", study, ("kl_positions",))["kl_positions"][k]) for k in ("sum", "n"))
     rows = []
     for start in range(0, len(s), width):
         ok = n[start:start + width] >= 10
@@ -790,6 +810,8 @@ def plot_attribution(study: dict, terms=("reward", "kl_reward", "kl_k3"), agains
     import matplotlib.pyplot as plt
     import numpy as np
 
+    _study("study", study, ("fits", "trajectories"))
+    v.choice("against", against, ("decision", "stage"))
     fig, axes = plt.subplots(1, len(terms), figsize=(4 * len(terms), 3.4), squeeze=False)
     for ax, term in zip(axes[0], terms):
         pts = [(r["L"], r["grad"][term]["attempt"] / r["grad"][term][against]) for r in study["trajectories"]
@@ -814,6 +836,8 @@ def grad_by_level(study: dict, term: str) -> pd.DataFrame:
     """Per level (ladder order): the median attempt length and the median |g_attempt| and |g_decision| of the
     objective ``term`` over the level's trajectories: how much of a length-law slope fitted across levels is the
     length's, and how much the level's own."""
+    terms = sorted({k for t in _study("study", study, ("trajectories",))["trajectories"] for k in t.get("grad", {})})
+    v.choice("term", term, terms)
     df = pd.DataFrame([{"level": t["level"], "L": t["L"], "|g_attempt|": t["grad"][term]["attempt"],
                         "|g_decision|": t["grad"][term]["decision"]}
                        for t in study["trajectories"] if t["grad"].get(term)])
@@ -826,6 +850,11 @@ def plot_slopes(groups: dict, terms=("kl_immediate", "kl_k3", "kl_reward", "rewa
     and the band of the verdict rule (:data:`dsh.measure.length_law.TOLERANCE`) shaded."""
     import matplotlib.pyplot as plt
 
+    if not isinstance(groups, dict) or not groups:
+        raise ValueError("groups must map group labels to {study name: study record}")
+    for g, studies in groups.items():
+        _studies(f"groups[{g!r}]", studies)
+    v.choice("against", against, ("decision", "stage"))
     names = [(g, n) for g, studies in groups.items() for n in studies]
     fig, axes = plt.subplots(1, len(terms), figsize=(3.3 * len(terms), 0.32 * len(names) + 1.4), sharey=True,
                              squeeze=False)
@@ -853,7 +882,7 @@ def attempt_lengths(studies: dict) -> pd.DataFrame:
     """Median attempt length (tokens) per level of each study's own trajectories, and the span of those medians
     (longest / shortest): the range of L the length law is fitted over, free of a few outlying attempts."""
     rows = {}
-    for name, s in studies.items():
+    for name, s in _studies("studies", studies, ("trajectories",)).items():
         if not s["trajectories"]:
             continue
         df = pd.DataFrame([{"level": t["level"], "L": t["L"]} for t in s["trajectories"]])
@@ -869,7 +898,7 @@ def kl_by_level(study: dict) -> pd.DataFrame:
     """The immediate KL of Theorem 3.2 against the study's reference, per level (ladder order): the median over the
     level's trajectories of the k1 sum of the attempt tokens and of the decision tokens, and the trajectories."""
     df = pd.DataFrame([{"level": t["level"], "attempt k1": t["kl"]["attempt"], "decision k1": t["kl"]["decision"]}
-                       for t in study["trajectories"]])
+                       for t in _study("study", study, ("trajectories",))["trajectories"]])
     out = df.groupby("level").agg(**{"attempt k1": ("attempt k1", "median"),
                                      "decision k1": ("decision k1", "median"),
                                      "trajectories": ("attempt k1", "size")})
