@@ -17,7 +17,7 @@ import pytest
 
 from dsh.__main__ import main
 from dsh.experiment import attribution_study, evaluate, presets, report
-from dsh.measure import calibration
+from dsh.measure import calibration, length_law
 from dsh.task import parse, problems, traces
 from dsh.theory import two_stage
 
@@ -219,6 +219,17 @@ API_CASES = [
     ("grad_by_level-term", lambda: report.grad_by_level({"trajectories": [{"level": "1x2", "L": 9, "grad": {"reward": {}}}]}, "kl_k3"), "term must be one of reward"),
     ("plot_slopes-empty", lambda: report.plot_slopes({}), "groups must map group labels"),
     ("counts_after-not-a-study", lambda: attribution_study.counts_after({}, 1), "study must be a study record"),
+    ("headline-not-results", lambda: report.headline(3), "results must be a results folder as dsh.experiment.pipeline.load_results returns it"),
+    ("long_table-not-results", lambda: report.long_table({"summary": {}}), "results must be a results folder"),
+    ("claims_table-not-verdicts", lambda: report.claims_table([{"claim": "x"}]), "verdicts must be the list claims() returns"),
+    ("load_attribution-missing", lambda: report.load_attribution("/nonexistent/results"), "results_dir must be an existing folder"),
+    ("load_dynamics-missing", lambda: report.load_dynamics("/nonexistent/results"), "results_dir must be an existing folder"),
+    ("dynamics_table-betas", lambda: report.dynamics_table({"a": {"arm": "rl", "step": 0, "trajectories": [], "fits": {}}}, {}), "betas must give every arm's KL coefficient; missing rl"),
+    ("slope_verdict-ci", lambda: length_law.slope_verdict(0.5, 1.0), "ci must be an interval [low, high]"),
+    ("questions-rounds", lambda: attribution_study.questions(attribution_study.StudySettings(), 0), "rounds must be an integer >= 1"),
+    ("enough-min_signal", lambda: attribution_study.enough([], ("reward",), -1), "min_signal must be an integer >= 0"),
+    ("fit_counts-rows", lambda: attribution_study.fit_counts([{"L": 3}], ("reward",)), "rows must be a study's trajectory rows"),
+    ("resume_point-previous", lambda: attribution_study.resume_point(None, attribution_study.StudySettings(), ("reward",), ("a", "b")), "previous must be a study record"),
     ("reproduction_count-draws", lambda: report.reproduction_count([_REPRO], [_CORR], draws=0), "draws must be an integer >= 1"),
 ]
 

@@ -94,6 +94,7 @@ class StudySettings:
 def questions(settings: StudySettings, rounds: int = 1) -> list:
     """The study's questions: ``prompts_per_level`` drawn per level from the settings' seed, round after round (the
     first round's questions do not depend on how many rounds are drawn)."""
+    v.positive_int("rounds", rounds)
     rng = random.Random(f"attribution-{settings.seed}")
     return [lt.draw(lv, rng) for _ in range(rounds) for lv in settings.levels for _ in range(settings.prompts_per_level)]
 
@@ -157,6 +158,8 @@ def counted_terms(objectives) -> list[str]:
 def fit_counts(rows, objectives) -> dict:
     """How many trajectories each fit of :func:`counted_terms` takes from ``rows`` (:func:`fits`' ``n``: the pairs
     with a positive, finite length and ratio, as :func:`dsh.measure.length_law.loglog_slope` keeps them)."""
+    if not isinstance(rows, list) or not all(isinstance(r, dict) and {"L", "grad", "kl"} <= set(r) for r in rows):
+        raise ValueError("rows must be a study's trajectory rows (attribute_groups), each with L, grad and kl")
     terms = counted_terms(objectives)
     return {f"{o} / {a}": int(usable([x for x, _, _ in pairs], [y for _, y, _ in pairs]).sum())
             for a in ("decision", "stage") for o, pairs in _series(rows, [], objectives, a).items()
@@ -182,6 +185,7 @@ def counts_after(study: dict, rounds: int) -> dict:
 def enough(rows, objectives, min_signal: int) -> bool:
     """The round rule (method 3): every fit the study counts (:func:`counted_terms`) holds ``min_signal``
     trajectories or more. A rule on counts alone, never on what the trajectories measure."""
+    v.length("min_signal", min_signal)
     return all(n >= min_signal for n in fit_counts(rows, objectives).values())
 
 
@@ -191,6 +195,8 @@ def resume_point(previous: dict, settings: StudySettings, objectives, weights: t
     (one split; rounds are drawn and attributed one by one, each from its own seeded questions and streams), with
     no more rounds than ``max_rounds``, and where :func:`enough` holds after none of its rounds but the last (method
     3 would have drawn them all). Its rounds are then exactly what this study draws first."""
+    if not isinstance(previous, dict):
+        raise ValueError(f"previous must be a study record (run_study), got {type(previous).__name__}")
     same = {k: x for k, x in asdict(settings).items() if k != "max_rounds"}
     old = {k: x for k, x in (previous.get("settings") or {}).items() if k != "max_rounds"}
     if previous.get("method") not in (2, 3) or json.loads(json.dumps(old)) != json.loads(json.dumps(same)) or \

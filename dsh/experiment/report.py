@@ -35,12 +35,29 @@ TABLE1_KINDS = ("base", "sft", "sft_reflection", "rl", "dft")
 # ------------------------------------------------------------------------------------------------
 # The plan behind a results folder, and its long table
 # ------------------------------------------------------------------------------------------------
+
+def _results_first(fn):
+    """``fn(results, ...)``, refusing in one line a ``results`` that is not a results folder as
+    :func:`dsh.experiment.pipeline.load_results` returns it."""
+    import functools
+
+    @functools.wraps(fn)
+    def checked(results, *args, **kwargs):
+        if not isinstance(results, dict) or not {"summary", "calibration"} <= set(results):
+            raise ValueError("results must be a results folder as dsh.experiment.pipeline.load_results returns it "
+                             f"(summary, calibration, probe), got {type(results).__name__}")
+        return fn(results, *args, **kwargs)
+
+    return checked
+
+@_results_first
 def seeds_of(results: dict) -> list:
     """The training seeds of a results folder (``[None]`` for an unseeded one)."""
     seeds = sorted({x["seed"] for x in plan_of(results) if x["seed"] is not None})
     return seeds or [None]
 
 
+@_results_first
 def calibration_by_kind(results: dict, seed=None) -> dict:
     """``{kind: calibration}`` of one seed's stages and the unseeded ones (the base), the shape the claims read."""
     seeds = seeds_of(results)
@@ -51,6 +68,7 @@ def calibration_by_kind(results: dict, seed=None) -> dict:
     return {x["kind"]: results["calibration"][x["name"]] for x in plan_of(results) if x["seed"] in (None, seed)}
 
 
+@_results_first
 def long_table(results: dict, drop_truncated: bool = False) -> pd.DataFrame:
     """One row per stage and level: kind, seed, accuracy with its 95 % interval, p_s, p_dC, p_dW (with bootstrap
     intervals), predicted accuracy, transitions and unanswered responses, over every response (or without the
@@ -120,6 +138,7 @@ def table1(results: dict, kinds=None) -> pd.DataFrame:
     return pd.DataFrame(out).T
 
 
+@_results_first
 def mean_by_stage(results: dict, kinds, key: str) -> pd.DataFrame:
     """The mean over seeds of one column of :func:`long_table` by stage kind (rows) and level (columns)."""
     df = long_table(results)
@@ -137,6 +156,7 @@ def paper_table1() -> pd.DataFrame:
     return pd.DataFrame(rows).T
 
 
+@_results_first
 def calibration_frame(results: dict, stage: str, drop_truncated: bool = True) -> pd.DataFrame:
     """p_s, p_dC, p_dW, observed and predicted accuracy (with intervals) by level for one stage."""
     c = results["calibration"][stage]
@@ -146,6 +166,7 @@ def calibration_frame(results: dict, stage: str, drop_truncated: bool = True) ->
     return pd.DataFrame({lv: {k: s[k] for k in keys} for lv, s in block.items()}).T
 
 
+@_results_first
 def plot_calibration(results: dict, kinds=("rl", "sft_reflection")):
     """The paper's Figure 3 per stage kind, without the truncated responses: p_s, p_dC, p_dW and observed vs
     predicted accuracy by level; lines are means over seeds with each seed a faint dot, a single stage's predicted
@@ -178,6 +199,7 @@ def plot_calibration(results: dict, kinds=("rl", "sft_reflection")):
     return fig
 
 
+@_results_first
 def echo_table(results: dict) -> pd.DataFrame:
     """F->T and T->F counts and rates per stage (the 'echo chamber', Kang et al. 2025)."""
     rows = {}
@@ -216,6 +238,7 @@ def _pooled_counts(results: dict, names, key: str, levels) -> list[int]:
     return total
 
 
+@_results_first
 def faithfulness_table(results: dict, kinds=None, level_groups: dict | None = None) -> pd.DataFrame:
     """Decision faithfulness per stage kind as the results' task reads it (:meth:`dsh.measure.tasks.Task.faithfulness`:
     its ``faithfulness_keys``), the mean over seeds, next to p_dC, p_dW and the number of items read (its
@@ -263,6 +286,7 @@ def _pooled_p_s(cal: dict, levels):
     return sum(a * b for a, b in zip(n, ps) if b is not None) / sum(n) if sum(n) else None
 
 
+@_results_first
 def reflection_table(results: dict, levels, kind: str = "sft_reflection", plain: str = "sft") -> pd.DataFrame:
     """Reflection SFT per seed on ``levels`` (e.g. the fine-tuning levels): the checks read, the share whose verdict
     follows the true check of the model's own answer with its chance agreement and Cohen's kappa (95 % interval),
@@ -290,6 +314,7 @@ def reflection_table(results: dict, levels, kind: str = "sft_reflection", plain:
     return pd.DataFrame(rows)
 
 
+@_results_first
 def probe_table(results: dict, kinds=None, group: str = "tuned") -> pd.DataFrame:
     """The check probe (:mod:`dsh.experiment.check_probe`) per stage of ``kinds`` and per seed, pooled over the
     levels of ``group`` ("tuned": the fine-tuning levels; "beyond"): items asked, checks read, the share whose
@@ -327,6 +352,7 @@ def probe_table(results: dict, kinds=None, group: str = "tuned") -> pd.DataFrame
     return pd.DataFrame(rows)
 
 
+@_results_first
 def design_table(results: dict) -> pd.DataFrame:
     """The design goals of the small-scale analogue (dsh.experiment.pipeline.design_checks) and whether the run met them."""
     d = results["summary"].get("design") or design_checks(results)
@@ -334,6 +360,7 @@ def design_table(results: dict) -> pd.DataFrame:
                                  for k, x in d["goals"].items()}})
 
 
+@_results_first
 def truncation_table(results: dict) -> pd.DataFrame:
     """Budget and truncation per stage: training examples over max_length (SFT), rollouts clipped at
     max_completion_length (GRPO, mean and first step) and evaluation responses cut at max_new_tokens."""
@@ -379,6 +406,7 @@ DELTA_KEYS = (("p_s", "Δp_s"), ("p_d_given_correct", "Δp_dC"), ("p_d_given_wro
               ("observed_accuracy", "Δaccuracy"))
 
 
+@_results_first
 def seed_estimates(results: dict, kind: str) -> dict:
     """``{seed: estimates}``: the estimates over every response (p_s, p_d_given_correct, p_d_given_wrong,
     observed_accuracy, ...: the calibration's ``all`` / ``overall`` block) of stage kind ``kind`` for each training
@@ -391,6 +419,7 @@ def seed_estimates(results: dict, kind: str) -> dict:
     return out
 
 
+@_results_first
 def seed_deltas(results: dict, kind: str, init: str) -> dict:
     """``{"Δp_s": [...], "Δp_dC": [...], "Δp_dW": [...], "Δaccuracy": [...]}``: the change of each estimate (over
     every response) from stage kind ``init`` to ``kind`` of the same training seed, one value a seed that has both
@@ -407,6 +436,7 @@ def seed_deltas(results: dict, kind: str, init: str) -> dict:
     return out
 
 
+@_results_first
 def delta_table(results: dict, pairs) -> pd.DataFrame:
     """For (label, kind, init kind) pairs: the change of p_s, p_dC, p_dW and accuracy (over every response) from
     the init stage of the same seed, mean and range over seeds (:func:`seed_deltas`)."""
@@ -425,6 +455,7 @@ def _curves(results: dict, kind: str) -> list:
     return [curves[x["name"]] for x in plan_of(results) if x["kind"] == kind and curves.get(x["name"])]
 
 
+@_results_first
 def kl_arms(results: dict) -> list:
     """The KL ablation's arms as (beta, kind): the ``rl_beta<b>`` kinds and, where they exist, the RL arm itself at
     the coefficient it trained with (the summary's ``configs``; for results written before it recorded them, its
@@ -441,6 +472,7 @@ def kl_arms(results: dict) -> list:
     return sorted(arms.items())
 
 
+@_results_first
 def kl_table(results: dict) -> pd.DataFrame:
     """The KL ablation: for each GRPO coefficient beta (kinds ``rl_beta<b>``, and ``rl`` at the preset's beta), the
     change from SFT (reflection) of p_s (pi_sample) and of p_dC, p_dW (pi_d), and the last logged KL (mean over
@@ -457,6 +489,7 @@ def kl_table(results: dict) -> pd.DataFrame:
     return df
 
 
+@_results_first
 def reward_trend_table(results: dict) -> pd.DataFrame:
     """Did GRPO learn? Per GRPO stage: its rollouts, the mean reward of the first and the last fifth of its rollout
     rounds, the difference with its 95 % interval (:func:`dsh.measure.trend.fifths_contrast`, rounds as units) and
@@ -480,6 +513,7 @@ def reward_trend_table(results: dict) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+@_results_first
 def plot_validation_curves(results: dict, kinds=("rl",)):
     """p_s, p_dC and p_dW along GRPO (:mod:`dsh.training.validation`: fixed validation questions at the rollouts'
     temperature) for the stages of ``kinds`` in a results folder (:func:`plot_validation_rows`)."""
@@ -512,6 +546,7 @@ def plot_validation_rows(rows_by_name: dict):
     return fig
 
 
+@_results_first
 def plot_reward_curves(results: dict, kinds=("rl", "rl_verdict")):
     """GRPO's mean reward and its share of zero-variance groups per rollout round, one line per stage."""
     import matplotlib.pyplot as plt
@@ -532,6 +567,7 @@ def plot_reward_curves(results: dict, kinds=("rl", "rl_verdict")):
     return fig
 
 
+@_results_first
 def timings_table(results: dict) -> pd.DataFrame:
     """Seconds per training and evaluation step, as recorded by the run (keys ``train_<stage>``,
     ``evaluate_<stage>``; runs before the pipeline's steps were shared wrote ``train <stage>``)."""
@@ -542,6 +578,7 @@ def timings_table(results: dict) -> pd.DataFrame:
     return pd.DataFrame(rows).T
 
 
+@_results_first
 def headline(results: dict, beyond=None) -> list[str]:
     """Plain sentences for a chapter, computed from the results (so the text follows the data whichever way it
     falls): each Table 1 kind's accuracy pooled over levels (and over ``beyond``, e.g. the levels past the
@@ -572,6 +609,15 @@ def headline(results: dict, beyond=None) -> list[str]:
 # ------------------------------------------------------------------------------------------------
 # Verdicts on the paper's claims
 # ------------------------------------------------------------------------------------------------
+def _verdicts(verdicts) -> list:
+    """``verdicts`` checked to be :func:`claims`' list (dicts with claim, verdict and evidence)."""
+    if not isinstance(verdicts, list) or not all(isinstance(c, dict) and {"claim", "verdict", "evidence"} <= set(c)
+                                                 for c in verdicts):
+        raise ValueError("verdicts must be the list claims() returns (dicts with claim, verdict and evidence)")
+    return verdicts
+
+
+@_results_first
 def claims(results: dict, min_n: int = 30, seed=None) -> list[dict]:
     """The verdicts of :func:`dsh.measure.claims.verdicts` on a results folder (its stages of training seed ``seed``
     where it holds several, :func:`calibration_by_kind`)."""
@@ -580,12 +626,14 @@ def claims(results: dict, min_n: int = 30, seed=None) -> list[dict]:
 
 def claims_table(verdicts: list[dict]) -> pd.DataFrame:
     """The pooled verdicts of :func:`claims` (claim, verdict, evidence), one row per claim."""
+    _verdicts(verdicts)
     return pd.DataFrame([{k: c[k] for k in ("claim", "verdict", "evidence")} for c in verdicts])
 
 
 def per_level_table(verdicts: list[dict]) -> pd.DataFrame:
     """The per-level verdicts of claims (ii) and (iii) as a table (difference with its 95 % interval)."""
     rows = []
+    _verdicts(verdicts)
     for c in verdicts:
         for r in c.get("per_level", []):
             lo, hi = r["interval"]
@@ -595,6 +643,7 @@ def per_level_table(verdicts: list[dict]) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["claim", "level", "difference", "95% interval", "verdict"])
 
 
+@_results_first
 def claims_by_seed(results: dict, min_n: int = 30) -> pd.DataFrame:
     """The verdicts of :func:`claims` for each training seed, one row per claim and seed, with the per-level ones."""
     rows = []
@@ -612,6 +661,8 @@ def load_attribution(results_dir) -> dict:
     attribution step, :func:`dsh.experiment.pipeline.attribution_stage`), by file stem; empty when there are none."""
     import json
 
+    if not isinstance(results_dir, (str, Path)) or not Path(results_dir).is_dir():
+        raise ValueError(f"results_dir must be an existing folder, got {results_dir!r}")
     return {f.stem: json.loads(f.read_text()) for f in sorted(Path(results_dir).glob("attribution/*.json"))}
 
 
@@ -620,6 +671,8 @@ def load_dynamics(results_dir) -> dict:
     ``book/results/laptop/design/grpo_dynamics.py``), by file stem; empty when there are none."""
     import json
 
+    if not isinstance(results_dir, (str, Path)) or not Path(results_dir).is_dir():
+        raise ValueError(f"results_dir must be an existing folder, got {results_dir!r}")
     return {f.stem: json.loads(f.read_text()) for f in sorted(Path(results_dir).glob("dynamics/*.json"))}
 
 
@@ -633,6 +686,12 @@ def dynamics_table(studies: dict, betas: dict, seed: int = 0) -> pd.DataFrame:
     resample questions (:func:`dsh.measure.length_law.cluster_median`): the surrogate reward over the trajectories
     with an advantage, TRL's k3 KL times the arm's coefficient ``betas[arm]`` (its weight in the loss; none where the
     policy is its reference)."""
+    _studies("studies", studies, ("arm", "step", "trajectories"))
+    if not isinstance(betas, dict):
+        raise ValueError(f"betas must map each GRPO arm to its KL coefficient, got {type(betas).__name__}")
+    missing = sorted({x["arm"] for x in studies.values()} - set(betas))
+    if missing:
+        raise ValueError(f"betas must give every arm's KL coefficient; missing {', '.join(missing)}")
     rows = []
     for s in sorted(studies.values(), key=lambda x: (x["arm"], x["step"])):
         val = s.get("validation") or {}

@@ -115,6 +115,10 @@ def _cluster_draws(labels, n_boot: int, rng):
 def slope_verdict(ci, predicted: float, tolerance: float = TOLERANCE) -> str:
     """"holds" when the interval ``ci`` lies within ``predicted`` +- ``tolerance``, "fails" when it does not meet
     that band, "cannot tell" otherwise (or when there is no interval)."""
+    if not isinstance(ci, (list, tuple)) or len(ci) != 2:
+        raise ValueError(f"ci must be an interval [low, high] (None, None without one), got {ci!r}")
+    v.real("predicted", predicted)
+    v.real("tolerance", tolerance)
     lo, hi = ci
     if lo is None or hi is None:
         return "cannot tell"
