@@ -16,8 +16,8 @@ import pandas as pd
 import pytest
 
 from dsh.__main__ import main
-from dsh.experiment import attribution_study, evaluate, presets, report
-from dsh.measure import calibration, length_law
+from dsh.experiment import attribution_study, evaluate, pipeline, presets, report
+from dsh.measure import calibration, length_law, trend
 from dsh.task import parse, problems, traces
 from dsh.theory import two_stage
 
@@ -230,6 +230,14 @@ API_CASES = [
     ("enough-min_signal", lambda: attribution_study.enough([], ("reward",), -1), "min_signal must be an integer >= 0"),
     ("fit_counts-rows", lambda: attribution_study.fit_counts([{"L": 3}], ("reward",)), "rows must be a study's trajectory rows"),
     ("resume_point-previous", lambda: attribution_study.resume_point(None, attribution_study.StudySettings(), ("reward",), ("a", "b")), "previous must be a study record"),
+    ("load_results-not-a-path", lambda: pipeline.load_results(None), "results_dir must be a folder written by dsh pipeline"),
+    ("read_records-not-a-path", lambda: calibration.read_records(3), "FILE must be a JSON-lines file path"),
+    ("calibrate-not-a-list", lambda: calibration.calibrate(None), "records must be a list of records"),
+    ("calibrate-a-string", lambda: calibration.calibrate("generations.jsonl"), "records must be a list of records"),
+    ("question_repeats-not-a-path", lambda: report.question_repeats(3), "results_dir must be a results folder path"),
+    ("reproduction_count-not-tables", lambda: report.reproduction_count(None), "tables must be a non-empty list"),
+    ("fifths_contrast-not-a-list", lambda: trend.fifths_contrast(None), "values must be a list of numbers"),
+    ("stage_label-not-a-kind", lambda: presets.stage_label(3), "kind must be a stage kind"),
     ("reproduction_count-draws", lambda: report.reproduction_count([_REPRO], [_CORR], draws=0), "draws must be an integer >= 1"),
 ]
 

@@ -149,6 +149,8 @@ def read_jsonl(path, strict: bool = True, check=None, what: str = "FILE") -> lis
     ``check`` raises a one-line ValueError naming the file and the line (``what`` names the argument when the file
     is missing). Lenient (``strict=False``): such lines are skipped, and a missing file reads as no records (a
     working file that an interruption cut mid-line is resumed)."""
+    if not isinstance(path, (str, Path)) or not str(path).strip():
+        raise ValueError(f"{what} must be a JSON-lines file path, got {path!r}")
     p = Path(path)
     if not p.is_file():
         if not strict and not p.exists():

@@ -495,6 +495,8 @@ RESULTS_LAYOUT = ("summary.json", "calibration/<stage>.json", "generations/<stag
 def load_results(results_dir) -> dict:
     """A results folder written by :func:`run_pipeline`: summary, calibration per stage and, where the preset has
     one, the check probe per stage."""
+    if not isinstance(results_dir, (str, Path)):
+        raise ValueError(f"results_dir must be a folder written by dsh pipeline, got {results_dir!r}")
     root = Path(results_dir)
     if not (root / "summary.json").is_file():
         raise ValueError(f"results_dir must be a folder written by dsh pipeline; {root}/summary.json not found")

@@ -50,6 +50,8 @@ STAGE_LABELS = {"base": "Base", "sft": "SFT (no reflection)", "sft_reflection": 
 
 def stage_label(kind: str) -> str:
     """The label of a stage kind (``rl_beta0.01``: RL at KL coefficient 0.01)."""
+    if not isinstance(kind, str):
+        raise ValueError(f"kind must be a stage kind such as sft or rl_beta0.1, got {kind!r}")
     if kind.startswith("rl_beta"):
         return f"RL (beta = {kind[len('rl_beta'):]})"
     return STAGE_LABELS.get(kind, kind)

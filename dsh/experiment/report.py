@@ -714,6 +714,8 @@ def question_repeats(results_dir, stage: str = "base") -> pd.DataFrame:
     """The test questions of a results folder, read from ``generations/<stage>.jsonl.gz`` (every stage is asked the
     same ones): per level the questions asked, how many are distinct, and the repeats (a draw with replacement
     repeats a question; :func:`dsh.task.problems.draw_problems` with ``distinct`` does not)."""
+    if not isinstance(results_dir, (str, Path)):
+        raise ValueError(f"results_dir must be a results folder path, got {results_dir!r}")
     recs = read_jsonl(Path(results_dir) / "generations" / f"{stage}.jsonl.gz", what="results_dir")
     rows = []
     for lv in sorted({r["level"] for r in recs}, key=level_index):
@@ -794,7 +796,7 @@ def reproduction_count(tables, correlations=None, draws: int = 100_000, seed: in
 
     import numpy as np
 
-    tables = list(tables)
+    tables = list(tables) if isinstance(tables, (list, tuple, type({}.values()))) else None
     if not tables or not all(isinstance(t, pd.DataFrame) and {"reproduced", "chance"} <= set(t.columns) for t in tables):
         raise ValueError("tables must be a non-empty list of reproduction() tables")
     p = pd.concat(tables).chance.to_numpy(dtype=float)

@@ -216,6 +216,9 @@ def _level_key(lv: str):
 
 def validate_records(records, source: str = "records") -> list[dict]:
     """Check the record contract; raises ValueError naming the record (line) and field."""
+    if isinstance(records, (str, bytes, dict)) or not hasattr(records, "__iter__"):
+        raise ValueError(f"records must be a list of records (JSON objects with question, answer, response), got "
+                         f"{type(records).__name__}")
     out = []
     for i, r in enumerate(records, start=1):
         where = f"{source} line {i}" if source != "records" else f"record {i}"
