@@ -17,9 +17,10 @@ import pytest
 
 from dsh.__main__ import main
 from dsh.experiment import attribution_study, evaluate, pipeline, presets, report
-from dsh.measure import calibration, length_law, trend
+from dsh.measure import calibration, claims, faithfulness, length_law, stage, trend
 from dsh.task import parse, problems, traces
 from dsh.theory import two_stage
+from dsh.training import train as train_module
 
 ROOT = Path(__file__).resolve().parent.parent
 GOOD = {"question": "Calculate 12 * 34. Think step by step.", "answer": 408, "response": "The answer is 408."}
@@ -238,6 +239,14 @@ API_CASES = [
     ("reproduction_count-not-tables", lambda: report.reproduction_count(None), "tables must be a non-empty list"),
     ("fifths_contrast-not-a-list", lambda: trend.fifths_contrast(None), "values must be a list of numbers"),
     ("stage_label-not-a-kind", lambda: presets.stage_label(3), "kind must be a stage kind"),
+    ("to_trl_config-not-a-config", lambda: train_module.to_trl_config({"method": "sft"}), "cfg must be a dsh.training.train.TrainConfig"),
+    ("build_dataset-not-a-config", lambda: train_module.build_dataset(None), "cfg must be a dsh.training.train.TrainConfig"),
+    ("check_run_dir-not-a-config", lambda: train_module.check_run_dir("runs/x"), "cfg must be a dsh.training.train.TrainConfig"),
+    ("verdicts-not-a-dict", lambda: claims.verdicts([]), "cal must map stage kinds to their calibration"),
+    ("calibrate_stage-a-path", lambda: stage.calibrate_stage("generations.jsonl"), "records must be a list of records"),
+    ("faithfulness-summarize-not-records", lambda: faithfulness.summarize([3]), "records must be a list of records"),
+    ("response_stats-none", lambda: calibration.response_stats(None), "records must be a list of records"),
+    ("calibration-summarize-not-stats", lambda: calibration.summarize({}), "s must be the ResponseStats of response_stats()"),
     ("reproduction_count-draws", lambda: report.reproduction_count([_REPRO], [_CORR], draws=0), "draws must be an integer >= 1"),
 ]
 

@@ -45,7 +45,7 @@ def response_stats(records, markers=DEFAULT_MARKERS, parse=parse_response) -> Re
     """Parse every record ({"question", "answer", "response"[, "level"]}) once, with ``parse`` (a task's reading:
     ``parse(text, a, b, markers)`` -> :class:`dsh.task.parse.ParsedResponse`)."""
     rows = []
-    for r in records:
+    for r in record_list(records):
         a, b = operands(r["question"])
         truth = truth_value(r["answer"])
         parsed = parse(r["response"], a, b, markers)
@@ -137,6 +137,8 @@ def _percentiles(x):
 
 def summarize(s: ResponseStats, n_bootstrap: int = 100, seed: int = 0) -> dict:
     """The calibration summary of one group of responses (see the module docstring)."""
+    if not isinstance(s, ResponseStats):
+        raise ValueError(f"s must be the ResponseStats of response_stats(), got {type(s).__name__}")
     n = len(s.correct)
     k = int(s.correct.sum())
     p_s, p_dC, p_dW = _estimates(s)
@@ -214,12 +216,19 @@ def _level_key(lv: str):
         return (1, lv)
 
 
-def validate_records(records, source: str = "records") -> list[dict]:
-    """Check the record contract; raises ValueError naming the record (line) and field."""
+def record_list(records) -> list:
+    """``records`` as a list, refused in one line when it is not a collection of records (a string, a path, a
+    number, None, one record alone); the records themselves are checked by :func:`validate_records`."""
     if isinstance(records, (str, bytes, dict)) or not hasattr(records, "__iter__"):
         raise ValueError(f"records must be a list of records (JSON objects with question, answer, response), got "
                          f"{type(records).__name__}")
+    return list(records)
+
+
+def validate_records(records, source: str = "records") -> list[dict]:
+    """Check the record contract; raises ValueError naming the record (line) and field."""
     out = []
+    records = record_list(records)
     for i, r in enumerate(records, start=1):
         where = f"{source} line {i}" if source != "records" else f"record {i}"
         if not isinstance(r, dict):

@@ -168,5 +168,7 @@ def verdicts(cal: dict, min_n: int = 30) -> list[dict]:
     :func:`claim_ood_limited_by_sampling` (iii); (ii) and (iii) also get a verdict per level (``per_level``).
     "cannot tell" when a level has fewer than ``min_n`` responses or a needed estimate is undefined; the evidence
     string carries the numbers."""
+    if not isinstance(cal, dict):
+        raise ValueError(f"cal must map stage kinds to their calibration, got {type(cal).__name__}")
     return [claim_predicts(cal, min_n), claim_predicts_unfitted(cal), claim_rl_improves_decision(cal, min_n),
             claim_ood_limited_by_sampling(cal, min_n)]

@@ -30,6 +30,7 @@ from ..core import validate as v
 from ..task.parse import DEFAULT_MARKERS, operands, parse_response, truth_value
 from ..task.problems import draw_problems
 from ..task.traces import TraceConfig, make_trace
+from .calibration import record_list
 
 _CHECK = re.compile(r"Check by casting out (nines|elevens):(.*?):\s*the check (passes|fails)", re.IGNORECASE | re.DOTALL)
 _EQ = re.compile(r"(?<![\d*+\-])(\d+(?:\s*[+\-*]\s*\d+)+)\s*=\s*(-?\d+)(?!\d)")
@@ -136,6 +137,9 @@ def summarize(records, markers=DEFAULT_MARKERS) -> dict:
     """Rates over every attempt of ``records`` ({"question", "answer", "response"[, "level"]}), overall and
     by level: ``has_check`` over all attempts, the other fields over attempts with a check, each also
     split by whether the attempt's answer was right (``..._wrong`` / ``..._correct``)."""
+    records = record_list(records)
+    if not all(isinstance(r, dict) for r in records):
+        raise ValueError("records must be a list of records (JSON objects with question, answer, response)")
     by = {}
     for r in records:
         rows = attempts(r.get("response"), r.get("question"), r.get("answer"), markers)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from ..task.records import by_question
 from . import tasks
-from .calibration import calibrate
+from .calibration import calibrate, record_list
 from .predictions import unfitted_predictions
 
 
@@ -17,7 +17,7 @@ def calibrate_stage(records, seed: int = 0, n_bootstrap: int = 100, task: str = 
     with questions alike and with questions that may differ (``unfitted_mixture``). Records are read in question order
     (:func:`dsh.task.records.by_question`): the bootstrap's draws do not depend on the order they were written in."""
     t = tasks.get(task)
-    records = by_question(records)     # the order of the questions, not of their completion
+    records = by_question(record_list(records))     # the order of the questions, not of their completion
     return {"all": calibrate(records, n_bootstrap=n_bootstrap, seed=seed, parse=t.parse),
             "drop_truncated": calibrate(records, drop_truncated=True, n_bootstrap=n_bootstrap, seed=seed, parse=t.parse)
             if any(not r["truncated"] for r in records) else None,

@@ -214,8 +214,16 @@ def _cuda() -> bool:
         return False
 
 
+def _config(cfg) -> TrainConfig:
+    """``cfg`` checked to be a :class:`TrainConfig`."""
+    if not isinstance(cfg, TrainConfig):
+        raise ValueError(f"cfg must be a dsh.training.train.TrainConfig, got {type(cfg).__name__}")
+    return cfg
+
+
 def to_trl_config(cfg: TrainConfig):
     """The TRL configuration (``SFTConfig`` or ``GRPOConfig``) for ``cfg``; loads no model."""
+    _config(cfg)
     from trl import GRPOConfig, SFTConfig
 
     cuda = _cuda()
@@ -255,7 +263,7 @@ def build_dataset(cfg: TrainConfig) -> list[dict]:
     """Training records for the method, written by ``cfg``'s task (:mod:`dsh.measure.tasks`; the paper's 20,000
     problems by default, the test problems held out); reflection traces that begin with the starting model's own
     attempts get them from :func:`dsh.training.own_attempts.own_attempts`."""
-    task = tasks.get(cfg.task)
+    task = tasks.get(_config(cfg).task)
     problems = task.training_problems(cfg)
     attempts = None
     if task.wants_own_attempts(cfg):
@@ -443,7 +451,7 @@ def check_run_dir(cfg: TrainConfig, digest: str | None = None) -> Path:
     """The run directory, refused when it already holds a run and ``resume`` is off, or, with ``resume``, when it
     holds files but is not a dsh run (no ``run_config.json``) or another run (:func:`resume_mismatch`; ``digest``:
     the starting model's, when the caller has it). Nothing is created here."""
-    run = Path(cfg.output_dir)
+    run = Path(_config(cfg).output_dir)
     if run.exists() and not run.is_dir():
         raise ValueError(f"output_dir {run} is a file; choose a folder")
     v.output_path("output_dir", run, kind="folder")     # no parent of it a file
@@ -577,8 +585,7 @@ def _summary(cfg: TrainConfig, trl_cfg, trainer, out, wall: float, resume_from, 
 def train(cfg: TrainConfig) -> dict:
     """Run one training job (the method's trainer: :data:`TRAINERS`) and return its summary (also written to
     ``summary.json``); the run directory keeps ``final/`` (and its checkpoints with ``keep_checkpoints``)."""
-    if not isinstance(cfg, TrainConfig):
-        raise ValueError(f"cfg must be a dsh.training.train.TrainConfig, got {type(cfg).__name__}")
+    _config(cfg)
     v.output_path("output_dir", cfg.output_dir, kind="folder")    # before the model is read or TRL imported
     loc = resolve_model(cfg.model)                 # fails fast on a bad model before anything is written
     trl_cfg = to_trl_config(cfg)
