@@ -220,7 +220,7 @@ API_CASES = [
     ("grad_by_level-term", lambda: report.grad_by_level({"trajectories": [{"level": "1x2", "L": 9, "grad": {"reward": {}}}]}, "kl_k3"), "term must be one of reward"),
     ("plot_slopes-empty", lambda: report.plot_slopes({}), "groups must map group labels"),
     ("counts_after-not-a-study", lambda: attribution_study.counts_after({}, 1), "study must be a study record"),
-    ("headline-not-results", lambda: report.headline(3), "results must be a results folder as dsh.experiment.pipeline.load_results returns it"),
+    ("headline-not-results", lambda: report.headline(3), "results must be a results folder loaded by dsh.experiment.pipeline.load_results"),
     ("long_table-not-results", lambda: report.long_table({"summary": {}}), "results must be a results folder"),
     ("claims_table-not-verdicts", lambda: report.claims_table([{"claim": "x"}]), "verdicts must be the list claims() returns"),
     ("load_attribution-missing", lambda: report.load_attribution("/nonexistent/results"), "results_dir must be an existing folder"),

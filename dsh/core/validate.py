@@ -72,6 +72,17 @@ def real(name: str, value) -> float:
     return float(value)
 
 
+def collection(name: str, value, what: str, nonempty: bool = False) -> list:
+    """``value`` as a list, refused in one line (naming ``what`` it must hold) when it is not a collection: a string,
+    bytes, a single mapping, a number, None; and, with ``nonempty``, when it is empty."""
+    if isinstance(value, (str, bytes, dict)) or not hasattr(value, "__iter__"):
+        raise ValueError(f"{name} must be a {'non-empty ' if nonempty else ''}list of {what}, got {type(value).__name__}")
+    out = list(value)
+    if nonempty and not out:
+        raise ValueError(f"{name} must be a non-empty list of {what}, got an empty one")
+    return out
+
+
 def choice(name: str, value, valid) -> str:
     """Return ``value`` after checking that it is one of ``valid``."""
     valid = list(valid)

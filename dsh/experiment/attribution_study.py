@@ -166,6 +166,14 @@ def fit_counts(rows, objectives) -> dict:
             if f"{o} / {a}" in terms}
 
 
+def study_record(name: str, study, needs=()) -> dict:
+    """``study`` checked to be a study record (:func:`run_study`) holding the keys ``needs``."""
+    if not isinstance(study, dict) or not all(k in study for k in needs):
+        raise ValueError(f"{name} must be a study record (attribution_study.run_study)"
+                         + (f" holding {', '.join(needs)}" if needs else f", got {type(study).__name__}"))
+    return study
+
+
 def _first_rounds(study: dict, rounds: int) -> list[dict]:
     """A study record's trajectories of its first ``rounds`` rounds' questions."""
     s = study["settings"]
@@ -175,8 +183,7 @@ def _first_rounds(study: dict, rounds: int) -> list[dict]:
 def counts_after(study: dict, rounds: int) -> dict:
     """:func:`fit_counts` of a study record's first ``rounds`` rounds (its trajectories of those rounds' questions):
     what the round rule saw after that round."""
-    if not isinstance(study, dict) or not {"rounds", "settings", "trajectories", "objectives"} <= set(study):
-        raise ValueError("study must be a study record (run_study) with rounds, settings, trajectories and objectives")
+    study_record("study", study, ("rounds", "settings", "trajectories", "objectives"))
     if not 0 < v.length("rounds", rounds) <= study["rounds"]:
         raise ValueError(f"rounds must be 1 ... {study['rounds']} (the study's rounds), got {rounds!r}")
     return fit_counts(_first_rounds(study, rounds), study["objectives"])
@@ -195,8 +202,7 @@ def resume_point(previous: dict, settings: StudySettings, objectives, weights: t
     (one split; rounds are drawn and attributed one by one, each from its own seeded questions and streams), with
     no more rounds than ``max_rounds``, and where :func:`enough` holds after none of its rounds but the last (method
     3 would have drawn them all). Its rounds are then exactly what this study draws first."""
-    if not isinstance(previous, dict):
-        raise ValueError(f"previous must be a study record (run_study), got {type(previous).__name__}")
+    study_record("previous", previous)
     same = {k: x for k, x in asdict(settings).items() if k != "max_rounds"}
     old = {k: x for k, x in (previous.get("settings") or {}).items() if k != "max_rounds"}
     if previous.get("method") not in (2, 3) or json.loads(json.dumps(old)) != json.loads(json.dumps(same)) or \
@@ -411,8 +417,7 @@ def slope_correlation(study: dict, n_boot: int = 1000, seed: int = 0):
     resting on the same trajectories move together as their estimates do. A DataFrame, fits by fits."""
     import pandas as pd
 
-    if not isinstance(study, dict) or not {"trajectories", "groups", "objectives", "fits"} <= set(study):
-        raise ValueError("study must be a study record (run_study), with trajectories, groups, objectives and fits")
+    study_record("study", study, ("trajectories", "groups", "objectives", "fits"))
     series = {}
     for against in ("decision", "stage"):
         for o, pairs in _series(study["trajectories"], study["groups"], study["objectives"], against).items():
@@ -421,8 +426,7 @@ def slope_correlation(study: dict, n_boot: int = 1000, seed: int = 0):
     if not series:
         raise ValueError("study has no fit with a slope")
     keys, boots = joint_cluster_slopes(series, n_boot, seed)
-    corr = pd.DataFrame(boots, columns=pd.MultiIndex.from_tuples(keys, names=["term", "against"])).corr()
-    return corr
+    return pd.DataFrame(boots, columns=pd.MultiIndex.from_tuples(keys, names=["term", "against"])).corr()
 
 
 def study_objectives(settings: StudySettings, model: str, reference: str) -> tuple:

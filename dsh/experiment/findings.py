@@ -140,12 +140,6 @@ def theory_findings(seed: int = 0, T: int = 3) -> list[dict]:
     return rows
 
 
-def _check_results(results) -> None:
-    if not isinstance(results, dict) or not {"summary", "calibration"} <= set(results):
-        raise ValueError("results must be a results folder loaded by dsh.experiment.pipeline.load_results (a dict "
-                         "with 'summary' and 'calibration')")
-
-
 def _every(oks: list[bool]) -> str:
     """"holds" when a condition holds on every seed, "fails" when on none, else "cannot tell"."""
     return "holds" if all(oks) else "fails" if not any(oks) else "cannot tell"
@@ -160,7 +154,7 @@ def empirical_findings(results: dict) -> list[dict]:
     """The paper's empirical claims on a results folder (:func:`dsh.experiment.pipeline.load_results`): Table 1's
     reading (RL more accurate than SFT with reflection), the calibration figure (claim (i)) and claims (i')-(iii),
     each per training seed by :func:`dsh.experiment.report.claims_by_seed` and the seeds' verdicts combined."""
-    _check_results(results)
+    report.check_results(results)
     rows = []
     acc = report.long_table(results)
     pooled = {}
@@ -196,7 +190,7 @@ def beyond_findings(results: dict, studies: dict | None = None, wide: dict | Non
     in the trained models' gradients (``studies``: :func:`dsh.experiment.report.load_attribution` of the folder;
     ``wide``: the same of the ``laptop-wide`` preset's folder, whose verdicts count only fits on >= 200
     trajectories of studies whose per-level median attempt lengths span >= 5x)."""
-    _check_results(results)
+    report.check_results(results)
     for name, x in (("studies", studies), ("wide", wide)):
         if x is not None and not isinstance(x, dict):
             raise ValueError(f"{name} must be a dict of attribution studies by name (report.load_attribution), got "

@@ -25,7 +25,7 @@ from ..measure.stage import preferred
 from ..measure.trend import fifths_contrast
 from ..measure.trend import verdict as trend_verdict
 from ..task.problems import level_index
-from .attribution_study import PREDICTED_SLOPE, carries
+from .attribution_study import PREDICTED_SLOPE, carries, study_record
 from .pipeline import design_checks, plan, plan_of
 from .presets import get, stage_label
 
@@ -35,20 +35,24 @@ TABLE1_KINDS = ("base", "sft", "sft_reflection", "rl", "dft")
 # ------------------------------------------------------------------------------------------------
 # The plan behind a results folder, and its long table
 # ------------------------------------------------------------------------------------------------
+def check_results(results) -> dict:
+    """``results`` checked to be a results folder as :func:`dsh.experiment.pipeline.load_results` returns it."""
+    if not isinstance(results, dict) or not {"summary", "calibration"} <= set(results):
+        raise ValueError("results must be a results folder loaded by dsh.experiment.pipeline.load_results (a dict "
+                         "with 'summary' and 'calibration')")
+    return results
+
 
 def _results_first(fn):
-    """``fn(results, ...)``, refusing in one line a ``results`` that is not a results folder as
-    :func:`dsh.experiment.pipeline.load_results` returns it."""
+    """``fn(results, ...)``, refusing in one line a ``results`` that is not a results folder (:func:`check_results`)."""
     import functools
 
     @functools.wraps(fn)
     def checked(results, *args, **kwargs):
-        if not isinstance(results, dict) or not {"summary", "calibration"} <= set(results):
-            raise ValueError("results must be a results folder as dsh.experiment.pipeline.load_results returns it "
-                             f"(summary, calibration, probe), got {type(results).__name__}")
-        return fn(results, *args, **kwargs)
+        return fn(check_results(results), *args, **kwargs)
 
     return checked
+
 
 @_results_first
 def seeds_of(results: dict) -> list:
@@ -659,21 +663,22 @@ def claims_by_seed(results: dict, min_n: int = 30) -> pd.DataFrame:
 def load_attribution(results_dir) -> dict:
     """The gradient-attribution studies of a results folder (``attribution/<stage>.json``, written by the pipeline's
     attribution step, :func:`dsh.experiment.pipeline.attribution_stage`), by file stem; empty when there are none."""
-    import json
-
-    if not isinstance(results_dir, (str, Path)) or not Path(results_dir).is_dir():
-        raise ValueError(f"results_dir must be an existing folder, got {results_dir!r}")
-    return {f.stem: json.loads(f.read_text()) for f in sorted(Path(results_dir).glob("attribution/*.json"))}
+    return _records_in(results_dir, "attribution")
 
 
 def load_dynamics(results_dir) -> dict:
     """The attribution studies along the GRPO runs (``dynamics/<arm>-step<k>.json``, written by
     ``book/results/laptop/design/grpo_dynamics.py``), by file stem; empty when there are none."""
+    return _records_in(results_dir, "dynamics")
+
+
+def _records_in(results_dir, sub: str) -> dict:
+    """The JSON records ``<results_dir>/<sub>/*.json`` by file stem; ``results_dir`` must be an existing folder."""
     import json
 
     if not isinstance(results_dir, (str, Path)) or not Path(results_dir).is_dir():
         raise ValueError(f"results_dir must be an existing folder, got {results_dir!r}")
-    return {f.stem: json.loads(f.read_text()) for f in sorted(Path(results_dir).glob("dynamics/*.json"))}
+    return {f.stem: json.loads(f.read_text()) for f in sorted(Path(results_dir).glob(f"{sub}/*.json"))}
 
 
 DYNAMICS_TERMS = ("reward", "kl_k3")
@@ -725,10 +730,8 @@ def question_repeats(results_dir, stage: str = "base") -> pd.DataFrame:
 
 
 def _study(name: str, study, needs=("fits",)) -> dict:
-    """``study`` checked to be a study record (:func:`dsh.experiment.attribution_study.run_study`) holding ``needs``."""
-    if not isinstance(study, dict) or not all(k in study for k in needs):
-        raise ValueError(f"{name} must be a study record (attribution_study.run_study) holding {', '.join(needs)}")
-    return study
+    """``study`` checked to be a study record holding ``needs`` (by default its fits)."""
+    return study_record(name, study, needs)
 
 
 def _studies(name: str, studies, needs=("fits",)) -> dict:
@@ -796,8 +799,8 @@ def reproduction_count(tables, correlations=None, draws: int = 100_000, seed: in
 
     import numpy as np
 
-    tables = list(tables) if isinstance(tables, (list, tuple, type({}.values()))) else None
-    if not tables or not all(isinstance(t, pd.DataFrame) and {"reproduced", "chance"} <= set(t.columns) for t in tables):
+    tables = v.collection("tables", tables, "reproduction() tables", nonempty=True)
+    if not all(isinstance(t, pd.DataFrame) and {"reproduced", "chance"} <= set(t.columns) for t in tables):
         raise ValueError("tables must be a non-empty list of reproduction() tables")
     p = pd.concat(tables).chance.to_numpy(dtype=float)
     expected, sd = float(p.sum()), float((p * (1 - p)).sum()) ** 0.5
@@ -806,7 +809,7 @@ def reproduction_count(tables, correlations=None, draws: int = 100_000, seed: in
     if correlations is None:
         return {**out, "low": expected - 1.96 * sd, "high": expected + 1.96 * sd, "p_all": float(np.prod(p)),
                 "range_by": "independent slopes (normal approximation)"}
-    correlations = list(correlations)
+    correlations = v.collection("correlations", correlations, "correlation frames, one per table")
     if len(correlations) != len(tables):
         raise ValueError(f"correlations must give one entry per table ({len(tables)}), got {len(correlations)}")
     v.positive_int("draws", draws)

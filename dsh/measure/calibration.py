@@ -219,10 +219,7 @@ def _level_key(lv: str):
 def record_list(records) -> list:
     """``records`` as a list, refused in one line when it is not a collection of records (a string, a path, a
     number, None, one record alone); the records themselves are checked by :func:`validate_records`."""
-    if isinstance(records, (str, bytes, dict)) or not hasattr(records, "__iter__"):
-        raise ValueError(f"records must be a list of records (JSON objects with question, answer, response), got "
-                         f"{type(records).__name__}")
-    return list(records)
+    return v.collection("records", records, "records (JSON objects with question, answer, response)")
 
 
 def validate_records(records, source: str = "records") -> list[dict]:

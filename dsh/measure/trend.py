@@ -19,9 +19,7 @@ def fifths_contrast(values, level: float = 0.95) -> dict | None:
     round, in order); None when a fifth would hold fewer than 2 rounds. Equal rounds give a zero-width interval."""
     from scipy import stats
 
-    if isinstance(values, (str, bytes)) or not hasattr(values, "__iter__"):
-        raise ValueError(f"values must be a list of numbers (one a round), got {type(values).__name__}")
-    xs = [v.real("values[i]", x) for x in values]
+    xs = [v.real("values[i]", x) for x in v.collection("values", values, "numbers (one a round)")]
     if not 0 < level < 1:
         raise ValueError(f"level must be a number in (0, 1), got {level!r}")
     k = len(xs) // 5
