@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import sys
+import tempfile
+from pathlib import Path
 
 from . import __version__
-from .core.files import read_jsonl, write_jsonl
+from .core.files import atomic_write, read_jsonl, write_jsonl
 from .core.validate import output_path
 from .experiment import bench
 from .experiment.check_probe import ProbeSettings, run_probe
@@ -86,36 +89,46 @@ def _cmd_data(args) -> int:
 
     out = output_path("out", args.out, kind="folder")
     splits = make_splits(n_train=args.n_train, n_test=args.n_test, seed=args.seed)
-    files = [write_jsonl(sft_records(splits["train"], cfg, args.seed), out / f"train_{args.style}_{args.granularity}.jsonl"),
-             write_jsonl(prompt_records(splits["test"]), out / "test.jsonl")]
-    if args.verl:
-
-        files += [write_parquet(splits["train"], out / "verl_train.parquet", "train"),
-                  write_parquet(splits["test"], out / "verl_test.parquet", "test")]
-    for f in files:
-        print(f)
+    names = [f"train_{args.style}_{args.granularity}.jsonl", "test.jsonl"]
+    names += ["verl_train.parquet", "verl_test.parquet"] if args.verl else []
+    for n in names:
+        output_path("out", out / n)
+    with tempfile.TemporaryDirectory(prefix=".dsh-data-") as tmp:
+        tmp = Path(tmp)             # written aside first: a file already in out is replaced only by its own bytes
+        write_jsonl(sft_records(splits["train"], cfg, args.seed), tmp / names[0])
+        write_jsonl(prompt_records(splits["test"]), tmp / names[1])
+        if args.verl:
+            write_parquet(splits["train"], tmp / names[2], "train")
+            write_parquet(splits["test"], tmp / names[3], "test")
+        other = [n for n in names if (out / n).exists() and (out / n).read_bytes() != (tmp / n).read_bytes()]
+        if other:
+            raise ValueError(f"out {out} holds {', '.join(other)} with other contents than dsh data writes for these "
+                             f"settings; move them or choose another out; nothing was changed")
+        for n in names:
+            if not (out / n).exists():
+                atomic_write(out / n, lambda t, n=n: shutil.copyfile(tmp / n, t))
+            print(out / n)
     return 0
 
 
-def _parse_overrides(items) -> dict:
-    """--set key=value pairs; values are read as JSON when they parse (numbers, true/false, lists); a plain value
-    with commas is a list (``levels=1x1,2x2``)."""
+def _parse_overrides(items, flag: str = "--set", fixed: dict | None = None) -> dict:
+    """``flag``'s KEY=VALUE pairs as text by key; each value is read by its field's declared type where the settings
+    are made (dsh.core.settings), so ``trust_remote_code=False`` is False. ``fixed``: keys the command sets itself,
+    refused in one line naming the flag to use instead."""
     out = {}
     for item in items or ():
         if "=" not in item:
-            raise ValueError(f"--set must look like key=value; got {item!r}")
+            raise ValueError(f"{flag} must look like key=value; got {item!r}")
         k, val = item.split("=", 1)
-        try:
-            out[k.strip()] = json.loads(val)
-        except json.JSONDecodeError:
-            out[k.strip()] = tuple(x.strip() for x in val.split(",")) if "," in val else val
-        if isinstance(out[k.strip()], list):
-            out[k.strip()] = tuple(out[k.strip()])
+        k = k.strip()
+        if fixed and k in fixed:
+            raise ValueError(f"{flag} {k}=... is not taken by this command: use {fixed[k]}")
+        out[k] = val
     return out
 
 
 def _cmd_train(args) -> int:
-    overrides = _parse_overrides(args.set)
+    overrides = _parse_overrides(args.set, fixed={"method": "--method"})
     if args.model:
         overrides["model"] = args.model
     elif "model" not in overrides:          # the preset's starting model (laptop: the shipped tiny base)
@@ -148,9 +161,11 @@ def _cmd_evaluate(args) -> int:
 def _cmd_pipeline(args) -> int:
     from .experiment.pipeline import run_pipeline
 
-    overrides = _parse_overrides(args.set)
-    eval_overrides = _parse_overrides(args.eval_set)
-    attribution_overrides = _parse_overrides(args.attribution_set)
+    overrides = _parse_overrides(args.set, fixed={"model": "--model", "output_dir": "--runs-dir",
+                                                  "method": "--stages (a stage trains by its preset's method)",
+                                                  "resume": "--fresh (a pipeline resumes unless --fresh)"})
+    eval_overrides = _parse_overrides(args.eval_set, "--eval-set")
+    attribution_overrides = _parse_overrides(args.attribution_set, "--attribution-set")
     stages = tuple(x.strip() for x in args.stages.split(",") if x.strip()) if args.stages is not None else None
     if stages == ():
         raise ValueError("stages must name at least one stage, e.g. rl or rl-s0 (leave --stages out for the whole plan)")
@@ -193,7 +208,7 @@ def _cmd_attribution(args) -> int:
     if not stages:
         raise ValueError("stages must name at least one stage of the results folder, e.g. sft_reflection-s0,rl-s0")
     got = attribution_results(args.results_dir, args.runs_dir, stages, seed=args.seed, progress=not args.quiet,
-                              overrides=_parse_overrides(args.set) or None)
+                              overrides=_parse_overrides(args.set, fixed={"seed": "--seed"}) or None)
     for name, r in got.items():
         print(f"{name}: {len(r['trajectories'])} trajectories, {r['wall_s']} s")
     return 0
@@ -333,7 +348,9 @@ def _add_data(sub) -> None:
 def _add_train(sub, presets_help) -> None:
     tr = sub.add_parser("train", help="train with TRL: sft, sft_reflection, dft or grpo under a preset",
                         formatter_class=argparse.RawDescriptionHelpFormatter,
-                        epilog="TrainConfig fields (--set KEY=VALUE; a preset's values replace these defaults):\n"
+                        epilog="TrainConfig fields (--set KEY=VALUE, read by the field's type: true/false/1/0/yes/no/"
+                               "on/off for a boolean, a,b for a list, none where a field admits it; a preset's values "
+                               "replace these defaults):\n"
                                + fields_help())
     tr.add_argument("--method", required=True, help=", ".join(METHODS))
     tr.add_argument("--preset", default=DEFAULT, help=presets_help)

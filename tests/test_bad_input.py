@@ -108,7 +108,7 @@ CLI_CASES = [
     ("train-preset", ["train", "--method", "sft", "--preset", "fast", "--dry-run"], "preset must be one of ci, gpu-small, paper"),
     ("train-unknown-field", ["train", "--method", "sft", "--set", "lr=1e-3", "--dry-run"], "unknown field(s) lr; valid fields"),
     ("train-set-wrong-type", ["train", "--method", "sft", "--set", "learning_rate=fast", "--dry-run"], "learning_rate must be"),
-    ("train-set-float-steps", ["train", "--method", "sft", "--set", "max_steps=1.5", "--dry-run"], "max_steps must be a positive integer"),
+    ("train-set-float-steps", ["train", "--method", "sft", "--set", "max_steps=1.5", "--dry-run"], "max_steps must be an integer; got '1.5'"),
     ("train-set-not-key-value", ["train", "--method", "sft", "--set", "max_steps", "--dry-run"], "--set must look like key=value"),
     ("train-pickled-model", ["train", "--method", "sft", "--model", "{tmp}/pickled", "--output-dir", "{tmp}/run"], "safetensors only"),
     ("pipeline-preset", ["pipeline", "--preset", "fast", "--results-dir", "{tmp}/r", "--runs-dir", "{tmp}/w"], "preset must be one of ci, gpu-small, paper"),
@@ -129,7 +129,8 @@ CLI_CASES = [
     ("simulate-huge-n", ["simulate", "--p-s", ".5", "--p-dc", ".9", "--p-dw", ".5", "--n", "100000000000"], "n must be an integer in 1..10,000,000"),
     ("calibrate-huge-bootstrap", ["calibrate", "{tmp}/good.jsonl", "--bootstrap", "1000000000000"], "n_bootstrap must be an integer in 0..100,000"),
     ("evaluate-huge-n", ["evaluate", "--n", "100000000", "--out", "{tmp}/g.jsonl"], "n_per_level must be an integer in 1..1,000,000"),
-    ("evaluate-huge-max-new-tokens", ["evaluate", "--max-new-tokens", "100000000", "--out", "{tmp}/g.jsonl"], "max_new_tokens must be at most the model's context of 8,192 tokens"),
+    ("evaluate-huge-max-new-tokens", ["evaluate", "--max-new-tokens", "100000000", "--out", "{tmp}/g.jsonl"], "max_new_tokens must be an integer in 1..1,048,576"),
+    ("evaluate-max-new-tokens-beyond-context", ["evaluate", "--max-new-tokens", "100000", "--out", "{tmp}/g.jsonl"], "max_new_tokens must be at most the model's context of 8,192 tokens"),
     ("data-huge-n-train", ["data", "--out", "{tmp}/d", "--n-train", "1000000000000"], "n_train must be an integer in 0..1,000,000"),
     ("pipeline-eval-n-zero", ["pipeline", "--eval-set", "n_per_level=0", "--results-dir", "{tmp}/r", "--runs-dir", "{tmp}/w"], "n_per_level must be an integer >= 1"),
     ("evaluate-duplicate-levels", ["evaluate", "--levels", "1x1,1x1", "--out", "{tmp}/g.jsonl"], "levels must name each level once"),
@@ -143,6 +144,7 @@ CLI_CASES = [
     ("pipeline-results-dir-under-a-file", ["pipeline", "--results-dir", "{tmp}/a_file/r", "--runs-dir", "{tmp}/w"], "results_dir cannot be written"),
     ("pipeline-runs-dir-under-a-file", ["pipeline", "--results-dir", "{tmp}/r", "--runs-dir", "{tmp}/a_file/w"], "runs_dir cannot be written"),
     ("probe-out-under-a-file", ["probe", "--model", "{tmp}/fake_model", "--out", "{tmp}/a_file/p.json"], "out cannot be written"),
+    ("bench-out-a-users-file", ["bench", "--size", "laptop", "--parts", "tiny", "--out", "{tmp}/good.jsonl"], "good.jsonl exists and is not a dsh bench result"),
     ("bench-out-under-a-file", ["bench", "--size", "laptop", "--parts", "tiny", "--out", "{tmp}/a_file/bench.json"], "out cannot be written"),
 ]
 

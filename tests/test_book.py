@@ -100,6 +100,8 @@ def test_papermill_bad_parameter_names_it(tmp_path):
     ("04_sft_dft", "concrete_lengths", "a,b", "concrete_lengths[i] must be an integer >= 1, got 'a'"),
     ("08_attribution_in_llms", "live_levels", "1x1,zz", "level must look like '3x5'"),
     ("08_attribution_in_llms", "live_levels", "2x2", "levels must be laptop levels 1xN, got '2x2'"),
+    ("03_toy_example", "grpo_steps", 10 ** 9, "steps must be an integer in 1..100,000 (simulated steps: time)"),
+    ("05_measurement", "n_bootstrap", 10 ** 12, "n_bootstrap must be an integer in 1..100,000"),
 ])
 def test_papermill_bounds_and_lists_name_the_parameter_before_any_work(tmp_path, chapter, param, value, message):
     """Sizes have bounds, a list given as a string is a comma-separated list (not its characters), and a level the

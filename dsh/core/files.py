@@ -12,6 +12,7 @@ import re
 import shutil
 import sys
 import tempfile
+import zlib
 from pathlib import Path
 
 
@@ -158,6 +159,16 @@ def read_jsonl(path, strict: bool = True, check=None, what: str = "FILE") -> lis
         raise ValueError(f"{what} must be an existing JSON-lines file; {path} not found" if not p.exists() else
                          f"{what} must be a JSON-lines file; {path} is a folder")
     recs = []
+    try:
+        _read_lines(p, strict, check, recs)
+    except (EOFError, gzip.BadGzipFile, zlib.error) as e:      # a .gz cut short or not gzip at all
+        if strict:
+            raise ValueError(f"{p.name}: the gzip data is cut or damaged ({type(e).__name__}: "
+                             f"{str(e).strip() or 'ends early'}); {len(recs)} records before it") from None
+    return recs
+
+
+def _read_lines(p: Path, strict: bool, check, recs: list) -> None:
     with (gzip.open(p, "rb") if p.suffix == ".gz" else open(p, "rb")) as f:
         for i, raw in enumerate(f, start=1):
             try:
@@ -187,7 +198,6 @@ def read_jsonl(path, strict: bool = True, check=None, what: str = "FILE") -> lis
                     raise ValueError(f"{p.name} line {i}: {e}") from None
                 continue
             recs.append(r)
-    return recs
 
 
 def gzip_copy(src, dst) -> Path:

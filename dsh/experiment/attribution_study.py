@@ -75,18 +75,20 @@ class StudySettings:
             m, _ = parse_level(lv)
             if m != 1:
                 raise ValueError(f"levels must be laptop levels 1xN, got {lv!r}")
-        v.positive_int("prompts_per_level", self.prompts_per_level)
+        v.at_most("prompts_per_level", self.prompts_per_level, 10_000, "questions a level a round: time")
         if v.length("group", self.group) < 2:
             raise ValueError(f"group must be an integer >= 2 (a group-relative advantage), got {self.group!r}")
+        v.at_most("group", self.group, 1_024, "samples a question: memory")
         if v.real("temperature", self.temperature) <= 0:
             raise ValueError(f"temperature must be a number > 0 (samples of a group must differ), got {self.temperature!r}")
-        v.positive_int("max_new_tokens", self.max_new_tokens)
+        v.at_most("max_new_tokens", self.max_new_tokens, 65_536, "tokens a sample: memory")
         if isinstance(self.objectives, str) or not self.objectives:
             raise ValueError(f"objectives must be a non-empty list of {', '.join(OBJECTIVES)}; got {self.objectives!r}")
         for o in self.objectives:
             v.choice("objectives[i]", o, OBJECTIVES)
-        v.length("min_signal", self.min_signal)
-        v.positive_int("max_rounds", self.max_rounds)
+        if v.length("min_signal", self.min_signal) > 10_000_000:
+            raise ValueError(f"min_signal must be an integer in 0..10,000,000 (trajectories a fit); got {self.min_signal:,}")
+        v.at_most("max_rounds", self.max_rounds, 1_000, "rounds of questions: time")
         v.length("seed", self.seed)
         return self
 

@@ -250,6 +250,16 @@ def bench_grpo(model_name: str, size: BenchSize, workdir: Path, seed: int = 0) -
 # ------------------------------------------------------------------------------------------------
 # All of it
 # ------------------------------------------------------------------------------------------------
+def _own_result(path) -> bool:
+    """Whether ``path`` holds a result :func:`run` wrote (a JSON object with its keys)."""
+    try:
+        got = json.loads(Path(path).read_text())
+    except (OSError, ValueError, RecursionError):
+        return False
+    return isinstance(got, dict) and {"size", "settings", "parts", "hardware", "commit"} <= set(got) \
+        and not Path(path).is_symlink()
+
+
 def run(model: str = EMBEDDED, size: str = "auto", parts=PARTS, out: str | None = None, seed: int = 0,
         progress: bool = True) -> dict:
     """Measure ``parts`` (generation, sft, grpo, tiny) at ``size`` (auto: gpu on CUDA, else cpu); write the
@@ -270,6 +280,9 @@ def run(model: str = EMBEDDED, size: str = "auto", parts=PARTS, out: str | None 
     sz = SIZES[size_name]
     if out is not None:
         out = v.output_path("out", out)      # before any measuring: a folder, or a parent that is a file, is refused
+        if out.exists() and not _own_result(out):   # replaced only when it is an earlier bench result
+            raise ValueError(f"out {out} exists and is not a dsh bench result; move it or choose another out; "
+                             f"nothing was changed")
     t0 = time.time()
     dev = torch.device("cuda" if cuda else "cpu")
     info = {"bandwidth_bytes_per_s": memory_bandwidth(dev), "matmul_peak_flops": matmul_peak(dev)}

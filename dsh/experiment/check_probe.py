@@ -53,7 +53,8 @@ class ProbeSettings:
         return self
 
 
-def _check_levels(levels) -> None:
+def check_levels(levels) -> None:
+    """Refuse (one line) levels that are not laptop test levels: the probe's prefixes exist only for those."""
     if isinstance(levels, str) or not levels:
         raise ValueError(f"levels must be a non-empty list of laptop test levels ({', '.join(lt.TEST_LEVELS)}); "
                          f"got {levels!r}")
@@ -67,7 +68,7 @@ def probe_records(model, tok, levels, settings: ProbeSettings, progress: bool = 
     (``continuation``), the two together (``response``, what :func:`dsh.task.laptop_task.faithfulness` reads) and
     whether it stopped before the token limit."""
     settings.checked()
-    _check_levels(levels)
+    check_levels(levels)
     items = lt.probe_items(lt.test_questions(tuple(levels), settings.n_per_level, settings.seed), settings.seed,
                            settings.miscopy_fraction)
     outs = complete(model, tok, [x["problem"].question for x in items], settings.max_new_tokens,
@@ -142,18 +143,46 @@ def summarize(records, tuned_levels) -> dict:
             "tuned_levels": tuned, "beyond_levels": beyond}
 
 
+def own_output(out: Path) -> None:
+    """Refuse (one line, before any work) an ``out`` or its ``.jsonl.gz`` that exists but is not a probe's: the
+    summary must be a JSON object with a probe's keys, the records file readable gzip beside such a summary."""
+    records = out.with_suffix(".jsonl.gz")
+    try:
+        summary = json.loads(out.read_text()) if out.is_file() else None
+    except (OSError, ValueError):
+        summary = "unreadable"
+    ours = isinstance(summary, dict) and {"tuned", "by_level", "settings", "weights"} <= set(summary)
+    for path, theirs in ((out, out.exists() and (not ours or out.is_symlink())),
+                         (records, records.exists() and (not ours or records.is_symlink() or not _gzip(records)))):
+        if theirs:
+            raise ValueError(f"out {out}: {path} exists and is not a dsh probe's output; move it or choose another "
+                             f"out; nothing was changed")
+
+
+def _gzip(path: Path) -> bool:
+    import gzip
+
+    try:
+        with gzip.open(path, "rb") as f:
+            f.read(1)
+        return True
+    except (OSError, EOFError):
+        return False
+
+
 def run_probe(model: str, out, levels=lt.TEST_LEVELS, settings: ProbeSettings = ProbeSettings(),
               tuned_levels=("1x2", "1x3", "1x4", "1x5"), progress: bool = False) -> dict:
     """Probe ``model`` (a model folder) and write ``out`` (a JSON summary: :func:`summarize`, the settings, the
     model's weights digest, the time taken, the commit and date) and ``out`` with ``.jsonl.gz`` for ``.json`` (the
     records, to read the raw checks). Returns the summary."""
     settings = settings.checked()
-    _check_levels(levels)
+    check_levels(levels)
     out = Path(out)
     if out.suffix != ".json":
         raise ValueError(f"out must name a .json file, got {str(out)!r}")
     v.output_path("out", out)                      # before loading or sampling: not a folder, no parent a file
     v.output_path("out", out.with_suffix(".jsonl.gz"))
+    own_output(out)
     loc = resolve_model(model)
     t0 = time.time()
     m, tok = load(loc)

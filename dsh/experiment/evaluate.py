@@ -61,8 +61,9 @@ class EvalSettings:
             raise ValueError(f"temperature must be a number >= 0 (0: greedy), got {self.temperature!r}")
         n = v.at_most("n_per_level", self.n_per_level, MAX_PROBLEMS, "test problems a level")
         return dataclasses.replace(self, levels=levels, n_per_level=n,
-                                   max_new_tokens=v.positive_int("max_new_tokens", self.max_new_tokens),
-                                   batch_size=v.positive_int("batch_size", self.batch_size))
+                                   max_new_tokens=v.at_most("max_new_tokens", self.max_new_tokens, 1_048_576,
+                                                            "tokens a response: memory"),
+                                   batch_size=v.at_most("batch_size", self.batch_size, 65_536, "rows decoded at once"))
 
 
 def _done(path: Path) -> dict:
@@ -184,7 +185,7 @@ def _evaluate(loc, out, problems, settings: EvalSettings, seed, backend, progres
     todo = [(lv, i, p) for lv, i, p in problems if (lv, i) not in done]
     if not todo:
         return out
-    if done:  # rewrite without any partial last line before appending
+    if done or (out.is_file() and out.stat().st_size):  # rewrite without a partial last (or first) line before appending
         write_jsonl([done[(lv, i)] for lv, i, _ in problems if (lv, i) in done], out)
     import torch
 

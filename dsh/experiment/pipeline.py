@@ -25,8 +25,9 @@ import os
 import time
 from pathlib import Path
 
+from ..core import settings as typed_settings
 from ..core import validate as v
-from ..core.files import read_jsonl, write_jsonl_gz, write_text
+from ..core.files import exclusive, read_jsonl, write_jsonl_gz, write_text
 from ..core.provenance import git_commit, hardware, portable, provenance
 from ..llm.models import model_digest, resolve_model, weights_digest
 from ..measure.stage import calibrate_stage, preferred
@@ -36,8 +37,8 @@ from ..training import validation
 from ..training.train import METHODS, resume_mismatch, train
 from . import folders
 from .attribution_study import METHOD, StudySettings, resume_point, run_study, study_objectives
-from .check_probe import run_probe
-from .evaluate import evaluate, model_identity, settings_path
+from .check_probe import check_levels, run_probe
+from .evaluate import evaluate, model_context, model_identity, settings_path
 from .presets import DEFAULT, get
 
 
@@ -60,6 +61,10 @@ def plan(preset, runs_dir: str, model: str | None = None, overrides: dict | None
     root, model = Path(runs_dir), model or p.model
     for name in starts or {}:
         v.choice("starts", name, list(by_name))
+    for key, use in (("model", "model (--model)"), ("output_dir", "runs_dir (--runs-dir)"),
+                     ("method", "the stages (--stages): each trains by its preset's method")):
+        if key in (overrides or {}):
+            raise ValueError(f"overrides must not set {key}: the plan sets each stage's; use {use}")
     if overrides and "seed" in overrides and any(s.seed is not None for s in stages):
         raise ValueError("overrides must not set seed in a seeded plan: each stage trains with its own seed (seeds)")
     out = {}
@@ -162,12 +167,33 @@ def run_pipeline(preset: str = DEFAULT, results_dir: str | None = None, runs_dir
     needed = stages_needed(plan_, chosen)
     settings = p.eval_settings(**(eval_overrides or {})).checked()   # before the first stage trains
     study = study_settings(p, attribution_overrides)
-    resolve_model(model)  # fail fast
+    context = model_context(resolve_model(model))  # fail fast; the stages keep the starting model's context
+    if context and settings.max_new_tokens > context:
+        raise ValueError(f"eval_overrides: max_new_tokens must be at most the model's context of {context:,} tokens; "
+                         f"got {settings.max_new_tokens:,}")
+    if p.probe:
+        check_levels(settings.levels)               # the probe reads the laptop test levels only
     if results.resolve() == runs.resolve():
         raise ValueError("results_dir must differ from runs_dir (results are committed, runs hold weights)")
+    for a, b, an, bn in ((results, runs, "results_dir", "runs_dir"), (runs, results, "runs_dir", "results_dir")):
+        if a.resolve() in b.resolve().parents:
+            raise ValueError(f"{bn} {b} must not lie inside {an} {a}: each folder's check would find the other's "
+                             f"files; choose two separate folders")
     # the model by content (dsh.llm.models.model_digest): a relative and an absolute path of one base are one run
     ident = folders.identity(p.name, _plan_rows(plan_), chosen, model_digest(model), portable(overrides or {}),
                              dataclasses.asdict(settings), seed)
+    v.output_path("results_dir", results, kind="folder")      # before the lock makes the runs folder's parent
+    v.output_path("runs_dir", runs, kind="folder")
+    with exclusive(runs, f"runs_dir {runs} is in use by another dsh pipeline; wait for it or choose another "
+                         f"runs_dir"):
+        return _run_claimed(p, results, runs, model, overrides, plan_, cfgs, chosen, needed, settings, study, seed,
+                            fresh, progress, ident)
+
+
+def _run_claimed(p, results: Path, runs: Path, model: str, overrides, plan_, cfgs: dict, chosen: list, needed: list,
+                 settings, study, seed: int, fresh: bool, progress: bool, ident: dict) -> dict:
+    """:func:`run_pipeline`'s work once its arguments are checked and it holds the runs folder's lock: claim both
+    folders, then train, evaluate, calibrate, probe and study every stage, and write the summary."""
     folders.claim({"results_dir": results, "runs_dir": runs}, ident, fresh)
     make_folders(results, runs, ("generations", "calibration") + (("probe",) if p.probe else ())
                  + (("attribution",) if study else ()))
@@ -275,6 +301,11 @@ def train_stage(cfg, name: str, clock: Clock) -> dict:
     t0 = time.time()
     if (run / "summary.json").is_file() and run_matches(run, cfg):
         summary, how = json.loads((run / "summary.json").read_text()), "reused"
+        now = f"sha256:{weights_digest(run / 'final')}"
+        if summary.get("final_weights", now) != now:      # weights put there after training: not this run's model
+            raise ValueError(f"runs_dir {run / 'final'} holds other weights than its training wrote "
+                             f"({now[:19]}..., trained {summary['final_weights'][:19]}...); restore them or start "
+                             f"the pipeline over with --fresh")
     else:
         if (run / "summary.json").is_file():
             raise ValueError(f"runs_dir {run} holds a finished run with another configuration; choose another runs_dir")
@@ -341,9 +372,7 @@ def study_settings(p, overrides: dict | None = None, name: str = "attribution_ov
     fields = [f.name for f in dataclasses.fields(StudySettings)]
     for k in overrides or {}:
         v.choice(name, k, [f for f in fields if f != "seed"])
-    given = {k: ((x,) if isinstance(x, str) and k in ("levels", "objectives") else x)   # one level named alone
-             for k, x in (overrides or {}).items()}
-    return dataclasses.replace(p.attribution, **given).checked()
+    return dataclasses.replace(p.attribution, **typed_settings.typed(StudySettings, overrides or {}, name)).checked()
 
 
 def study_path(folder: Path, stage: str, seed: int) -> Path:
@@ -500,15 +529,29 @@ def load_results(results_dir) -> dict:
     root = Path(results_dir)
     if not (root / "summary.json").is_file():
         raise ValueError(f"results_dir must be a folder written by dsh pipeline; {root}/summary.json not found")
-    summary = json.loads((root / "summary.json").read_text())
+    summary = _record(root, "summary.json")
+    if not isinstance(summary.get("stages"), list) or not all(isinstance(s, str) for s in summary["stages"]):
+        raise ValueError(f"results_dir {root}: summary.json names no stages; it is not a dsh pipeline summary")
     missing = [s for s in summary["stages"] if not (root / "calibration" / f"{s}.json").is_file()]
     if missing:
         raise ValueError(f"results_dir {root}: stage {missing[0]} of its summary has no calibration/{missing[0]}.json")
-    calib = {s: json.loads((root / "calibration" / f"{s}.json").read_text()) for s in summary["stages"]}
+    calib = {s: _record(root, f"calibration/{s}.json") for s in summary["stages"]}
     _check_consistent(root, summary, calib)
-    probe = {s: json.loads((root / "probe" / f"{s}.json").read_text()) for s in summary["stages"]
-             if (root / "probe" / f"{s}.json").is_file()}
+    probe = {s: _record(root, f"probe/{s}.json") for s in summary["stages"] if (root / "probe" / f"{s}.json").is_file()}
     return {"summary": summary, "calibration": calib, "probe": probe}
+
+
+def _record(root: Path, rel: str) -> dict:
+    """The JSON object in ``root/rel``, or a one-line ValueError naming the file when it is not one (not JSON,
+    nested too deeply to read, not an object)."""
+    try:
+        got = json.loads((root / rel).read_text())
+    except (ValueError, RecursionError, OSError) as e:
+        why = "nested too deeply" if isinstance(e, RecursionError) else type(e).__name__
+        raise ValueError(f"results_dir {root}: {rel} cannot be read as a dsh record ({why})") from None
+    if not isinstance(got, dict):
+        raise ValueError(f"results_dir {root}: {rel} is not a dsh record (a JSON {type(got).__name__})")
+    return got
 
 
 def _check_consistent(root: Path, summary: dict, calib: dict) -> None:

@@ -21,6 +21,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 
+from ..core import settings
 from ..core import validate as v
 from ..llm.models import EMBEDDED
 from ..llm.scale import GpuBudget, batch_for
@@ -192,7 +193,10 @@ class Preset:
         unknown = sorted(set(overrides) - set(FIELDS))
         if unknown:
             raise ValueError(f"unknown field(s) {', '.join(unknown)}; valid fields: {', '.join(FIELDS)}")
-        values = {**self.training[method], **{k: x for k, x in overrides.items() if x is not None}}
+        admits_none = {k for k, kinds in settings.field_types(TrainConfig).items() if type(None) in kinds}
+        given = settings.typed(TrainConfig, {k: self.budget(x) for k, x in overrides.items()   # None: the preset's,
+                                             if x is not None or k in admits_none})             # or a field's None
+        values = {**self.training[method], **given}
         values = {k: self.budget(x) for k, x in values.items()}
         values["method"] = method
         values.setdefault("output_dir", f"{self.runs_dir}/{method}")
@@ -207,8 +211,8 @@ class Preset:
         unknown = sorted(set(overrides) - fields)
         if unknown:
             raise ValueError(f"unknown evaluation field(s) {', '.join(unknown)}; valid fields: {', '.join(sorted(fields))}")
-        settings = dataclasses.replace(self.evaluation, max_new_tokens=self.budget(self.evaluation.max_new_tokens))
-        return dataclasses.replace(settings, **overrides)
+        base = dataclasses.replace(self.evaluation, max_new_tokens=self.budget(self.evaluation.max_new_tokens))
+        return dataclasses.replace(base, **settings.typed(EvalSettings, overrides, "eval_overrides"))
 
 
 # ------------------------------------------------------------------------------------------------

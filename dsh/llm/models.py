@@ -155,9 +155,25 @@ def end_of_turn_ids(tok) -> list[int]:
     return sorted(i for i in ids if i is not None)
 
 
+# the files transformers, peft and tokenizers write when a model folder is saved (save_pretrained), as a regular
+# expression on a file name: what dsh may remove of a model folder it wrote
+MODEL_FILES = (r"(config|generation_config|tokenizer|tokenizer_config|special_tokens_map|added_tokens|vocab"
+               r"|adapter_config|preprocessor_config)\.json|model(-\d+-of-\d+)?\.safetensors"
+               r"|model\.safetensors\.index\.json|adapter_model\.safetensors|tokenizer\.model|merges\.txt"
+               r"|chat_template\.(jinja|json)|README\.md")
+
+
 def vllm_available() -> bool:
     """Whether vLLM is installed (it is used for generation on a GPU when it is)."""
     return importlib.util.find_spec("vllm") is not None
+
+
+def _remote_code(value) -> bool:
+    """``trust_remote_code`` as given, refused unless it is a real bool (the text "False" is truthy: it would run a
+    model folder's own Python)."""
+    if not isinstance(value, bool):
+        raise ValueError(f"trust_remote_code must be True or False, got {value!r}")
+    return value
 
 
 def load_weights(model: str, loc: str, dtype=None, trust_remote_code: bool = False):
@@ -165,6 +181,7 @@ def load_weights(model: str, loc: str, dtype=None, trust_remote_code: bool = Fal
     read (truncated, damaged), when its weights do not cover its parameters (missing or mismatched tensors:
     transformers would initialise them at random and say so in a table, and every answer would be noise) or when
     a weight is NaN or infinite (a diverged run: it would answer empty strings)."""
+    trust_remote_code = _remote_code(trust_remote_code)
     from transformers import AutoModelForCausalLM
     from transformers.utils import logging as hf_logging
 
@@ -210,6 +227,7 @@ TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "spiece.mo
 def load_tokenizer(model: str, loc: str, trust_remote_code: bool = False):
     """The tokenizer at ``loc``, configured (:func:`configure_tokenizer`); a local folder without one, or one that
     cannot be read, is a one-line ValueError naming the folder."""
+    trust_remote_code = _remote_code(trust_remote_code)
     from transformers import AutoTokenizer
 
     if Path(loc).is_dir() and not any((Path(loc) / f).exists() for f in TOKENIZER_FILES):
@@ -227,6 +245,7 @@ def load(model: str = EMBEDDED, dtype=None, device: str | None = None, trust_rem
     """Load ``(model, tokenizer)``. ``dtype``: a torch dtype or None (float32 on CPU, bfloat16 on GPU)."""
     import torch
 
+    _remote_code(trust_remote_code)
     loc = resolve_model(model)
     if device is None:
         device = "cuda" if torch.cuda.is_available() else "cpu"

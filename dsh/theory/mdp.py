@@ -14,6 +14,7 @@ STOP token, at time ``t_end``, so the objective is ``J = E[gamma^t_end R]``.
 from __future__ import annotations
 
 import itertools
+import math
 from dataclasses import dataclass, field
 from functools import cached_property
 
@@ -77,9 +78,11 @@ class FiniteTwoStageMDP:
         if (isinstance(self.position_decay, bool) or not isinstance(self.position_decay, (int, float))
                 or not 0.0 < self.position_decay <= 1.0):
             raise ValueError(f"position_decay must be a number in (0, 1], got {self.position_decay!r}")
-        n = sum(self.vocab_size ** (self.attempt_length * k) for k in range(1, self.max_attempts + 1))
+        # log first: a huge vocab_size ** (attempt_length * k) would take forever to compute exactly
+        big = self.attempt_length * self.max_attempts * math.log(self.vocab_size) > math.log(200_000)
+        n = 200_001 if big else sum(self.vocab_size ** (self.attempt_length * k) for k in range(1, self.max_attempts + 1))
         if n > 200_000:
-            raise ValueError(f"the MDP has {n} trajectories; choose vocab_size, attempt_length and "
+            raise ValueError(f"the MDP has {'more than 200000' if big else n} trajectories; choose vocab_size, attempt_length and "
                              "max_attempts with at most 200000 trajectories")
 
     # ---------------------------------------------------------------- features

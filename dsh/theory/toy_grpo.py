@@ -11,6 +11,10 @@ import numpy as np
 from ..core import validate as v
 from .toy import appendix_c_inputs, as_theta, attribution_ratio, expected_reward, per_trajectory, sample_trajectories
 
+MAX_STEPS = 100_000        # simulated optimizer steps (300 take about a second)
+MAX_SAMPLES = 100_000      # trajectories a group, groups a step
+MAX_LENGTH = 100_000       # tokens of an answer
+
 
 @dataclass(frozen=True)
 class ToyGRPOConfig:
@@ -45,11 +49,12 @@ class ToyGRPOConfig:
             as_theta("theta0", self.theta0)
         if self.theta_ref0 is not None:
             as_theta("theta_ref0", self.theta_ref0)
-        v.positive_int("len_C", self.len_C)
-        v.positive_int("len_W", self.len_W)
+        v.at_most("len_C", self.len_C, MAX_LENGTH, "tokens an answer")
+        v.at_most("len_W", self.len_W, MAX_LENGTH, "tokens an answer")
         v.length("group_size", self.group_size, minimum=2)
-        v.positive_int("groups_per_step", self.groups_per_step)
-        v.positive_int("steps", self.steps)
+        v.at_most("group_size", self.group_size, MAX_SAMPLES, "trajectories a group: memory")
+        v.at_most("groups_per_step", self.groups_per_step, MAX_SAMPLES, "groups a step: memory")
+        v.at_most("steps", self.steps, MAX_STEPS, "simulated steps: time")
         if v.real("lr", self.lr) <= 0:
             raise ValueError(f"lr must be a positive real number, got {self.lr!r}")
         v.choice("optimizer", self.optimizer, ("adam", "sgd"))

@@ -8,6 +8,7 @@ The settings below were chosen from measurements on the 2-core project machine (
 from __future__ import annotations
 
 import platform
+import re
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -16,11 +17,12 @@ from ..core import validate as v
 from ..core.files import writing
 from ..core.provenance import provenance
 from ..llm.complete import complete
+from ..llm.models import MODEL_FILES
 from ..llm.tiny import TinyConfig, build_tokenizer, make_model, n_params, save
 from ..measure.tasks import VALIDATION_SEED  # the learning curve's questions (apart from the test questions)
 from ..task import laptop_task as lt
 from .own_attempts import ATTEMPT_TOKENS
-from .pretrain import PretrainConfig, encode, pack, pretrain, remove_work
+from .pretrain import PretrainConfig, encode, pack, pretrain, remove_work, work_files
 
 SHIPPED_BASE = Path(__file__).resolve().parent.parent / "assets" / "laptop-base"
 # the base answers 1x2 ... 1x5 (both operand orders) and checks claims at every length of the test ladder, 1x2 ...
@@ -77,6 +79,16 @@ def build_base(out, spec: BaseSpec = BaseSpec(), progress: bool = True) -> dict:
     if out.is_dir() and any(out.iterdir()):
         raise ValueError(f"out must be a new or empty folder; {out} holds files (a killed run resumes from "
                          f".{out.name}.work beside it)")
+    saving = out.parent / f".{out.name}.saving"     # the folder appears whole or not at all
+    if saving.exists():         # a save a kill cut short holds only what save() writes; anything else is the user's
+        mine = re.compile(MODEL_FILES + r"|dsh_provenance\.json")
+        foreign = [p.name for p in sorted(saving.iterdir())] if saving.is_dir() else [saving.name]
+        foreign = [n for n in foreign if not (mine.fullmatch(n) and (saving / n).is_file()
+                                              and not (saving / n).is_symlink())]
+        if foreign:
+            raise ValueError(f"out {out}: {saving} holds files dsh base did not write ({', '.join(foreign[:3])}); "
+                             f"move them or choose another out; nothing was changed")
+    work_files(out.parent / f".{out.name}.work")   # a file of the user's there is refused before any work
     torch.manual_seed(spec.train.seed)
     tok = build_tokenizer()
     model = make_model(tok, spec.model, seed=spec.train.seed)
@@ -100,7 +112,6 @@ def build_base(out, spec: BaseSpec = BaseSpec(), progress: bool = True) -> dict:
     model.eval()
     prov["report"] = {f"temperature {t}": base_report(model, tok, n_per_level=spec.report_n, temperature=t)
                       for t in (1.0, 0.0)}
-    saving = out.parent / f".{out.name}.saving"     # the folder appears whole or not at all
     if saving.is_dir():
         import shutil
 

@@ -151,7 +151,7 @@ def pretrain(model, tok, rows, out, cfg: PretrainConfig = PretrainConfig(), prog
     import torch
     from tqdm.auto import tqdm
 
-    out = v.output_path("out", out, kind="folder")     # a folder; no parent of it a file
+    out = work_files(v.output_path("out", out, kind="folder"))     # a folder; no parent of it a file
     out.mkdir(parents=True, exist_ok=True)
     data_rng = random.Random(f"pretrain-{cfg.seed}")
     flat = batches(rows, cfg.tokens_per_batch, data_rng)     # epochs of batches, drawn in turn as training needs them
@@ -228,6 +228,19 @@ def pretrain(model, tok, rows, out, cfg: PretrainConfig = PretrainConfig(), prog
 
 
 WORK_FILES = ("state.pt", "state.pt.tmp", "train_stats.json")   # what pretrain writes into its folder
+
+
+def work_files(out) -> Path:
+    """``out`` (pretrain's folder), refused in one line when it holds a file of :data:`WORK_FILES` that pretrain did
+    not write: a ``train_stats.json`` or ``state.pt.tmp`` without the ``state.pt`` pretrain keeps beside them (it
+    would be overwritten, then deleted by :func:`remove_work`)."""
+    out = Path(out)
+    odd = [n for n in WORK_FILES if n != "state.pt" and (out / n).exists()] if not (out / "state.pt").is_file() else []
+    odd += [n for n in WORK_FILES if (out / n).exists() and ((out / n).is_symlink() or not (out / n).is_file())]
+    if odd:
+        raise ValueError(f"out {out} holds {', '.join(sorted(set(odd)))} that dsh did not write (no state.pt of a "
+                         f"dsh run beside it); move it away or use another folder; nothing was changed")
+    return out
 
 
 def remove_work(out) -> None:

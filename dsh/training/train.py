@@ -24,10 +24,11 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..core import settings as typed_settings
 from ..core import validate as v
 from ..core.files import exclusive, readable, write_text, writing
 from ..core.provenance import git_commit, hardware
-from ..llm.models import EMBEDDED, load, model_digest, resolve_model, vllm_available
+from ..llm.models import EMBEDDED, MODEL_FILES, load, model_digest, resolve_model, vllm_available, weights_digest
 from ..measure import tasks
 from ..task.arithmetic import CHECKS
 from ..task.problems import parse_level
@@ -44,6 +45,27 @@ METHODS = ("sft", "sft_reflection", "dft", "grpo")
 def _field(default, help: str):
     """A dataclass field with its help text (as TRL's configs carry theirs; ``dsh train --help`` lists them)."""
     return field(default=default, metadata={"help": help})
+
+
+MAX_STEPS = 1_000_000
+MAX_TOKENS = 1_048_576      # a sequence's tokens: beyond the context of any model this project trains
+MAX_EPOCHS = 1_000
+# upper bounds of TrainConfig's sizes (field -> bound, what it protects), in the one-line error
+LIMITS = {"n_train": (1_000_000, "training problems built in memory"),
+          "max_steps": (MAX_STEPS, "optimizer steps: time"),
+          "logging_steps": (MAX_STEPS, "steps"), "save_steps": (MAX_STEPS, "steps"),
+          "validation_every": (MAX_STEPS, "steps"),
+          "per_device_train_batch_size": (65_536, "sequences a micro-batch: memory"),
+          "gradient_accumulation_steps": (65_536, "micro-batches a step: time"),
+          "generation_batch_size": (1_048_576, "completions a rollout round: memory"),
+          "num_generations": (1_024, "completions a prompt: memory"),
+          "max_completion_length": (MAX_TOKENS, "tokens a rollout: memory"),
+          "max_length": (MAX_TOKENS, "tokens an example: memory"),
+          "validation_max_new_tokens": (MAX_TOKENS, "tokens a validation answer: memory"),
+          "validation_per_level": (100_000, "validation questions a level: time"),
+          "max_attempts": (100, "attempts a reflection trace"),
+          "lora_r": (65_536, "LoRA rank"), "lora_alpha": (1_048_576, "LoRA alpha"),
+          "seed": (2 ** 32 - 1, "numpy and torch seeds")}
 
 
 @dataclass
@@ -129,6 +151,11 @@ class TrainConfig:
 
     def __post_init__(self):
         v.choice("method", self.method, METHODS)
+        for name, kinds in typed_settings.field_types(TrainConfig).items():   # a real bool, never the text "False"
+            if bool in kinds and not (isinstance(getattr(self, name), bool)
+                                      or (getattr(self, name) is None and type(None) in kinds)):
+                raise ValueError(f"{name} must be true or false{' or None' if type(None) in kinds else ''}; "
+                                 f"got {getattr(self, name)!r}")
         if not isinstance(self.model, str) or not self.model.strip():
             raise ValueError(f"model must be 'embedded', a Hugging Face id, a local path or a run directory; got {self.model!r}")
         if not isinstance(self.output_dir, str) or not self.output_dir.strip():
@@ -163,6 +190,13 @@ class TrainConfig:
         for name in ("per_device_train_batch_size", "gradient_accumulation_steps", "lora_r", "lora_alpha",
                      "num_generations", "max_completion_length", "logging_steps", "save_steps"):
             v.positive_int(name, getattr(self, name))
+        for name, (bound, why) in LIMITS.items():      # sizes beyond any run this project makes: a typo, refused
+            if isinstance(getattr(self, name), int) and not isinstance(getattr(self, name), bool) \
+                    and getattr(self, name) > bound:
+                v.at_most(name, getattr(self, name), bound, why)
+        if v.real("num_train_epochs", self.num_train_epochs) > MAX_EPOCHS:
+            raise ValueError(f"num_train_epochs must be a number in (0, {MAX_EPOCHS}] (passes over the data: time); "
+                             f"got {self.num_train_epochs!r}")
         if not isinstance(self.max_steps, int) or isinstance(self.max_steps, bool) or (self.max_steps < 1 and self.max_steps != -1):
             raise ValueError(f"max_steps must be a positive integer or -1 (use num_train_epochs), got {self.max_steps!r}")
         v.choice("loss_type", self.loss_type, ("grpo", "dapo", "dr_grpo", "bnpo"))
@@ -407,17 +441,49 @@ def trim_logs(run: Path, step: int) -> None:
 # TensorBoard events): the only names `clear_run` removes
 RUN_FILES = ("run_config.json", "summary.json", "README.md", "training_args.bin") + LOGS
 RUN_FOLDERS = ("final", "runs")
+# inside final/ and checkpoint-N/: a saved model (dsh.llm.models.MODEL_FILES) and, in a checkpoint, its trainer's
+# state (transformers, TRL, DeepSpeed) and dsh's totals; inside runs/: TensorBoard's event files
+INSIDE = {"final": re.compile(MODEL_FILES),
+          "checkpoint": re.compile(MODEL_FILES + r"|optimizer\.pt|scheduler\.pt|scaler\.pt|rng_state(_\d+)?\.pth"
+                                   r"|trainer_state\.json|training_args\.bin|" + TOTALS.replace(".", r"\.") +
+                                   r"|latest|zero_to_fp32\.py|global_step\d+/[^/]+"        # DeepSpeed
+                                   r"|(pytorch_model_fsdp|optimizer)_\d+/[^/]+"),                 # FSDP
+          "runs": re.compile(r"([^/]+/)+events\.out\.tfevents\.[^/]+")}
+
+
+def _foreign_inside(folder: Path, kind: str) -> list[str]:
+    """The files below ``folder`` (a run's final/, checkpoint-N/ or runs/) that ``train`` does not write there, as
+    paths relative to ``folder``; a link counts as foreign (dsh writes none)."""
+    pattern = INSIDE[kind]
+    out = []
+    for f in sorted(folder.rglob("*")):
+        rel = f.relative_to(folder).as_posix()
+        if f.is_symlink() or (f.is_file() and not pattern.fullmatch(rel)) or not (f.is_file() or f.is_dir()):
+            out.append(rel)
+    return out
 
 
 def run_foreign_files(run_dir) -> list[str]:
-    """The names in ``run_dir`` that :func:`train` does not write (all of them when it holds no ``run_config.json``,
-    i.e. is no dsh run; none for an empty or missing folder)."""
+    """The paths in ``run_dir`` that :func:`train` does not write (all of its names when it holds no
+    ``run_config.json``, i.e. is no dsh run; none for an empty or missing folder), looking into ``final/``, the
+    checkpoints and ``runs/`` too: a file of the user's anywhere below a run folder is named here (``final/mine.txt``)
+    and so is never deleted with it."""
     run = Path(run_dir)
     names = sorted(p.name for p in run.iterdir()) if run.is_dir() else []
     if names and "run_config.json" not in names:
         return names
-    return [n for n in names if not ((n in RUN_FILES and (run / n).is_file()) or
-                                     ((n in RUN_FOLDERS or CHECKPOINT.fullmatch(n)) and (run / n).is_dir()))]
+    out = []
+    for n in names:
+        p = run / n
+        if p.is_symlink():
+            out.append(n)
+        elif n in RUN_FILES and p.is_file():
+            continue
+        elif (n in RUN_FOLDERS or CHECKPOINT.fullmatch(n)) and p.is_dir():
+            out += [f"{n}/{x}" for x in _foreign_inside(p, "checkpoint" if CHECKPOINT.fullmatch(n) else n)]
+        else:
+            out.append(n)
+    return out
 
 
 def clear_run(run_dir) -> None:
@@ -447,6 +513,35 @@ def clear_run(run_dir) -> None:
     run.rmdir()
 
 
+def check_checkpoint(ck: Path) -> Path:
+    """The checkpoint ``ck`` that a resume will read, refused in one line naming the file when one of its files
+    cannot be read safely: a cut or damaged ``model.safetensors`` / ``optimizer.pt`` / ``scheduler.pt``, or a
+    pickle that torch's weights-only loader refuses (a planted object would run code under a plain loader). The
+    ``.pt``/``.pth`` files are opened as the trainer opens them (weights only, transformers' allowed globals; memory
+    mapped, so a large optimizer state is not read twice)."""
+    import torch
+    from safetensors import safe_open
+    from transformers.trainer_pt_utils import safe_globals
+
+    for f in sorted(ck.iterdir()):
+        try:
+            if f.name.endswith(".safetensors"):
+                with safe_open(str(f), "pt") as h:
+                    h.keys()
+            elif f.suffix in (".pt", ".pth") and f.name != "training_args.bin":
+                with safe_globals():
+                    torch.load(f, map_location="cpu", weights_only=True, mmap=True)
+        except Exception as e:  # noqa: BLE001 - any unreadable file gets the same one-line refusal
+            import pickle
+
+            why = ("objects beyond tensors and plain values, refused by the weights-only loader"
+                   if isinstance(e, pickle.UnpicklingError) else str(e).strip().splitlines()[0][:120] or "empty")
+            raise ValueError(f"checkpoint {ck}: {f.name} cannot be read safely ({type(e).__name__}: {why}); delete "
+                             f"{ck} to resume from the checkpoint before it, or train afresh (--fresh, or another "
+                             f"output_dir)") from None
+    return ck
+
+
 def check_run_dir(cfg: TrainConfig, digest: str | None = None) -> Path:
     """The run directory, refused when it already holds a run and ``resume`` is off, or, with ``resume``, when it
     holds files but is not a dsh run (no ``run_config.json``) or another run (:func:`resume_mismatch`; ``digest``:
@@ -461,6 +556,10 @@ def check_run_dir(cfg: TrainConfig, digest: str | None = None) -> Path:
                          f"another output_dir")
     if full and cfg.resume and not (run / "run_config.json").is_file():
         raise ValueError(f"output_dir {run} is not a dsh run (no run_config.json); resume continues only a dsh run")
+    foreign = run_foreign_files(run) if full else []
+    if foreign:     # a resumed run deletes its checkpoints and rewrites final/: a file of the user's there would go
+        raise ValueError(f"output_dir {run} holds files dsh train did not write ({', '.join(foreign[:3])}"
+                         f"{' ...' if len(foreign) > 3 else ''}); move them or choose another output_dir")
     if full and cfg.resume:
         differ = resume_mismatch(run, cfg, digest)
         if differ:
@@ -587,6 +686,8 @@ def train(cfg: TrainConfig) -> dict:
     ``summary.json``); the run directory keeps ``final/`` (and its checkpoints with ``keep_checkpoints``)."""
     _config(cfg)
     v.output_path("output_dir", cfg.output_dir, kind="folder")    # before the model is read or TRL imported
+    print(f"dsh: train {cfg.method} from {cfg.model} into {cfg.output_dir} (seed {cfg.seed}, "
+          f"trust_remote_code={cfg.trust_remote_code})", flush=True)
     loc = resolve_model(cfg.model)                 # fails fast on a bad model before anything is written
     trl_cfg = to_trl_config(cfg)
     digest = model_digest(loc)                     # the starting model by content: what a resume must continue from
@@ -604,7 +705,7 @@ def _train(cfg: TrainConfig, loc: str, trl_cfg, digest: str) -> dict:
     from datasets import Dataset
 
     run = check_run_dir(cfg, digest)               # again, now that no other process can change it
-    resume_from = str(last_checkpoint(run)) if cfg.resume and last_checkpoint(run) else None
+    resume_from = str(check_checkpoint(last_checkpoint(run))) if cfg.resume and last_checkpoint(run) else None
     if cfg.resume and resume_from is None:
         print(f"dsh: nothing to resume in {run} (no checkpoint); training from the start", flush=True)
     records = build_dataset(cfg)
@@ -644,9 +745,10 @@ def _train(cfg: TrainConfig, loc: str, trl_cfg, digest: str) -> dict:
     with writing(run / "final"):
         _save_final(trainer, tok, cfg, run, packed)
     summary = _summary(cfg, trl_cfg, trainer, out, wall, resume_from, records, packed, cut)
+    summary["final_weights"] = f"sha256:{weights_digest(run / 'final')}"   # what final/ holds: a reuse checks it
     (run / "summary.json").write_text(json.dumps(summary, indent=1))
     if not cfg.keep_checkpoints:  # a finished run needs only final/ (a 7B checkpoint with Adam is ~100 GB)
         for ck in run.iterdir():
-            if ck.is_dir() and CHECKPOINT.fullmatch(ck.name):
-                shutil.rmtree(ck, ignore_errors=True)
+            if ck.is_dir() and CHECKPOINT.fullmatch(ck.name) and not _foreign_inside(ck, "checkpoint"):
+                shutil.rmtree(ck, ignore_errors=True)     # only a checkpoint that holds nothing but the trainer's
     return summary

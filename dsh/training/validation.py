@@ -73,7 +73,8 @@ def make_callback(tok, questions, task: str, every: int, temperature: float, max
                 f.write(json.dumps(row) + "\n")
 
         def on_train_begin(self, args, state, control, model=None, **kw):
-            self._measure(state, model)
+            if state.global_step == 0:      # a resumed run measured its start already: no point at the resume step
+                self._measure(state, model)
 
         def on_step_end(self, args, state, control, model=None, **kw):
             if state.global_step % every == 0 or state.global_step >= state.max_steps:
