@@ -16,7 +16,8 @@ from .experiment import bench
 from .experiment.check_probe import ProbeSettings, run_probe
 from .experiment.evaluate import BACKENDS, EvalSettings, evaluate
 from .experiment.presets import DEFAULT, DERIVED, NAMES, get, resolve
-from .llm.models import EMBEDDED
+from .llm.models import EMBEDDED, resolve_model
+from .measure import tasks
 from .measure.calibration import calibrate, format_table, read_records
 from .task.laptop_task import TEST_LEVELS
 from .task.parse import DEFAULT_MARKERS
@@ -28,7 +29,7 @@ from .theory.two_stage import predicted_accuracy, simulate
 from .training import budgets
 from .training.budgets import N_PER_LEVEL
 from .training.laptop_base import BaseSpec, build_base
-from .training.train import METHODS, fields_help, to_trl_config, train
+from .training.train import METHODS, clear_run, fields_help, to_trl_config, train
 
 
 def _cmd_accuracy(args) -> int:
@@ -67,6 +68,7 @@ def _cmd_table(args) -> int:
 
 
 def _cmd_calibrate(args) -> int:
+    task = tasks.get(args.task)          # how a response is read: the task that wrote the questions
     records = read_records(args.file)
     import re
 
@@ -78,7 +80,7 @@ def _cmd_calibrate(args) -> int:
             raise ValueError(f"--marker-pattern must be a regular expression; {x!r}: {e}") from None
     markers = DEFAULT_MARKERS + tuple(args.marker or ()) + tuple(patterns)
     result = calibrate(records, drop_truncated=args.drop_truncated, n_bootstrap=args.bootstrap,
-                       seed=args.seed, markers=markers)
+                       seed=args.seed, markers=markers, parse=task.parse)
     print(json.dumps(result) if args.json else format_table(result))
     return 0
 
@@ -88,6 +90,8 @@ def _cmd_data(args) -> int:
                       max_attempts=args.max_attempts)
 
     out = output_path("out", args.out, kind="folder")
+    if args.verl:
+        import pyarrow  # noqa: F401 - the parquet files need it: a missing one is named before any work
     splits = make_splits(n_train=args.n_train, n_test=args.n_test, seed=args.seed)
     names = [f"train_{args.style}_{args.granularity}.jsonl", "test.jsonl"]
     names += ["verl_train.parquet", "verl_test.parquet"] if args.verl else []
@@ -129,6 +133,9 @@ def _parse_overrides(items, flag: str = "--set", fixed: dict | None = None) -> d
 
 def _cmd_train(args) -> int:
     overrides = _parse_overrides(args.set, fixed={"method": "--method"})
+    for key, flag in (("model", "--model"), ("output_dir", "--output-dir"), ("resume", "--resume")):
+        if key in overrides and getattr(args, key):
+            raise ValueError(f"{key} is given twice (--set {key}=... and {flag}); give it once")
     if args.model:
         overrides["model"] = args.model
     elif "model" not in overrides:          # the preset's starting model (laptop: the shipped tiny base)
@@ -138,6 +145,12 @@ def _cmd_train(args) -> int:
     if args.resume:
         overrides["resume"] = True
     cfg = resolve(args.method, args.preset, **overrides)
+    if args.fresh and args.resume:
+        raise ValueError("--fresh and --resume exclude each other: --fresh starts the run in --output-dir over")
+    if args.fresh and not args.dry_run:
+        resolve_model(cfg.model)                  # a bad model or setting fails before the old run is removed
+        to_trl_config(cfg)
+        clear_run(cfg.output_dir)                 # only what dsh train wrote; a folder with anything else is refused
     if args.dry_run:
         print(json.dumps({"dsh": vars(cfg), "trl": to_trl_config(cfg).to_dict()}, indent=1, default=str))
         return 0
@@ -270,7 +283,21 @@ def _cmd_bench(args) -> int:
 
 
 class _Parser(argparse.ArgumentParser):
-    """argparse with one-line errors (``error: ...``, exit code 2) instead of the usage block."""
+    """argparse with one-line errors (``error: ...``, exit code 2) instead of the usage block, and every option's
+    default in ``--help`` (unless its text already names it, or it has none); an epilog's line breaks are kept."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("formatter_class", argparse.RawDescriptionHelpFormatter)
+        super().__init__(*args, **kwargs)
+
+    def add_argument(self, *args, **kwargs):
+        action = super().add_argument(*args, **kwargs)
+        d, text = action.default, action.help or ""
+        if action.option_strings and "default" not in text and d is not None and d is not False \
+                and d is not argparse.SUPPRESS and not isinstance(action, argparse._VersionAction):
+            shown = ",".join(map(str, d)) if isinstance(d, (list, tuple)) else str(d)
+            action.help = f"{text} (default {shown.replace('%', '%%')})".strip()
+        return action
 
     def error(self, message):
         self.exit(2, f"error: {self.prog.replace('python -m ', '')}: {message}\n")
@@ -322,6 +349,9 @@ def _add_calibrate(sub) -> None:
     c.add_argument("file", metavar="FILE.jsonl",
                    help='records {"question", "answer", "response"[, "level", "truncated"]}, one per line')
     c.add_argument("--json", action="store_true", help="print one JSON object {overall, by_level}")
+    c.add_argument("--task", default="traces", help="how responses are read: traces (the paper's multiplication "
+                   "traces) or laptop_task (the laptop ladder's attempts, checks and verdicts: a laptop results "
+                   "folder's generations)")
     c.add_argument("--drop-truncated", action="store_true", help="drop records with truncated: true (as the paper)")
     c.add_argument("--bootstrap", type=int, default=100, help="bootstrap resamples (default 100)")
     c.add_argument("--seed", type=int, default=0)
@@ -347,7 +377,6 @@ def _add_data(sub) -> None:
 
 def _add_train(sub, presets_help) -> None:
     tr = sub.add_parser("train", help="train with TRL: sft, sft_reflection, dft or grpo under a preset",
-                        formatter_class=argparse.RawDescriptionHelpFormatter,
                         epilog="TrainConfig fields (--set KEY=VALUE, read by the field's type: true/false/1/0/yes/no/"
                                "on/off for a boolean, a,b for a list, none where a field admits it; a preset's values "
                                "replace these defaults):\n"
@@ -359,6 +388,8 @@ def _add_train(sub, presets_help) -> None:
     tr.add_argument("--output-dir", help="run directory (default runs/PRESET/METHOD)")
     tr.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a TrainConfig field (repeatable)")
     tr.add_argument("--resume", action="store_true", help="continue the run in --output-dir from its last checkpoint")
+    tr.add_argument("--fresh", action="store_true", help="remove the run in --output-dir first and train from the "
+                    "start (only what dsh train wrote there: a folder holding anything else is refused)")
     tr.add_argument("--dry-run", action="store_true", help="print the resolved dsh and TRL configurations and stop")
     tr.set_defaults(func=_cmd_train)
 
@@ -470,14 +501,41 @@ def _add_table(sub) -> None:
     t.set_defaults(func=_cmd_table)
 
 
+# the optional packages by pyproject.toml's extras (as imported), for the one-line "install this extra" error
+EXTRAS = {"train": ("transformers", "trl", "peft", "accelerate", "datasets", "safetensors", "gguf", "tensorboard",
+                    "pandas", "pyarrow", "huggingface_hub", "tokenizers"),
+          "gpu": ("vllm", "deepspeed")}
+
+
+def _stop(signum, frame):
+    """SIGTERM (``timeout``, a scheduler) stops a command as Ctrl-C does: what it had started is cleaned up."""
+    raise KeyboardInterrupt
+
+
 def main(argv=None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "command", None):
         parser.print_help()
         return 0
+    import signal
+    import threading
+
+    main_thread = threading.current_thread() is threading.main_thread()
+    before = signal.signal(signal.SIGTERM, _stop) if main_thread else None
     try:
         return args.func(args)
+    except ModuleNotFoundError as e:   # a base install (pip install .) without the extra this command needs
+        top = (e.name or "").split(".")[0]
+        extra = next((x for x, mods in EXTRAS.items() if top in mods), None)
+        if extra is None:
+            raise
+        print(f"error: dsh {args.command} needs the package {top}: pip install 'dsh[{extra}]' (or the pinned "
+              f"requirements.txt)", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:  # Ctrl-C or SIGTERM: one line; a resumable command resumes when run again
+        print(f"dsh {args.command}: interrupted; run the same command again to resume", file=sys.stderr)
+        return 130
     except ValueError as e:  # bad input: one line, no traceback
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -490,6 +548,9 @@ def main(argv=None) -> int:
     except OSError as e:     # an unreadable input or unwritable output found late: still one line
         print(f"error: {e.strerror or e}: {e.filename}" if e.filename else f"error: {e}", file=sys.stderr)
         return 2
+    finally:
+        if main_thread:
+            signal.signal(signal.SIGTERM, before)
 
 
 if __name__ == "__main__":

@@ -74,7 +74,7 @@ def test_bad_model_writes_nothing(tmp_path):
     from dsh.training.laptop_base import SHIPPED_BASE
 
     assert models.resolve_model(SHIPPED_BASE) == models.resolve_model(str(SHIPPED_BASE))
-    with pytest.raises(ValueError, match="^model must be 'embedded', a Hugging Face id"):
+    with pytest.raises(ValueError, match="^model must be 'embedded', 'laptop-base', a Hugging Face id"):
         models.resolve_model(3)
 
 

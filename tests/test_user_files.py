@@ -32,7 +32,9 @@ def snapshot(root: Path) -> dict:
 
 
 def refused(capsys, argv, fragment: str) -> str:
-    """Run the command line in-process; it must exit 2 with one 'error:' line holding ``fragment``."""
+    """Run the command line in-process; it must exit 2 with one 'error:' line holding ``fragment`` (what earlier
+    commands of the test printed is not this command's)."""
+    capsys.readouterr()
     rc = main([str(a) for a in argv])
     err = capsys.readouterr().err
     lines = [x for x in err.strip().splitlines() if x.startswith("error: ")]
@@ -251,6 +253,8 @@ def test_pipeline_set_of_a_field_the_command_sets_names_the_flag(tmp_path, capsy
         refused(capsys, [*PIPELINE, "--set", f"{key}=x", "--results-dir", tmp_path / "r", "--runs-dir", tmp_path / "w"],
                 f"--set {key}=... is not taken by this command: use {flag}")
     refused(capsys, ["train", "--method", "sft", "--set", "method=dft", "--dry-run"], "use --method")
+    refused(capsys, ["train", "--method", "sft", "--set", "output_dir=a", "--output-dir", tmp_path / "b", "--dry-run"],
+            "output_dir is given twice (--set output_dir=... and --output-dir); give it once")
     with pytest.raises(ValueError, match=r"^overrides must not set output_dir: the plan sets each stage's; use runs_dir"):
         pipeline.plan("laptop", "runs", overrides={"output_dir": "x"})
     assert not (tmp_path / "r").exists() and not (tmp_path / "w").exists()

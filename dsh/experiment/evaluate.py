@@ -26,7 +26,7 @@ from pathlib import Path
 from ..core import validate as v
 from ..core.files import exclusive, read_jsonl, write_jsonl, write_text
 from ..llm.complete import complete, complete_hf, complete_vllm
-from ..llm.models import EMBEDDED, load, resolve_model, vllm_available
+from ..llm.models import EMBEDDED, fetched, load, resolve_model, vllm_available
 from ..task.problems import MAX_PROBLEMS, N_TEST, TEST_LEVELS, parse_level, test_problems
 
 BACKENDS = ("auto", "dsh", "hf", "vllm")
@@ -82,7 +82,7 @@ def evaluate(model: str = EMBEDDED, out: str = "generations.jsonl", settings: Ev
     v.length("seed", seed)
     v.choice("backend", backend, BACKENDS)
 
-    loc = resolve_model(model)  # a bad model fails here, before anything is written
+    loc = fetched(model, resolve_model(model))  # a bad or absent model fails here, before anything is written
     context = model_context(loc)
     if context and settings.max_new_tokens > context:
         raise ValueError(f"max_new_tokens must be at most the model's context of {context:,} tokens; "

@@ -29,7 +29,7 @@ from ..core import settings as typed_settings
 from ..core import validate as v
 from ..core.files import exclusive, read_jsonl, write_jsonl_gz, write_text
 from ..core.provenance import git_commit, hardware, portable, provenance
-from ..llm.models import model_digest, resolve_model, weights_digest
+from ..llm.models import fetched, model_digest, resolve_model, weights_digest
 from ..measure.stage import calibrate_stage, preferred
 from ..task.problems import level_index
 from ..task.records import by_question
@@ -167,7 +167,7 @@ def run_pipeline(preset: str = DEFAULT, results_dir: str | None = None, runs_dir
     needed = stages_needed(plan_, chosen)
     settings = p.eval_settings(**(eval_overrides or {})).checked()   # before the first stage trains
     study = study_settings(p, attribution_overrides)
-    context = model_context(resolve_model(model))  # fail fast; the stages keep the starting model's context
+    context = model_context(fetched(model, resolve_model(model)))  # fail fast; stages keep the model's context
     if context and settings.max_new_tokens > context:
         raise ValueError(f"eval_overrides: max_new_tokens must be at most the model's context of {context:,} tokens; "
                          f"got {settings.max_new_tokens:,}")

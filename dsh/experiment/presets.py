@@ -302,8 +302,11 @@ _PAPER_SFT = dict(n_train=20_000, granularity="compact", optim="adamw_torch", we
                   learning_rate=1e-5, num_train_epochs=4.0, gradient_checkpointing=True, max_length=MAX_RESPONSE_TOKENS,
                   save_steps=500)
 
+PAPER_MODEL = "Qwen/Qwen2.5-7B-Instruct"     # the paper's base model ("All experiments use Qwen2.5-7B-Instruct")
+
 PAPER = Preset(
     name="paper", about="the paper's hyperparameters (Appendix \"Model and Training Details\") for a 7B model",
+    model=PAPER_MODEL,
     training={
         "sft": _PAPER_SFT, "sft_reflection": dict(_PAPER_SFT), "dft": dict(_PAPER_SFT),
         # verl GRPO: lr 1e-6, 512 prompts x 8 rollouts, PPO mini-batch 128 prompts, KL 0.001 low_var_kl,

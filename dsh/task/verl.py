@@ -36,6 +36,7 @@ def verl_rows(problems, split: str = "train", data_source: str = DATA_SOURCE) ->
 def write_parquet(problems, path, split: str = "train", data_source: str = DATA_SOURCE) -> Path:
     """Write the verl dataset to ``path`` (atomically: no half-written file on failure)."""
     import pandas as pd
+    import pyarrow  # noqa: F401 - pandas' parquet engine: a missing one is named (ModuleNotFoundError), not a hint
 
     path = Path(path)
     if path.suffix != ".parquet":

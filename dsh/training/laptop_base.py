@@ -11,20 +11,19 @@ import platform
 import re
 import time
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 
 from ..core import validate as v
 from ..core.files import writing
 from ..core.provenance import provenance
 from ..llm.complete import complete
-from ..llm.models import MODEL_FILES
+from ..llm.models import MODEL_FILES, SHIPPED_LAPTOP_BASE
 from ..llm.tiny import TinyConfig, build_tokenizer, make_model, n_params, save
 from ..measure.tasks import VALIDATION_SEED  # the learning curve's questions (apart from the test questions)
 from ..task import laptop_task as lt
 from .own_attempts import ATTEMPT_TOKENS
 from .pretrain import PretrainConfig, encode, pack, pretrain, remove_work, work_files
 
-SHIPPED_BASE = Path(__file__).resolve().parent.parent / "assets" / "laptop-base"
+SHIPPED_BASE = SHIPPED_LAPTOP_BASE      # dsh/assets/laptop-base; the model name "laptop-base" resolves to it
 # the base answers 1x2 ... 1x5 (both operand orders) and checks claims at every length of the test ladder, 1x2 ...
 # 1x8: its pi_sample leaves its training distribution beyond 1x5 while the check pi_d reads stays inside it (the
 # paper's base, too, meets test levels beyond what it was fine-tuned on). The test questions are left out in both

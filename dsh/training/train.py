@@ -17,6 +17,7 @@ preset's values; the task it names (:mod:`dsh.measure.tasks`) writes the trainin
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import re
@@ -28,7 +29,7 @@ from ..core import settings as typed_settings
 from ..core import validate as v
 from ..core.files import exclusive, readable, write_text, writing
 from ..core.provenance import git_commit, hardware
-from ..llm.models import EMBEDDED, MODEL_FILES, load, model_digest, resolve_model, vllm_available, weights_digest
+from ..llm.models import EMBEDDED, MODEL_FILES, fetched, load, model_digest, resolve_model, vllm_available, weights_digest
 from ..measure import tasks
 from ..task.arithmetic import CHECKS
 from ..task.problems import parse_level
@@ -267,8 +268,9 @@ def to_trl_config(cfg: TrainConfig):
         lr_scheduler_type=cfg.lr_scheduler_type, warmup_steps=float(cfg.warmup_ratio), weight_decay=cfg.weight_decay,
         max_grad_norm=cfg.max_grad_norm, optim=cfg.optim, per_device_train_batch_size=cfg.per_device_train_batch_size,
         gradient_accumulation_steps=cfg.gradient_accumulation_steps, num_train_epochs=cfg.num_train_epochs,
-        max_steps=cfg.max_steps, gradient_checkpointing=cfg.gradient_checkpointing, bf16=bf16,
-        use_cpu=not cuda, logging_steps=cfg.logging_steps, save_steps=cfg.save_steps,
+        max_steps=cfg.max_steps, activation_checkpointing=cfg.gradient_checkpointing, bf16=bf16,
+        use_cpu=not cuda, save_steps=cfg.save_steps,
+        logging_steps=min(cfg.logging_steps, cfg.max_steps) if cfg.max_steps > 0 else cfg.logging_steps,  # >= 1 loss
         save_total_limit=cfg.save_total_limit, report_to=list(cfg.report_to), disable_tqdm=False,
         include_num_input_tokens_seen=True,  # TensorBoard events go to output_dir/runs/
     )
@@ -556,8 +558,10 @@ def check_run_dir(cfg: TrainConfig, digest: str | None = None) -> Path:
                          f"another output_dir")
     if full and cfg.resume and not (run / "run_config.json").is_file():
         raise ValueError(f"output_dir {run} is not a dsh run (no run_config.json); resume continues only a dsh run")
-    foreign = run_foreign_files(run) if full else []
-    if foreign:     # a resumed run deletes its checkpoints and rewrites final/: a file of the user's there would go
+    # a resumed run rotates and deletes its checkpoints and rewrites final/: a file of the user's inside them would
+    # go (one beside them, at the run folder's top, is never touched and stays)
+    foreign = [f for f in run_foreign_files(run) if "/" in f] if full else []
+    if foreign:
         raise ValueError(f"output_dir {run} holds files dsh train did not write ({', '.join(foreign[:3])}"
                          f"{' ...' if len(foreign) > 3 else ''}); move them or choose another output_dir")
     if full and cfg.resume:
@@ -686,12 +690,12 @@ def train(cfg: TrainConfig) -> dict:
     ``summary.json``); the run directory keeps ``final/`` (and its checkpoints with ``keep_checkpoints``)."""
     _config(cfg)
     v.output_path("output_dir", cfg.output_dir, kind="folder")    # before the model is read or TRL imported
-    print(f"dsh: train {cfg.method} from {cfg.model} into {cfg.output_dir} (seed {cfg.seed}, "
-          f"trust_remote_code={cfg.trust_remote_code})", flush=True)
-    loc = resolve_model(cfg.model)                 # fails fast on a bad model before anything is written
+    loc = fetched(cfg.model, resolve_model(cfg.model))   # fails fast on a bad or absent model before any work
     trl_cfg = to_trl_config(cfg)
     digest = model_digest(loc)                     # the starting model by content: what a resume must continue from
     check_run_dir(cfg, digest)
+    print(f"dsh: train {cfg.method} from {cfg.model} into {cfg.output_dir} (seed {cfg.seed}, "
+          f"trust_remote_code={cfg.trust_remote_code})", flush=True)
     # one process a run folder: a second one would interleave its steps and checkpoints with the first's
     with exclusive(Path(cfg.output_dir), f"output_dir {cfg.output_dir} is being trained by another dsh process; "
                    f"wait for it or choose another output_dir"):
@@ -699,10 +703,7 @@ def train(cfg: TrainConfig) -> dict:
 
 
 def _train(cfg: TrainConfig, loc: str, trl_cfg, digest: str) -> dict:
-    import shutil
-
     import torch
-    from datasets import Dataset
 
     run = check_run_dir(cfg, digest)               # again, now that no other process can change it
     resume_from = str(check_checkpoint(last_checkpoint(run))) if cfg.resume and last_checkpoint(run) else None
@@ -711,7 +712,23 @@ def _train(cfg: TrainConfig, loc: str, trl_cfg, digest: str) -> dict:
     records = build_dataset(cfg)
     model, tok = load(loc, dtype=torch.bfloat16 if trl_cfg.bf16 else torch.float32,
                       trust_remote_code=cfg.trust_remote_code)   # refuses weights that do not cover the model
+    new = not run.is_dir() or not any(run.iterdir())
     run.mkdir(parents=True, exist_ok=True)         # nothing is written before the model has loaded
+    try:
+        return _train_in(cfg, run, trl_cfg, model, tok, records, resume_from, loc, digest)
+    except BaseException:
+        if new and last_checkpoint(run) is None:   # failed or stopped before its first checkpoint: nothing to resume,
+            with contextlib.suppress(ValueError):  # and nothing left that would refuse the next try (only dsh's files)
+                clear_run(run)
+        raise
+
+
+def _train_in(cfg: TrainConfig, run: Path, trl_cfg, model, tok, records, resume_from, loc: str, digest: str) -> dict:
+    import shutil
+
+    import torch
+    from datasets import Dataset
+
     if cfg.resume:          # the killed run's logs past its checkpoint (all of them when there is none) are logged again
         trim_logs(run, int(Path(resume_from).name.split("-")[-1]) if resume_from else -1)
     (run / "run_config.json").write_text(json.dumps(
