@@ -4,6 +4,7 @@
 #   make test-all  the same with the tests marked `full` too (the ones make test leaves out: README, "Two commands")
 #   make check  the fast loop: ruff and the tests not marked slow
 # On a GPU host without network (see README, "The experiment on one GPU"):
+#   make gpu-bundle BUNDLE=.gpu  (here, with network) the model in parts and the wheels such a host lacks
 #   make gpu-small BUNDLE=.gpu   every stage of the gpu-small pipeline into book/results/gpu-small-h100
 SHELL := /bin/bash
 .SHELLFLAGS := -eo pipefail -c
@@ -15,7 +16,7 @@ JB_FLAGS := -W -n --keep-going --builder html
 # pip notes about local index folders are noise on the project machines
 QUIET_PIP := { grep -v "^WARNING: Location '" || true; }
 
-.PHONY: book test test-all check browser setup sync clean gpu-small
+.PHONY: book test test-all check browser setup sync clean gpu-small gpu-bundle
 
 BUNDLE ?= .gpu
 RESULTS ?=
@@ -84,6 +85,10 @@ sync: $(STAMP)
 
 clean:
 	rm -rf _build $(VENV)
+
+# the bundle gpu-small reads on a host without network: the embedded model in parts, its sha, the wheels it lacks
+gpu-bundle: $(STAMP)
+	$(PY) -m dsh.experiment.gpu_bundle --out $(BUNDLE)
 
 # the whole gpu-small experiment on a GPU host (system python3 with torch + CUDA; no venv, no network)
 gpu-small:

@@ -10,6 +10,7 @@ import tempfile
 from pathlib import Path
 
 from . import __version__
+from .core import settings
 from .core.files import atomic_write, read_jsonl, write_jsonl
 from .core.validate import output_path
 from .experiment import bench
@@ -115,24 +116,8 @@ def _cmd_data(args) -> int:
     return 0
 
 
-def _parse_overrides(items, flag: str = "--set", fixed: dict | None = None) -> dict:
-    """``flag``'s KEY=VALUE pairs as text by key; each value is read by its field's declared type where the settings
-    are made (dsh.core.settings), so ``trust_remote_code=False`` is False. ``fixed``: keys the command sets itself,
-    refused in one line naming the flag to use instead."""
-    out = {}
-    for item in items or ():
-        if "=" not in item:
-            raise ValueError(f"{flag} must look like key=value; got {item!r}")
-        k, val = item.split("=", 1)
-        k = k.strip()
-        if fixed and k in fixed:
-            raise ValueError(f"{flag} {k}=... is not taken by this command: use {fixed[k]}")
-        out[k] = val
-    return out
-
-
 def _cmd_train(args) -> int:
-    overrides = _parse_overrides(args.set, fixed={"method": "--method"})
+    overrides = settings.assignments("--set", args.set, fixed={"method": "--method"})
     for key, flag in (("model", "--model"), ("output_dir", "--output-dir"), ("resume", "--resume")):
         if key in overrides and getattr(args, key):
             raise ValueError(f"{key} is given twice (--set {key}=... and {flag}); give it once")
@@ -174,11 +159,11 @@ def _cmd_evaluate(args) -> int:
 def _cmd_pipeline(args) -> int:
     from .experiment.pipeline import run_pipeline
 
-    overrides = _parse_overrides(args.set, fixed={"model": "--model", "output_dir": "--runs-dir",
+    overrides = settings.assignments("--set", args.set, fixed={"model": "--model", "output_dir": "--runs-dir",
                                                   "method": "--stages (a stage trains by its preset's method)",
                                                   "resume": "--fresh (a pipeline resumes unless --fresh)"})
-    eval_overrides = _parse_overrides(args.eval_set, "--eval-set")
-    attribution_overrides = _parse_overrides(args.attribution_set, "--attribution-set")
+    eval_overrides = settings.assignments("--eval-set", args.eval_set)
+    attribution_overrides = settings.assignments("--attribution-set", args.attribution_set)
     stages = tuple(x.strip() for x in args.stages.split(",") if x.strip()) if args.stages is not None else None
     if stages == ():
         raise ValueError("stages must name at least one stage, e.g. rl or rl-s0 (leave --stages out for the whole plan)")
@@ -221,7 +206,7 @@ def _cmd_attribution(args) -> int:
     if not stages:
         raise ValueError("stages must name at least one stage of the results folder, e.g. sft_reflection-s0,rl-s0")
     got = attribution_results(args.results_dir, args.runs_dir, stages, seed=args.seed, progress=not args.quiet,
-                              overrides=_parse_overrides(args.set, fixed={"seed": "--seed"}) or None)
+                              overrides=settings.assignments("--set", args.set, fixed={"seed": "--seed"}) or None)
     for name, r in got.items():
         print(f"{name}: {len(r['trajectories'])} trajectories, {r['wall_s']} s")
     return 0

@@ -2,6 +2,7 @@
 
 import json
 import pathlib
+import re
 import shutil
 import subprocess
 import sys
@@ -120,3 +121,72 @@ def test_papermill_refuses_a_parameter_the_chapter_does_not_have(tmp_path, md):
     text = r.stderr + r.stdout
     assert r.returncode != 0 and "unknown papermill parameter(s) no_such_parameter; this chapter's parameters: " in text, \
         text[-2000:]
+
+
+# small parameters for every chapter (its paths left as written: relative to chapters/)
+SMALL = {"00_findings": {}, "01_decision_sampling": {"n_monte_carlo": 20_000},
+         "02_gradient_attribution": {"max_length_sweep": 4, "n_random_policies": 5},
+         "03_toy_example": {"n_monte_carlo": 20_000, "grpo_steps": 50, "sweep_max_length": 64},   # a smaller legal sweep
+         "04_sft_dft": {}, "05_measurement": {"n_train": 200, "n_simulated": 200, "n_bootstrap": 20,
+                                              "coverage_replications": 5},
+         "06_laptop_experiment": {"n_live": 5, "live_steps": 2},
+         "07_paper_scale": {"max_steps": 2, "n_train": 32, "n_design": 10},
+         "08_attribution_in_llms": {"live_per_level": 1}}
+_TIME = re.compile(r"\d+(?:\.\d+)?\s?(?:s|ms|min|seconds?)\b|elapsed \d+|\d+(?:\.\d+)?(?:it|step)/s|load \d+\.\d+")
+
+
+_TIMED = {"wall_s", "tokens_per_s", "seconds", "s", "time_s", "generation_s", "scoring_s", "update_s"}
+
+
+def _untimed(text: str) -> str:
+    """``text`` with wall times masked: "12.3 s" in prose, and the timing columns of a table pandas printed."""
+    lines = text.splitlines()
+    head = lines[0].split() if lines else []
+    cols = [i for i, h in enumerate(head) if h in _TIMED]
+    if cols:
+        rows = [lines[0]]
+        for line in lines[1:]:
+            cells = line.split()
+            lead = len(cells) - len(head)            # the index's own words
+            if lead >= 0:
+                for i in cols:
+                    cells[lead + i] = "<time>"
+            rows.append(" ".join(cells))
+        lines = rows
+    return _TIME.sub("<time>", "\n".join(lines))
+
+
+def _printed(nb: pathlib.Path, *folders) -> list[str]:
+    """What a run of a chapter printed (streams and plain-text results), line by line (a stream may come in one
+    output or several), wall times and ``folders`` (a run's own output folders) taken out."""
+    out = []
+    for cell in nbformat.read(nb, as_version=4).cells:
+        for o in cell.get("outputs", []):
+            text = o.get("text") or (o.get("data") or {}).get("text/plain") or ""
+            text = _untimed("".join(text) if isinstance(text, list) else text)
+            for f in folders:
+                text = text.replace(str(f), "<out>")
+            out += [x.rstrip() for x in text.splitlines() if x.strip()]   # a chunk may end before its newline
+    return out
+
+
+@pytest.mark.parametrize("chapter", [pytest.param(c, marks=pytest.mark.slow if c == "00_findings" else pytest.mark.full)
+                                     for c in SMALL])
+def test_a_chapter_prints_the_same_from_the_root_and_from_chapters(tmp_path, chapter):
+    """papermill from the repository root, as the README wrote it, gave wrong pages with exit 0 (chapter 00: "No
+    laptop run is committed"); every chapter now reads its relative paths from chapters/."""
+    nb = ROOT / "chapters" / f"{chapter}.ipynb"
+    pages = []
+    for where in (ROOT, ROOT / "chapters"):
+        own = tmp_path / where.name          # the live run's own folders: a second run would reuse the first's
+        params = {**SMALL[chapter], **({"runs_dir": own / "runs", "results_dir": own / "results"}
+                                       if chapter == "06_laptop_experiment" else {})}
+        cmd = [sys.executable, "-m", "papermill", str(nb), str(tmp_path / f"{where.name}.ipynb")]
+        for k, v in params.items():
+            cmd += ["-p", k, str(v)]
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=900, cwd=where)
+        assert r.returncode == 0, (r.stderr + r.stdout)[-3000:]
+        pages.append(_printed(tmp_path / f"{where.name}.ipynb", own))
+    assert pages[0] == pages[1]
+    if chapter == "00_findings":
+        assert not any("No laptop run is committed" in x for x in pages[0])

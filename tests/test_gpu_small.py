@@ -132,3 +132,19 @@ def test_stage_table_shows_each_stage_its_own_budget():
     assert t.loc["rl", "token_budget"] == budgets.tokens("gpu-small", "grpo.max_completion_length")
     assert t.loc["base", "token_budget"] == budgets.tokens("gpu-small", "base.max_length")
     assert t.loc["rl", "starts from"] == "sft_reflection"
+
+
+def test_the_bundle_script_makes_what_gpu_small_reads(tmp_path):
+    """The offline bundle was hand-built by a script outside the repository."""
+    from dsh.experiment import gpu_bundle, gpu_small
+    from dsh.llm.models import embedded_gguf_path
+
+    got = gpu_bundle.make_bundle(tmp_path / "b", part_mb=20, wheels=False)
+    assert len(got["parts"]) > 1 and got["parts"][0] == "a/part-aa"
+    joined = gpu_small.find_model(tmp_path / "b", tmp_path)        # joins the parts and checks the sha
+    assert joined.read_bytes() == embedded_gguf_path().read_bytes()
+    with pytest.raises(ValueError, match=r"^out must be a new or empty folder"):
+        gpu_bundle.make_bundle(tmp_path / "b", wheels=False)
+    from importlib import metadata
+
+    assert gpu_bundle.pinned(["trl", "dill"]) == [f"trl=={metadata.version('trl')}", f"dill=={metadata.version('dill')}"]

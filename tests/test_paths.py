@@ -18,8 +18,8 @@ def test_a_relative_path_is_read_from_the_chapters_folder_wherever_the_chapter_r
     assert got == ROOT / "book" / "results"
     assert paths.chapter_path("runs_dir", "runs/book/x") == ROOT / "chapters" / "runs" / "book" / "x"
     assert paths.chapter_path("runs_dir", str(tmp_path / "abs")) == tmp_path / "abs"       # absolute: as given
-    assert paths.shown(got) == "book/results"
-    assert paths.shown(tmp_path) == str(tmp_path)
+    assert paths.repo_relative(got) == "book/results"
+    assert paths.repo_relative(tmp_path) == str(tmp_path)
 
 
 def test_a_missing_or_wrong_path_is_one_line_naming_it():

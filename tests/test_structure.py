@@ -280,7 +280,7 @@ def test_every_train_config_field_has_help_and_train_help_lists_it():
 
 def test_the_readme_layout_names_every_module_in_its_layer():
     layout = (ROOT / "README.md").read_text().split("## Layout", 1)[1].split("\n## ", 1)[0]
-    rows = {m.group(1): m.group(2) for m in re.finditer(r"^\| `dsh/(\w+)/` \| (.*) \|$", layout, re.M)}
+    rows = {m.group(1): m.group(2) for m in re.finditer(r"^- `dsh/(\w+)/`: (.*)$", layout, re.M)}
     assert set(rows) == set(LAYERS), set(rows) ^ set(LAYERS)
     for layer in LAYERS:
         on_disk = {p.stem for p in (ROOT / "dsh" / layer).glob("*.py") if p.stem != "__init__"}

@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parent.parent
 TRAIN = ["train", "--preset", "laptop", "--method", "sft", "--set", "max_steps=2", "--set", "save_steps=1",
          "--set", "n_train=16"]
 PIPELINE = ["pipeline", "--preset", "laptop", "--seeds", "0", "--ablation-seeds", "", "--stages", "sft-s0",
-            "--set", "max_steps=1", "--set", "n_train=8", "--eval-set", "n_per_level=1", "--eval-set", "levels=1x2",
+            "--set", "max_steps=1", "--set", "n_train=32", "--eval-set", "n_per_level=1", "--eval-set", "levels=1x2",
             "--quiet"]
 
 

@@ -159,3 +159,29 @@ def test_a_missing_extra_is_named_in_one_line(tmp_path):
     assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr[-2000:]
     assert r.stderr.strip() == "error: dsh data needs the package pyarrow: pip install 'dsh[train]' (or the pinned " \
                                "requirements.txt)"
+
+
+def test_the_readme_is_a_front_door():
+    """The README was a log: 565 lines, a 5,961-character table cell, the findings from line 515."""
+    text = (ROOT / "README.md").read_text()
+    first = "\n".join(text.splitlines()[:40])
+    for needed in ("make book", "make test", "](chapters/00_findings.md)", "pip install -e \".[gpu]\"",
+                   "huggingface-cli download Qwen/Qwen2.5-7B-Instruct", "--preset paper"):
+        assert needed in first, needed
+    cells = [c for line in text.splitlines() if line.startswith("|") for c in line.strip("|").split("|")]
+    assert cells and max(map(len, cells)) <= 300, max(cells, key=len)[:120]
+
+
+def test_i_get_n_is_read_as_an_answer_and_an_intermediate_value_is_not():
+    from dsh.task import parse
+
+    assert parse.parse_response("Multiplying out, I get 56,211.").final_answer == 56211
+    assert parse.parse_response("I get 6 for the digit sum. The answer is 12.").candidates == [12]
+    assert parse.is_correct("So I get 56211.\n", 56211, "What is 123 times 457?")
+
+
+def test_grpo_with_fewer_prompts_than_one_rollout_round_is_refused():
+    """`-p n_train 16` in the training chapter trained GRPO for 0 steps (16 prompts x 8 < a round of 256)."""
+    with pytest.raises(ValueError, match=r"^n_train must be at least 32 for GRPO: one rollout round draws 256 "
+                                         r"completions, 8 a prompt; got 16$"):
+        presets.resolve("grpo", "laptop", n_train=16)

@@ -44,7 +44,7 @@ def chapter_path(name: str, value, must_exist: bool = False) -> Path:
     return p
 
 
-def shown(path) -> str:
+def repo_relative(path) -> str:
     """``path`` as a page shows it: relative to the repository root when it lies inside it (no machine's folders
     on a rendered page), else as given."""
     base = chapters_dir()

@@ -129,16 +129,17 @@ def typed(cls, values: dict, name: str = "overrides") -> dict:
     return {k: coerce(k, x, kinds[k]) for k, x in values.items()}
 
 
-def assignments(flag: str, items, cls, fixed: dict | None = None) -> dict:
-    """``KEY=VALUE`` strings (``flag``'s repeated values) as a dict of ``cls``'s fields read by their declared types.
-    ``fixed``: fields the command sets itself (field -> the flag to use instead), refused here in one line."""
+def assignments(flag: str, items, fixed: dict | None = None) -> dict:
+    """``KEY=VALUE`` strings (``flag``'s repeated values) as a dict of key -> text: each value is read by its
+    field's declared type where the settings are made (:func:`typed`). ``fixed``: keys the command sets itself (key
+    -> the flag to use instead), refused in one line."""
     out = {}
     for item in items or ():
         if not isinstance(item, str) or "=" not in item:
-            raise ValueError(f"{flag} must look like KEY=VALUE; got {item!r}")
+            raise ValueError(f"{flag} must look like key=value; got {item!r}")
         k, text = item.split("=", 1)
         k = k.strip()
         if fixed and k in fixed:
-            raise ValueError(f"{flag} {k}=... is not taken here: use {fixed[k]}")
+            raise ValueError(f"{flag} {k}=... is not taken by this command: use {fixed[k]}")
         out[k] = text
-    return typed(cls, out, flag)
+    return out

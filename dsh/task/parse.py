@@ -6,7 +6,8 @@ A *candidate* is an integer a response commits to, in the forms people and model
   (also with "=", "equals"; not "the partial product is N");
 - "a * b = N" with the question's own operands in either order and any of ``*``, ``x``, ``×``, ``\\times``,
   ``\\cdot``, ``·`` (also "equals N", "is N"), and "= N" closing a line that restates "a * b";
-- ``\\boxed{N}``, ``**N**``, ``$N$``.
+- ``\\boxed{N}``, ``**N**``, ``$N$``;
+- "I get N" closing a sentence or a line.
 
 Numbers may carry thousands separators (``,``, thin spaces, ``_``) and a trailing period. Intermediate results
 ("running total: N", partial products such as "343 * 2 * 10^1 = 6860", a check's arithmetic, "a * b = N * 10 +
@@ -58,6 +59,8 @@ _PATTERNS = [
     re.compile(r"\\boxed\{\s*(" + _NUM + r")\s*\}"),
     re.compile(r"\*\*\s*(" + _NUM + r")\s*\.?\*\*"),
     re.compile(r"(?<![\w$\\])\$\s*(" + _NUM + r")\s*\$(?![\w$])"),
+    # "I get N." closing a sentence or a line (not "I get 6 for the digit sum": an intermediate value goes on)
+    re.compile(r"(?<![A-Za-z])I\s+get\s+(" + _NUM + r")(?=\s*(?:[.!](?!\d)|$))", re.IGNORECASE | re.MULTILINE),
 ]
 _LINE_END = re.compile(r"(?:=|equals)\s*\$?\s*(?:\*\*\s*)?(" + _NUM + r")\s*(?:\*\*)?\s*\$?\s*[.!]?\s*$", re.IGNORECASE)
 

@@ -28,6 +28,7 @@ from pathlib import Path
 from ..core import settings as typed_settings
 from ..core import validate as v
 from ..core.files import exclusive, readable, write_text, writing
+from ..core.paths import repo_relative
 from ..core.provenance import git_commit, hardware
 from ..llm.models import EMBEDDED, MODEL_FILES, fetched, load, model_digest, resolve_model, vllm_available, weights_digest
 from ..measure import tasks
@@ -217,6 +218,9 @@ class TrainConfig:
             if gen % self.num_generations:
                 raise ValueError(f"generation_batch_size must be a multiple of num_generations={self.num_generations}; "
                                  f"got {gen}")
+            if isinstance(self.n_train, int) and self.n_train * self.num_generations < gen:   # TRL would run 0 steps
+                raise ValueError(f"n_train must be at least {-(-gen // self.num_generations)} for GRPO: one rollout "
+                                 f"round draws {gen} completions, {self.num_generations} a prompt; got {self.n_train}")
         if self.generation_batch_size is not None:
             v.positive_int("generation_batch_size", self.generation_batch_size)
         self.report_to = tuple(self.report_to or ())
@@ -694,8 +698,8 @@ def train(cfg: TrainConfig) -> dict:
     trl_cfg = to_trl_config(cfg)
     digest = model_digest(loc)                     # the starting model by content: what a resume must continue from
     check_run_dir(cfg, digest)
-    print(f"dsh: train {cfg.method} from {cfg.model} into {cfg.output_dir} (seed {cfg.seed}, "
-          f"trust_remote_code={cfg.trust_remote_code})", flush=True)
+    print(f"dsh: train {cfg.method} from {repo_relative(cfg.model)} into {repo_relative(cfg.output_dir)} (seed "
+          f"{cfg.seed}, trust_remote_code={cfg.trust_remote_code})", flush=True)
     # one process a run folder: a second one would interleave its steps and checkpoints with the first's
     with exclusive(Path(cfg.output_dir), f"output_dir {cfg.output_dir} is being trained by another dsh process; "
                    f"wait for it or choose another output_dir"):
