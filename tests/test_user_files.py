@@ -333,3 +333,13 @@ def test_chapter_sizes_are_bounded_in_the_functions_they_call():
         mdp.FiniteTwoStageMDP(vocab_size=10 ** 9, attempt_length=10 ** 9)
     with pytest.raises(ValueError, match=r"^n_train must be an integer in 1\.\.1,000,000"):
         train_module.TrainConfig(n_train=10 ** 12)
+
+
+@pytest.mark.parametrize("argv,fragment", [
+    (["probe", "--model", "laptop-base", "--out", "{tmp}/p.json", "--n", "100000000"],
+     "n_per_level must be an integer in 1..1,000,000"),
+    (["budgets", "--n", "1000000000"], "n_per_level must be an integer in 1..100,000"),
+])
+def test_the_other_commands_sizes_are_bounded(tmp_path, capsys, argv, fragment):
+    refused(capsys, [a.replace("{tmp}", str(tmp_path)) for a in argv], fragment)
+    assert list(tmp_path.iterdir()) == []

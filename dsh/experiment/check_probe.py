@@ -31,6 +31,7 @@ from ..core.provenance import git_commit
 from ..llm.complete import complete
 from ..llm.models import load, resolve_model, weights_digest  # noqa: F401 - weights_digest: also this module's
 from ..task import laptop_task as lt
+from ..task.problems import MAX_PROBLEMS
 
 
 @dataclass(frozen=True)
@@ -44,8 +45,8 @@ class ProbeSettings:
     miscopy_fraction: float = 0.5  # share of wrong attempts that mis-copy the multiplicand (the rest slip)
 
     def checked(self) -> ProbeSettings:
-        v.positive_int("n_per_level", self.n_per_level)
-        v.positive_int("max_new_tokens", self.max_new_tokens)
+        v.at_most("n_per_level", self.n_per_level, MAX_PROBLEMS, "test problems a level")
+        v.at_most("max_new_tokens", self.max_new_tokens, 65_536, "tokens a continuation: memory")
         if v.real("temperature", self.temperature) < 0:
             raise ValueError(f"temperature must be a number >= 0 (0: greedy), got {self.temperature!r}")
         v.length("seed", self.seed)

@@ -147,6 +147,7 @@ def preset_specs(traces: dict, sft_levels, grpo_levels, eval_levels, base_levels
 def derive(specs: dict, tokenizer=None, n_per_level: int = N_PER_LEVEL, seed: int = 0) -> dict:
     """Every budget of ``specs`` (``{preset: {budget name: TraceSpec}}``, the presets' ``DERIVED``) recomputed:
     ``{preset: {name: budget dict}}``; ``tokenizer`` defaults to the embedded model's."""
+    v.at_most("n_per_level", n_per_level, 100_000, "traces a level: time")
     if tokenizer is None:
         tokenizer = embedded_tokenizer()
     return {preset: {name: budget(tokenizer, spec, n_per_level, seed) for name, spec in by_name.items()}
