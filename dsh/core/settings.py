@@ -20,16 +20,6 @@ FALSE = ("false", "0", "no", "off")
 NONE = ("none", "null")
 
 
-def boolean(name: str, value) -> bool:
-    """``value`` as a bool: a real bool, or (from text) one of true/false/1/0/yes/no/on/off in any case; a one-line
-    ValueError otherwise (the string ``"False"`` is truthy in Python, so a field read as a bool never keeps it)."""
-    if isinstance(value, bool):
-        return value
-    if isinstance(value, str) and value.strip().lower() in TRUE + FALSE:
-        return value.strip().lower() in TRUE
-    raise ValueError(f"{name} must be true or false (also 1/0, yes/no, on/off); got {value!r}")
-
-
 def _parts(annotation) -> tuple:
     """The types a field admits: ``int | None`` -> (int, NoneType); a plain type -> (type,)."""
     origin = typing.get_origin(annotation)

@@ -56,6 +56,9 @@ def make_bundle(out, part_mb: int = 49, wheels: bool = True, python: str = "3.12
     data, parts, h = gguf.read_bytes(), [], hashlib.sha256()
     h.update(data)
     size = part_mb * 2 ** 20
+    if len(data) > 26 * size:                  # a folder a part, a/ ... z/
+        raise ValueError(f"part_mb must be at least {-(-len(data) // (26 * 2 ** 20))} for {gguf.name} "
+                         f"({len(data) / 2 ** 20:.0f} MB in at most 26 parts); got {part_mb}")
     for i in range(0, len(data), size):
         k = i // size
         name = "part-" + chr(97 + k // 26) + chr(97 + k % 26)

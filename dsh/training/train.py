@@ -193,9 +193,9 @@ class TrainConfig:
                      "num_generations", "max_completion_length", "logging_steps", "save_steps"):
             v.positive_int(name, getattr(self, name))
         for name, (bound, why) in LIMITS.items():      # sizes beyond any run this project makes: a typo, refused
-            if isinstance(getattr(self, name), int) and not isinstance(getattr(self, name), bool) \
-                    and getattr(self, name) > bound:
-                v.at_most(name, getattr(self, name), bound, why)
+            x = getattr(self, name)
+            if isinstance(x, int) and not isinstance(x, bool) and x > bound:
+                raise ValueError(f"{name} must be an integer of at most {bound:,} ({why}); got {x:,}")
         if v.real("num_train_epochs", self.num_train_epochs) > MAX_EPOCHS:
             raise ValueError(f"num_train_epochs must be a number in (0, {MAX_EPOCHS}] (passes over the data: time); "
                              f"got {self.num_train_epochs!r}")
