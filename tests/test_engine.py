@@ -185,3 +185,35 @@ def test_a_resumed_evaluation_with_another_batch_size_gives_the_same_responses(t
                          for r in map(json.loads, path.read_text().splitlines())}
     assert len(by_q(whole)) == 6 and by_q(part) == by_q(whole)
     assert len(set(by_q(whole).values())) > 1                          # the streams differ between questions
+
+
+@pytest.mark.parametrize("attention", ["kernels", "torch"])
+def test_progress_reports_rows_started_and_tokens_before_rows_finish(tiny, attention, monkeypatch):
+    """evaluate's bar counted finished rows only (0/1 for 90 s): the bar's postfix now shows the rows started and
+    the tokens written, block by block; the tokens reach what the rows wrote (the torch path counts at most)."""
+    from dsh.llm import engine as engine_module
+
+    seen = []
+
+    class Recorder:
+        def __init__(self, total):
+            self.done = 0
+
+        def step(self, started, tokens):
+            seen.append((started, tokens, self.done))
+
+        def finished(self, n):
+            self.done += n
+
+        def close(self):
+            pass
+
+    monkeypatch.setattr(engine_module, "_Progress", Recorder)
+    eng = Engine(tiny, [11], slots=4, max_len=40, bucket=8, sync_every=2, attention=attention)
+    prompts = [[1, 2, 3], [1, 4], [1, 5, 6, 7], [1, 8], [1, 9, 10], [1, 2]]
+    out = eng.generate(prompts, 20, temperature=1.0, seed=0, progress=True)
+    assert seen and seen[0][2] == 0 and seen[0][0] > 0 and seen[0][1] > 0      # movement before any row ends
+    assert [s for s, _, _ in seen] == sorted(s for s, _, _ in seen) and seen[-1][0] == len(prompts)
+    assert [t for _, t, _ in seen] == sorted(t for _, t, _ in seen)
+    written = sum(len(g.tokens) for g in out)
+    assert (seen[-1][1] == written) if attention == "kernels" else (seen[-1][1] >= written)

@@ -125,6 +125,31 @@ def fit_slots(model, wanted: int, max_len: int, memory_fraction: float = 0.5) ->
     return max(1, min(wanted, int(free * memory_fraction // (max_len * kv_bytes_per_token(model)))))
 
 
+class _Progress:
+    """The generation bar: rows finished out of all, with the rows started and the tokens written so far in its
+    postfix (redrawn at most twice a second), so that a long first batch shows movement before any row ends."""
+
+    def __init__(self, total: int):
+        from tqdm import tqdm
+
+        self.bar = tqdm(total=total, desc="generate", unit="row")
+        self.shown = 0.0
+
+    def step(self, started: int, tokens: int) -> None:
+        import time
+
+        now = time.monotonic()
+        if now - self.shown >= 0.5:
+            self.shown = now
+            self.bar.set_postfix(started=started, tokens=tokens)
+
+    def finished(self, n: int) -> None:
+        self.bar.update(n)
+
+    def close(self) -> None:
+        self.bar.close()
+
+
 @dataclass
 class Generation:
     """One generated row: ``tokens`` (the completion, with the end-of-turn token when it stopped on
@@ -370,21 +395,18 @@ class Engine:
 
     def _generate_cpu(self, prompts, keys, max_new_tokens, temperature, progress, callback, was_training):
         results: list = [None] * len(prompts)
-        bar = None
-        if progress:
-            from tqdm import tqdm
-
-            bar = tqdm(total=len(prompts), desc="generate", unit="row")
+        bar = _Progress(len(prompts)) if progress else None
 
         def finish(i, tokens, stopped, logprobs):
             results[i] = gen = Generation(tokens=tokens, stopped=stopped, logprobs=logprobs)
             if callback is not None:
                 callback(i, gen)
             if bar is not None:
-                bar.update(1)
+                bar.finished(1)
 
         try:
-            self._cpu.generate(prompts, keys, max_new_tokens, temperature, finish)
+            self._cpu.generate(prompts, keys, max_new_tokens, temperature, finish,
+                               on_step=bar.step if bar is not None else None)
         finally:
             if bar is not None:
                 bar.close()
@@ -429,11 +451,8 @@ class Engine:
         owner = [-1] * self.slots                 # prompt index held by each slot
         bound = [0] * self.slots                  # upper bound of each slot's position
         waiting = list(range(len(prompts)))[::-1]
-        bar = None
-        if progress:
-            from tqdm import tqdm
-
-            bar = tqdm(total=len(prompts), desc="generate", unit="row")
+        bar = _Progress(len(prompts)) if progress else None
+        started = written = 0
         try:
             while waiting or any(o >= 0 for o in owner):
                 free = [s for s in range(self.slots) if owner[s] < 0]
@@ -450,6 +469,7 @@ class Engine:
                                   [keys[j] for j in take])
                     for s, j in zip(use, take):
                         owner[s], bound[s] = j, len(prompts[j])
+                    started += len(take)
                 active = [s for s in range(self.slots) if owner[s] >= 0]
                 length = min(self.max_len, math.ceil((max(bound[s] for s in active) + self.sync_every + 1)
                                                      / self.bucket) * self.bucket)
@@ -457,6 +477,9 @@ class Engine:
                     self._run_step(length)
                 for s in active:
                     bound[s] += self.sync_every
+                written += len(active) * self.sync_every      # at most: a row that stopped writes no more
+                if bar is not None:
+                    bar.step(started, written)
                 done = self.done.tolist()
                 finished = [s for s in active if done[s]]
                 if finished:
@@ -471,7 +494,7 @@ class Engine:
                             callback(owner[s], gen)
                         owner[s] = -1
                     if bar is not None:
-                        bar.update(len(finished))
+                        bar.finished(len(finished))
         finally:
             if bar is not None:
                 bar.close()

@@ -127,10 +127,11 @@ class KernelDecoder:
         s.tok = torch.where(gen, new, nxt)
 
     @torch.no_grad()
-    def generate(self, prompts, keys, max_new_tokens: int, temperature: float, on_finish):
+    def generate(self, prompts, keys, max_new_tokens: int, temperature: float, on_finish, on_step=None):
         """Complete ``prompts`` (validated token-id lists) with the rows' stream ``keys``; ``on_finish(i, tokens,
         stopped, logprobs)`` is called as prompt ``i`` finishes (``logprobs``: each token's log-probability under the
-        distribution it was drawn from)."""
+        distribution it was drawn from); ``on_step(started, tokens)``, when given, after every block of steps: the
+        rows started and the tokens written so far (progress)."""
         if not prompts:
             return
         self.fused = self._fuse()
@@ -145,6 +146,7 @@ class KernelDecoder:
         free = list(range(self.slots))[::-1]
         s = _Rows.empty()
         owner: list = []                                         # prompt index of each active row
+        started = finished_tokens = 0
         try:
             while waiting or owner:
                 if owner:
@@ -157,6 +159,7 @@ class KernelDecoder:
                                 on_finish(owner[r], self.out[slot[r], :n_gen[r]].tolist(), bool(stopped[r]),
                                           self.out_logp[slot[r], :n_gen[r]].tolist())
                                 free.append(slot[r])
+                                finished_tokens += n_gen[r]
                         s = s.select(keep)
                         owner = [owner[r] for r in keep]
                 take = []
@@ -168,10 +171,13 @@ class KernelDecoder:
                     s = s.join(_Rows.admit([prompts[j] for j, _ in take], [slot for _, slot in take],
                                            [keys[j] for j, _ in take], max_new_tokens))
                     owner += [j for j, _ in take]
+                    started += len(take)
                 if not owner:
                     break
                 for _ in range(self.sync_every):
                     self._step(s, inv_temp, greedy)
+                if on_step is not None:
+                    on_step(started, finished_tokens + int(s.n_gen.sum()))
         finally:
             self.fused = None
 
