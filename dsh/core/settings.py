@@ -10,6 +10,7 @@ comma-separated list or a JSON list; ``None`` is taken only where the field admi
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import math
 import types
@@ -28,8 +29,10 @@ def _parts(annotation) -> tuple:
     return (origin or annotation,)
 
 
+@functools.cache        # every TrainConfig built checks its booleans with it: resolve the annotations once a class
 def field_types(cls) -> dict:
-    """Field name -> the tuple of types it admits, for a dataclass ``cls`` (annotations resolved)."""
+    """Field name -> the tuple of types it admits, for a dataclass ``cls`` (annotations resolved; not to be
+    modified: the answer is shared)."""
     hints = typing.get_type_hints(cls)
     return {f.name: _parts(hints[f.name]) for f in dataclasses.fields(cls)}
 

@@ -36,6 +36,7 @@ so an interrupted evaluation resumed with another batch size continues with the 
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass
 
 import torch
@@ -136,8 +137,6 @@ class _Progress:
         self.shown = 0.0
 
     def step(self, started: int, tokens: int) -> None:
-        import time
-
         now = time.monotonic()
         if now - self.shown >= 0.5:
             self.shown = now
