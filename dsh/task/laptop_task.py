@@ -279,12 +279,34 @@ def draw(level: str, rng: random.Random) -> Problem:
     return Problem(rng.randint(10 ** (m - 1), 10 ** m - 1), rng.randint(10 ** (n - 1), 10 ** n - 1))
 
 
+def slip_probability(p: Problem, slip_rate: float) -> float:
+    """The chance that an attempt at ``p`` in a graded corpus carries a slip: ``1 - (1 - slip_rate)^N`` with N the
+    multiplicand's digits (one chance per step of the long multiplication), so accuracy falls with the level."""
+    v.probability("slip_rate", slip_rate)
+    return 1 - (1 - slip_rate) ** len(str(max(p.a, p.b)))
+
+
+def fallible_attempt(p: Problem, rng: random.Random, slip_rate: float) -> TaskTrace:
+    """A no-reflection example of a fallible pi_sample: with probability :func:`slip_probability` the attempt carries
+    a slip (:func:`draw_slip`: a wrong digit or a dropped carry, which casting out nines detects) and states the
+    slipped result as its answer; otherwise the right attempt."""
+    if slip_rate > 0 and rng.random() < slip_probability(p, slip_rate):
+        err = draw_slip(p.a, p.b, rng)
+        if err is not None:
+            body, res = attempt_text(p.a, p.b, err)
+            return TaskTrace(p.question, f"{body}\n{ANSWER}{res}.", (res,), ("STOP",))
+    return trace(p, "no_reflection")
+
+
 def base_corpus(levels, weights, n: int, check_fraction: float = 0.3, seed: int = 0,
-                exclude=frozenset(), check_levels=None) -> list[TaskTrace]:
+                exclude=frozenset(), check_levels=None, slip_rate: float = 0.0,
+                stream: str = "base", with_problems: bool = False) -> list:
     """The from-scratch pre-training corpus: ``n`` examples, a share ``check_fraction`` of them check examples
     (levels uniform over ``check_levels``, default ``levels``: checking is a skill the base has at every length),
-    the rest no-reflection attempts (levels drawn from ``levels`` with ``weights``); problems in ``exclude``
-    (pairs (a, b)) are never drawn (the test questions, in both orders: :func:`held_out`)."""
+    the rest no-reflection attempts (levels drawn from ``levels`` with ``weights``), each slipped with probability
+    :func:`slip_probability` (``slip_rate`` 0: every attempt right); problems in ``exclude`` (pairs (a, b)) are
+    never drawn (the test questions, in both orders: :func:`held_out`). ``stream`` names the random stream (the
+    same ``stream`` and ``seed`` give the same corpus). ``with_problems``: ``(Problem, TaskTrace)`` pairs."""
     levels = [f"{m}x{k}" for m, k in map(parse_level, levels)]
     check_levels = levels if check_levels is None else [f"{m}x{k}" for m, k in map(parse_level, check_levels)]
     if not check_levels:
@@ -293,17 +315,18 @@ def base_corpus(levels, weights, n: int, check_fraction: float = 0.3, seed: int 
         raise ValueError(f"weights must be {len(levels)} non-negative numbers, one positive; got {weights!r}")
     n = v.length("n", n)
     v.probability("check_fraction", check_fraction)
-    rng = random.Random(f"base-{seed}")
+    v.probability("slip_rate", slip_rate)
+    if not isinstance(stream, str) or not stream:
+        raise ValueError(f"stream must be a non-empty name of the random stream, like 'base'; got {stream!r}")
+    rng = random.Random(f"{stream}-{seed}")
     out = []
     while len(out) < n:
         is_check = rng.random() < check_fraction
         p = draw(rng.choice(check_levels) if is_check else rng.choices(levels, weights)[0], rng)
         if (p.a, p.b) in exclude:
             continue
-        if is_check:
-            out.append(check_example(p, rng))
-        else:
-            out.append(trace(p, "no_reflection"))
+        t = check_example(p, rng) if is_check else fallible_attempt(p, rng, slip_rate)
+        out.append((p, t) if with_problems else t)
     return out
 
 

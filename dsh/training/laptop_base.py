@@ -16,7 +16,7 @@ from ..core import validate as v
 from ..core.files import writing
 from ..core.provenance import provenance
 from ..llm.complete import complete
-from ..llm.models import MODEL_FILES, SHIPPED_LAPTOP_BASE
+from ..llm.models import LAPTOP_BASE, MODEL_FILES, SHIPPED_LAPTOP_BASE
 from ..llm.tiny import TinyConfig, build_tokenizer, make_model, n_params, save
 from ..measure.tasks import VALIDATION_SEED  # the learning curve's questions (apart from the test questions)
 from ..task import laptop_task as lt
@@ -48,11 +48,17 @@ class BaseSpec:
     curve_every: int = field(default=500, metadata={"help": "steps between two validation reports of the learning "
                                                             "curve (provenance: skill_curve)"})
     curve_n: int = field(default=50, metadata={"help": "validation questions a level in each report of the curve"})
-    report_n: int = field(default=100, metadata={"help": "test questions a level in the provenance's report"})
+    report_n: int = field(default=100, metadata={"help": "test questions a level in the provenance's report (0: no "
+                                                         "report: a design candidate never sees the test ladder)"})
     levels: tuple = field(default=ANSWER_LEVELS, metadata={"help": "levels of the answer examples"})
     weights: tuple = field(default=(1,) * len(ANSWER_LEVELS), metadata={"help": "relative frequency of each level"})
     check_levels: tuple | None = field(default=CHECK_LEVELS, metadata={"help": "levels of the check examples "
                                                                                  "(None: ``levels``)"})
+    slip_rate: float = field(default=0.0, metadata={"help": "chance of a slip per digit of the multiplicand in an "
+                                                            "answer example (0: every attempt right; "
+                                                            "dsh.task.laptop_task.slip_probability)"})
+    init: str | None = field(default=None, metadata={"help": "a model to continue training (its shape and "
+                                                             "tokenizer; e.g. 'laptop-base'); None: from scratch"})
 
     def __post_init__(self):
         v.positive_int("n_examples", self.n_examples)
@@ -60,11 +66,29 @@ class BaseSpec:
             raise ValueError(f"n_examples must be an integer in 1..{MAX_EXAMPLES:,} (the corpus is held in memory); "
                              f"got {self.n_examples:,}")
         v.probability("check_fraction", self.check_fraction)
-        for name in ("pack_length", "curve_every", "curve_n", "report_n"):
+        for name in ("pack_length", "curve_every", "curve_n"):
             v.positive_int(name, getattr(self, name))
+        v.length("report_n", self.report_n)
+        v.probability("slip_rate", self.slip_rate)
+        if self.init is not None and (not isinstance(self.init, str) or not self.init):
+            raise ValueError(f"init must be None or a model name or path such as 'laptop-base'; got {self.init!r}")
         if len(self.weights) != len(self.levels) or any(v.real("weights[i]", w) <= 0 for w in self.weights):
             raise ValueError(f"weights must give one positive number per level ({len(self.levels)}); "
                              f"got {self.weights!r}")
+
+
+GRADED_LEVELS = CHECK_LEVELS   # the graded base answers every ladder length, as it checks every one
+GRADED_SLIP_RATE = 0.15        # chosen by the design rule of chapter 06's design table
+
+
+def graded_spec(slip_rate: float, seed: int = 0) -> BaseSpec:
+    """The graded base: the shipped base trained 3M tokens further on a corpus whose answers are fallible at every
+    ladder length (a slip per digit with probability ``slip_rate``: :func:`dsh.task.laptop_task.slip_probability`),
+    30 % check examples, the test questions held out in both orders (chapter 06's design table: a lead on the 2-core
+    machine kept the checks exact at every length and the accuracy graded)."""
+    return BaseSpec(train=PretrainConfig(tokens=3_000_000, lr=5e-4, warmup_steps=20, save_every=500, seed=seed),
+                    n_examples=60_000, check_fraction=0.3, levels=GRADED_LEVELS, weights=(1,) * len(GRADED_LEVELS),
+                    check_levels=GRADED_LEVELS, slip_rate=slip_rate, init=LAPTOP_BASE, curve_every=500)
 
 
 def build_base(out, spec: BaseSpec = BaseSpec(), progress: bool = True) -> dict:
@@ -89,10 +113,22 @@ def build_base(out, spec: BaseSpec = BaseSpec(), progress: bool = True) -> dict:
                              f"move them or choose another out; nothing was changed")
     work_files(out.parent / f".{out.name}.work")   # a file of the user's there is refused before any work
     torch.manual_seed(spec.train.seed)
-    tok = build_tokenizer()
-    model = make_model(tok, spec.model, seed=spec.train.seed)
+    if spec.init is None:
+        tok = build_tokenizer()
+        model = make_model(tok, spec.model, seed=spec.train.seed)
+        what = "dsh laptop base: LlamaForCausalLM trained from scratch"
+    else:
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        from ..llm.models import resolve_model, weights_digest
+
+        where = resolve_model(spec.init)
+        tok = AutoTokenizer.from_pretrained(where)
+        model = AutoModelForCausalLM.from_pretrained(where, torch_dtype=torch.float32)
+        what = f"dsh laptop base: {spec.init} (sha256 {weights_digest(where)[:16]}) trained further"
     corpus = lt.base_corpus(spec.levels, spec.weights, spec.n_examples, spec.check_fraction, seed=spec.train.seed,
-                            exclude=lt.held_out(both_orders=True), check_levels=spec.check_levels)
+                            exclude=lt.held_out(both_orders=True), check_levels=spec.check_levels,
+                            slip_rate=spec.slip_rate)
     rows = pack(encode(tok, [(t.prompt, t.text) for t in corpus]), spec.pack_length, seed=spec.train.seed)
     work = out.parent / f".{out.name}.work"
     t0 = time.time()
@@ -100,7 +136,7 @@ def build_base(out, spec: BaseSpec = BaseSpec(), progress: bool = True) -> dict:
                                         seed=VALIDATION_SEED)
     stats = pretrain(model, tok, rows, work, spec.train, progress=progress, monitor=curve,
                      monitor_every=spec.curve_every)
-    prov = {"what": "dsh laptop base: LlamaForCausalLM trained from scratch", "spec": asdict(spec),
+    prov = {"what": what, "spec": asdict(spec),
             "parameters": n_params(model), "corpus_tokens": sum(len(r[0]) for r in rows), "packed_rows": len(rows),
             "train": {k: stats[k] for k in ("steps", "tokens", "seconds", "tokens_per_s", "final_loss_ema")},
             "skill_curve": [{"step": e["step"], "tokens": e["tokens"], **e["report"]} for e in stats["monitor_log"]],
@@ -109,8 +145,9 @@ def build_base(out, spec: BaseSpec = BaseSpec(), progress: bool = True) -> dict:
 
     prov["provenance"] = provenance()
     model.eval()
-    prov["report"] = {f"temperature {t}": base_report(model, tok, n_per_level=spec.report_n, temperature=t)
-                      for t in (1.0, 0.0)}
+    if spec.report_n:
+        prov["report"] = {f"temperature {t}": base_report(model, tok, n_per_level=spec.report_n, temperature=t)
+                          for t in (1.0, 0.0)}
     if saving.is_dir():
         import shutil
 
@@ -122,6 +159,22 @@ def build_base(out, spec: BaseSpec = BaseSpec(), progress: bool = True) -> dict:
     saving.replace(out)
     remove_work(work)      # only what pretrain wrote there: a file of the user's in the work folder stays
     return prov
+
+
+def corpus_of(model_dir) -> dict:
+    """The pre-training corpus a base made by :func:`build_base` was trained on last (its ``dsh_provenance.json``
+    spec: levels, weights, check_levels, check_fraction, slip_rate), for fine-tuning that replays it."""
+    import json
+    from pathlib import Path
+
+    path = Path(model_dir) / "dsh_provenance.json"
+    try:
+        spec = json.loads(path.read_text())["spec"]
+        return {k: spec[k] for k in ("levels", "weights", "check_levels", "check_fraction")} | {
+            "slip_rate": spec.get("slip_rate", 0.0)}
+    except (OSError, ValueError, KeyError, TypeError):
+        raise ValueError(f"task_options replay=base_corpus needs a base made by `dsh base` (its dsh_provenance.json "
+                         f"describes the corpus); {model_dir} has none readable") from None
 
 
 def decays_like_the_papers_base(accuracy: dict) -> bool:

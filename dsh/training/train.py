@@ -37,6 +37,7 @@ from ..task.problems import parse_level
 from ..task.records import chat_length
 from ..task.traces import GRANULARITIES
 from . import validation
+from .laptop_base import corpus_of
 from .loss_mask import has_segments, token_records
 from .own_attempts import own_attempts
 from .rollout import engine_unsuitable, make_trainer_class
@@ -308,7 +309,10 @@ def build_dataset(cfg: TrainConfig) -> list[dict]:
     attempts = None
     if task.wants_own_attempts(cfg):
         attempts = own_attempts(resolve_model(cfg.model), problems, k=max(1, cfg.max_attempts - 1), seed=cfg.seed)
-    return task.records(cfg, problems, attempts)
+    records = task.records(cfg, problems, attempts)
+    if task.wants_replay(cfg) and records and "completion" in records[0]:
+        records = task.with_replay(cfg, records, corpus_of(resolve_model(cfg.model)))
+    return records
 
 
 def task_reward(task_name: str):
