@@ -58,9 +58,10 @@ def test_the_laptop_verdicts_are_the_chapters_per_seed_verdicts(lap):
     rows = _by_claim(findings.empirical_findings(lap))
     by_seed = report.claims_by_seed(lap)
     for key, name in (("(ii)", "Claim (ii)"), ("(iii)", "Claim (iii)"), ("(i')", "Claim (i')")):
-        seeds = set(by_seed[by_seed.claim.str.split(" ").str[0] == key].verdict)
+        seeds = {x.split(":")[0] for x in by_seed[by_seed.claim.str.split(" ").str[0] == key].verdict}
         assert rows[name]["verdict"] == (seeds.pop() if len(seeds) == 1 else "cannot tell")
-    assert rows["Claim (ii)"]["verdict"] == "fails"      # chapter 06 asserts it on every seed
+    for name in ("Claim (ii)", "Claim (iii)", "Calibration figure, claim (i)"):  # no graded level (chapter 06)
+        assert rows[name]["verdict"] == "not testable here", rows[name]
 
 
 @pytest.mark.slow
@@ -89,31 +90,30 @@ def test_a_changed_input_changes_the_formal_verdict(monkeypatch):
 
 
 def test_a_changed_result_changes_the_empirical_verdicts(lap):
-    better = copy.deepcopy(lap)
+    # the committed RL sampled at temperature 2 and was evaluated at 1: nothing about what RL did is judged
+    rows = _by_claim(findings.empirical_findings(lap))
+    assert rows["Table 1"]["verdict"] == "not testable here" and "temperature 2" in rows["Table 1"]["number"]
+    assert rows["Claim (ii)"]["verdict"] == "not testable here" and "temperature 2" in rows["Claim (ii)"]["number"]
+    kl = [r for r in findings.beyond_findings(lap) if r["claim"].startswith("KL ablation")]
+    assert kl and kl[0]["verdict"] == "not testable here"
+    # as if RL had been trained at the evaluation's temperature: Table 1 is judged, and moves with the accuracy
+    same = copy.deepcopy(lap)
+    for cfg in same["summary"]["configs"].values():
+        if "temperature" in cfg:
+            cfg["temperature"] = same["summary"]["eval"]["temperature"]
+    assert report.rl_sampling_mismatch(same) is None
+    better = copy.deepcopy(same)
     for x in report.plan_of(better):
         if x["kind"] == "rl":
             for s in better["calibration"][x["name"]]["all"]["by_level"].values():
                 s["observed_accuracy"] = 1.0
-    assert _by_claim(findings.empirical_findings(lap))["Table 1"]["verdict"] == "cannot tell"
+    worse = copy.deepcopy(same)
+    for x in report.plan_of(worse):
+        if x["kind"] == "rl":
+            for s in worse["calibration"][x["name"]]["all"]["by_level"].values():
+                s["observed_accuracy"] = max(0.0, s["observed_accuracy"] - 0.2)
     assert _by_claim(findings.empirical_findings(better))["Table 1"]["verdict"] == "holds"
-
-    # the KL ablation: the high-beta arm given the calibration of the model it started from (it kept all of pi_d) holds
-    # on every seed; the arms then swapped fails on every seed
-    arms = dict(report.kl_arms(lap))
-    lo, hi = arms[min(arms)], arms[max(arms)]
-    kept = copy.deepcopy(lap)
-    kept["calibration"] = {**lap["calibration"]}
-    for x in report.plan_of(lap):
-        if x["kind"] == hi:
-            kept["calibration"][x["name"]] = lap["calibration"][x["name"].replace(hi, "sft_reflection", 1)]
-    swapped = copy.deepcopy(kept)
-    for x in report.plan_of(lap):
-        if x["kind"] in (lo, hi):
-            other = x["name"].replace(x["kind"], hi if x["kind"] == lo else lo, 1)
-            swapped["calibration"][x["name"]] = kept["calibration"][other]
-    name = f"KL ablation: beta {max(arms):g} keeps more of pi_d (p_dW) than beta {min(arms):g}"
-    assert _by_claim(findings.beyond_findings(kept))[name.split(":")[0]]["verdict"] == "holds"
-    assert _by_claim(findings.beyond_findings(swapped))[name.split(":")[0]]["verdict"] == "fails"
+    assert _by_claim(findings.empirical_findings(worse))["Table 1"]["verdict"] == "fails"
 
 
 def test_the_length_law_verdicts_count_only_studies_spanning_5x(lap):

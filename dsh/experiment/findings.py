@@ -5,7 +5,8 @@ check that comes out differently gives a different verdict.
 
 Verdicts: "confirmed" (a formal statement checked exactly), "erratum" (the printed statement is wrong where the
 book says), "holds" / "fails" (an empirical claim whose 95 % interval excludes the other answer on every seed),
-"cannot tell" (the data cannot decide, or the seeds disagree)."""
+"cannot tell" (the data cannot decide, or the seeds disagree), "not testable here" (no level where the data could
+have said the opposite: :mod:`dsh.measure.claims`)."""
 
 from __future__ import annotations
 
@@ -19,11 +20,13 @@ from dsh.core import validate as v
 from dsh.core.paper import paper_results
 from dsh.experiment import report
 from dsh.experiment.attribution_study import MIN_SPAN, MIN_TRAJECTORIES
+from dsh.experiment.presets import stage_label
+from dsh.measure.claims import GRADED, NOT_TESTABLE, claim_kl_keeps_decision, graded
 from dsh.theory import clipping, sft_pg, toy
 from dsh.theory import mdp as M
 from dsh.theory import symbolic as th
 
-VERDICTS = ("confirmed", "erratum", "holds", "fails", "cannot tell")
+VERDICTS = ("confirmed", "erratum", "holds", "fails", "cannot tell", NOT_TESTABLE)
 
 
 def _row(group, claim, verdict, number, doc, anchor=""):
@@ -146,45 +149,78 @@ def _every(oks: list[bool]) -> str:
 
 
 def _across_seeds(verdicts: list[str]) -> str:
-    """One verdict from several (seeds, studies): theirs when they all agree, else "cannot tell"."""
-    return verdicts[0] if verdicts and len(set(verdicts)) == 1 else "cannot tell"
+    """One verdict from several (seeds, studies): theirs when they all agree (a "not testable here: <reason>" read
+    as "not testable here"), else "cannot tell"."""
+    short = [x.split(":")[0] for x in verdicts]
+    return short[0] if short and len(set(short)) == 1 else "cannot tell"
 
 
-def empirical_findings(results: dict) -> list[dict]:
+def graded_levels(results: dict, kind: str) -> str:
+    """One phrase on a stage kind's levels over the seeds: how many levels have p_s in the graded band and the range
+    of its per-level p_s (the first page shows it beside each verdict)."""
+    counts, ps = [], []
+    for x in report.plan_of(results):
+        if x["kind"] != kind:
+            continue
+        levels = results["calibration"][x["name"]]["all"]["by_level"].values()   # the block the claims read
+        counts.append(sum(graded(s) for s in levels))
+        ps += [s["p_s"] for s in levels if s.get("p_s") is not None]
+    if not counts:
+        return f"no {kind} stage"
+    return (f"{stage_label(kind)}: {min(counts)}-{max(counts)} levels a seed with p_s in "
+            f"{GRADED[0]}-{GRADED[1]}, p_s by level {min(ps):.2f}-{max(ps):.2f}")
+
+
+def empirical_findings(results: dict, group: str = "laptop", anchor: str = "laptop-results") -> list[dict]:
     """The paper's empirical claims on a results folder (:func:`dsh.experiment.pipeline.load_results`): Table 1's
-    reading (RL more accurate than SFT with reflection), the calibration figure (claim (i)) and claims (i')-(iii),
-    each per training seed by :func:`dsh.experiment.report.claims_by_seed` and the seeds' verdicts combined."""
+    reading (RL more accurate than SFT with reflection, levels weighted equally), the calibration figure (claim (i))
+    and claims (i')-(iii), each per training seed by :func:`dsh.experiment.report.claims_by_seed` and the seeds'
+    verdicts combined, each with the graded levels it could be judged on (:func:`graded_levels`); ``group`` and
+    ``anchor``: the rows' group and the section of chapter 06 that shows them."""
     report.check_results(results)
     rows = []
     acc = report.long_table(results)
     pooled = {}
     for kind in ("rl", "sft_reflection"):
         d = acc[acc.kind == kind]
-        right, n = float((d.accuracy * d.n).sum()), float(d.n.sum())
-        pooled[kind] = (right / n, n)
-    (a, na), (b, nb) = pooled["rl"], pooled["sft_reflection"]
-    se = float(np.sqrt(a * (1 - a) / na + b * (1 - b) / nb))
+        by_level = d.groupby("level").apply(lambda g: (float((g.accuracy * g.n).sum()), float(g.n.sum())))
+        a = float(np.mean([r / n for r, n in by_level]))          # equal level weights
+        var = float(np.sum([(r / n) * (1 - r / n) / n for r, n in by_level])) / len(by_level) ** 2
+        pooled[kind] = (a, var)
+    (a, va), (b, vb) = pooled["rl"], pooled["sft_reflection"]
+    se = float(np.sqrt(va + vb))
     lo, hi = a - b - 1.96 * se, a - b + 1.96 * se
     verdict = "holds" if lo > 0 else "fails" if hi < 0 else "cannot tell"
-    rows.append(_row("laptop", "Table 1: RL answers more questions right than SFT (reflection)", verdict,
+    mismatch = report.rl_sampling_mismatch(results)     # RL compared only at the sampling it was trained at
+    if mismatch:
+        verdict = NOT_TESTABLE
+    rows.append(_row(group, "Table 1: RL answers more questions right than SFT (reflection)", verdict,
                      f"accuracy {100 * a:.1f} % vs {100 * b:.1f} %, difference {100 * (a - b):+.1f} points "
-                     f"(95 % interval {100 * lo:+.1f} to {100 * hi:+.1f}; seeds and levels pooled)",
-                     "06_laptop_experiment", "laptop-results"))
+                     f"(95 % interval {100 * lo:+.1f} to {100 * hi:+.1f}; levels weighted equally, seeds pooled)"
+                     + (f"; {mismatch}" if mismatch else ""),
+                     "06_laptop_experiment", anchor))
     by_seed = report.claims_by_seed(results)
-    names = {"(i)": "Calibration figure, claim (i): the two-stage model predicts accuracy",
-             "(i')": "Claim (i'): it predicts what it was not fitted to",
-             "(ii)": "Claim (ii): RL improves pi_d more than pi_sample",
-             "(iii)": "Claim (iii): out-of-distribution accuracy is limited by pi_sample"}
-    for key, name in names.items():
+    names = {"(i)": ("Calibration figure, claim (i): the two-stage model predicts accuracy", ("sft_reflection", "rl")),
+             "(i')": ("Claim (i'): it predicts what it was not fitted to", ()),
+             "(ii)": ("Claim (ii): RL improves pi_d more than pi_sample", ("sft_reflection",)),
+             "(iii)": ("Claim (iii): out-of-distribution accuracy is limited by pi_sample", ("rl",))}
+    for key, (name, kinds) in names.items():
         mine = by_seed[by_seed.claim.str.split(" ").str[0] == key]
-        got = list(mine.verdict)
+        got = [x.split(":")[0] for x in mine.verdict]
         counts = ", ".join(f"{v} on {got.count(v)}" for v in VERDICTS if got.count(v))
-        rows.append(_row("laptop", name, _across_seeds(got), f"{len(got)} seeds: {counts}",
-                         "06_laptop_experiment", "laptop-results"))
+        why = next((x for x in mine.verdict if x.startswith(NOT_TESTABLE + ":")), None)
+        number = f"{len(got)} seeds: {counts}" + (f" ({why.split(': ', 1)[1]})" if why else "")
+        if kinds:
+            number += "; " + "; ".join(graded_levels(results, k) for k in kinds)
+        verdict = _across_seeds(list(mine.verdict))
+        if mismatch and key in ("(ii)", "(iii)"):      # claims about what RL did
+            verdict, number = NOT_TESTABLE, f"{mismatch}; {number}"
+        rows.append(_row(group, name, verdict, number, "06_laptop_experiment", anchor))
     return rows
 
 
-def beyond_findings(results: dict, studies: dict | None = None, wide: dict | None = None) -> list[dict]:
+def beyond_findings(results: dict, studies: dict | None = None, wide: dict | None = None,
+                    anchor: str = "laptop-results") -> list[dict]:
     """Results beyond the paper on the same folder: the KL ablation (does a larger beta keep more of pi_d, on every
     seed), the check probe's decision faithfulness after SFT (reflection), and the length law of Theorems 3.1 and 3.2
     in the trained models' gradients (``studies``: :func:`dsh.experiment.report.load_attribution` of the folder;
@@ -196,15 +232,22 @@ def beyond_findings(results: dict, studies: dict | None = None, wide: dict | Non
             raise ValueError(f"{name} must be a dict of attribution studies by name (report.load_attribution), got "
                              f"{type(x).__name__}")
     rows = []
-    arms = {beta: report.seed_deltas(results, kind, "sft_reflection")["Δp_dW"] for beta, kind in report.kl_arms(results)}
+    arms = dict(report.kl_arms(results))
     if len(arms) >= 2:
         lo_b, hi_b = min(arms), max(arms)
-        kept = [h > low for h, low in zip(arms[hi_b], arms[lo_b])]
+        got = [claim_kl_keeps_decision(report.calibration_by_kind(results, s), arms[hi_b], arms[lo_b])
+               for s in report.seeds_of(results)]
+        short = [c["verdict"].split(":")[0] for c in got]
+        counts = ", ".join(f"{v} on {short.count(v)}" for v in VERDICTS if short.count(v))
+        strat = [c["stratified"] for c in got if c["stratified"]]
+        mismatch = report.rl_sampling_mismatch(results)
         rows.append(_row("beyond", f"KL ablation: beta {hi_b:g} keeps more of pi_d (p_dW) than beta {lo_b:g}",
-                         _every(kept),
-                         f"on {sum(kept)} of {len(kept)} seeds (Δp_dW {', '.join(f'{x:+.2f}' for x in arms[hi_b])} "
-                         f"vs {', '.join(f'{x:+.2f}' for x in arms[lo_b])}; no interval across seeds)",
-                         "06_laptop_experiment", "laptop-results"))
+                         NOT_TESTABLE if mismatch else _across_seeds([c["verdict"] for c in got]),
+                         f"{len(got)} seeds: {counts}; p_dW difference level-stratified over the graded levels of "
+                         f"SFT (reflection): " + (", ".join(f"{x['difference']:+.2f} [{x['interval'][0]:+.2f}, "
+                                                            f"{x['interval'][1]:+.2f}]" for x in strat) or "none")
+                         + "; " + graded_levels(results, "sft_reflection") + (f"; {mismatch}" if mismatch else ""),
+                         "06_laptop_experiment", anchor))
     if results.get("probe"):
         probe = report.probe_table(results, ("sft_reflection",))
         probe = probe[probe.seed != "pooled"]
@@ -216,7 +259,7 @@ def beyond_findings(results: dict, studies: dict | None = None, wide: dict | Non
                                      zip(probe.kappa, probe["kappa low"], probe["kappa high"]))
                          + f" (chance agreement {probe.chance.min():.2f}-{probe.chance.max():.2f}; "
                          "'holds': agreement >= 0.9 and kappa >= 0.8 on every seed)",
-                         "06_laptop_experiment", "laptop-results"))
+                         "06_laptop_experiment", anchor))
     rows += _length_law_rows(studies or {}, "", 0.0)
     temps = sorted({s["settings"]["temperature"] for s in (wide or {}).values()})
     at = f", sampled at temperature {', '.join(f'{t:g}' for t in temps)}" if temps else ""
@@ -266,7 +309,7 @@ def to_html(rows: list[dict]) -> str:
     """The findings as one HTML table with a link from each row to the section that shows it (pages beside
     this one in the rendered book)."""
     colour = {"confirmed": "#1a7f37", "holds": "#1a7f37", "erratum": "#9a6700", "fails": "#cf222e",
-              "cannot tell": "#57606a"}
+              "cannot tell": "#57606a", NOT_TESTABLE: "#57606a"}
     out = ['<table class="findings"><thead><tr><th>claim</th><th>verdict</th><th>the number behind it</th>'
            "<th>shown in</th></tr></thead><tbody>"]
     for r in rows:

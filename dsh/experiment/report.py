@@ -635,16 +635,87 @@ def claims_table(verdicts: list[dict]) -> pd.DataFrame:
 
 
 def per_level_table(verdicts: list[dict]) -> pd.DataFrame:
-    """The per-level verdicts of claims (ii) and (iii) as a table (difference with its 95 % interval)."""
+    """The per-level verdicts of :func:`claims` as a table: claim, stage (claim (i) judges two), level, p_s, the
+    difference with its 95 % interval and the verdict; for claim (i) also the observed accuracy, the two-stage
+    prediction and the correctness-blind one (:func:`dsh.measure.claims.blind_prediction`)."""
     rows = []
     _verdicts(verdicts)
+    r3 = lambda x: None if x is None else round(x, 3)  # noqa: E731
     for c in verdicts:
         for r in c.get("per_level", []):
             lo, hi = r["interval"]
-            rows.append({"claim": c["claim"].split(" ")[0], "level": r["level"],
-                         "difference": None if r["difference"] is None else round(r["difference"], 3),
+            rows.append({"claim": c["claim"].split(" ")[0], "stage": r.get("stage", "-"), "level": r["level"],
+                         "p_s": r3(r.get("p_s")), "observed": r3(r.get("observed")),
+                         "predicted": r3(r.get("predicted")), "correctness-blind": r3(r.get("blind")),
+                         "difference": r3(r["difference"]),
                          "95% interval": "-" if lo is None else f"({lo:+.3f}, {hi:+.3f})", "verdict": r["verdict"]})
-    return pd.DataFrame(rows, columns=["claim", "level", "difference", "95% interval", "verdict"])
+    return pd.DataFrame(rows, columns=["claim", "stage", "level", "p_s", "observed", "predicted", "correctness-blind",
+                                       "difference", "95% interval", "verdict"])
+
+
+@_results_first
+def rl_sampling_mismatch(results: dict) -> str | None:
+    """Why the RL stages of a results folder cannot be compared with the stage they started from, or None: a model
+    is tested at the sampling it was trained at, and RL that sampled its rollouts at another temperature than the
+    evaluation's learned at that temperature (the summary's ``configs`` and ``eval``)."""
+    configs, ev = results["summary"].get("configs") or {}, results["summary"].get("eval") or {}
+    temps = sorted({configs[x["name"]].get("temperature") for x in plan_of(results)
+                    if x["kind"].startswith("rl") and x["name"] in configs} - {None})
+    at = ev.get("temperature")
+    if at is None or not temps or temps == [at]:
+        return None
+    return (f"RL sampled its rollouts at temperature {', '.join(f'{t:g}' for t in temps)}, the evaluation at "
+            f"{at:g}")
+
+
+@_results_first
+def stratified_table(results: dict, min_n: int = 30) -> pd.DataFrame:
+    """Per training seed and claim: the level-stratified contrast (equal level weights over the levels where the
+    claim can fail; :mod:`dsh.measure.claims`), its levels, its 95 % interval and the verdict; claim (i) per stage
+    with the correctness-blind decision's gap beside it."""
+    rows = []
+    for s in seeds_of(results):
+        for c in claims(results, min_n, s):
+            key = c["claim"].split(" ")[0]
+            blocks = ([(st, x["stratified"], x["verdict"], x.get("blind")) for st, x in c["stages"].items()]
+                      if "stages" in c else [("-", c.get("stratified"), c["verdict"], None)] if "stratified" in c
+                      else [])
+            for stage, st, verdict, blind in blocks:
+                rows.append({"seed": s, "claim": key, "stage": stage,
+                             "levels": ", ".join(st["levels"]) if st else "-",
+                             "difference": round(st["difference"], 3) if st else None,
+                             "95% interval": f"({st['interval'][0]:+.3f}, {st['interval'][1]:+.3f})" if st else "-",
+                             "correctness-blind": f"{blind['difference']:+.3f} ({blind['interval'][0]:+.3f}, "
+                                                  f"{blind['interval'][1]:+.3f})" if blind else "-",
+                             "verdict": verdict})
+    return pd.DataFrame(rows, columns=["seed", "claim", "stage", "levels", "difference", "95% interval",
+                                       "correctness-blind", "verdict"])
+
+
+@_results_first
+def recovery_table(results: dict, kinds=("sft_reflection", "rl")) -> pd.DataFrame:
+    """Does reflection pay? Per stage kind, seed and level: the responses whose first attempt is wrong, the
+    resamples that follow a wrong answer (F->T + F->F) and p(F->T), the share of them whose next answer is right,
+    with its 95 % Wilson interval; and p(T->F), the share of resamples after a right answer that give a wrong one."""
+    from ..measure.calibration import wilson_interval
+
+    rows = []
+    for x in plan_of(results):
+        if x["kind"] not in kinds:
+            continue
+        for lv, e in results["calibration"][x["name"]]["all"]["by_level"].items():
+            t = e["transitions"]
+            wrong, right = t["F->T"] + t["F->F"], t["T->T"] + t["T->F"]
+            lo, hi = wilson_interval(t["F->T"], wrong)
+            answered = e["n"] - e["no_answer"]
+            first_wrong = round(answered * (1 - e["p_s"])) if e.get("p_s") is not None else 0
+            rows.append({"kind": x["kind"], "seed": x["seed"], "level": lv, "p_s": e.get("p_s"),
+                         "wrong first attempts": first_wrong, "resamples after a wrong answer": wrong,
+                         "F->T": t["F->T"],
+                         "p(F->T)": t["F->T"] / wrong if wrong else None,
+                         "p(F->T) 95%": f"({lo:.2f}, {hi:.2f})" if wrong else "-",
+                         "T->F": t["T->F"], "p(T->F)": t["T->F"] / right if right else None})
+    return pd.DataFrame(rows)
 
 
 @_results_first
@@ -967,3 +1038,38 @@ def kl_by_level(study: dict) -> pd.DataFrame:
                                      "decision k1": ("decision k1", "median"),
                                      "trajectories": ("attempt k1", "size")})
     return out.loc[_levels_sorted(df)]
+
+
+def graded_design_tables(design: dict) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The graded experiment's design table (``book/results/laptop-graded/design/graded_design.json``): one row per
+    SFT (reflection) candidate (slip rate, fine-tuning levels, the base's lowest accuracy, p_s per level, the graded
+    levels and those outside the fine-tuning levels, the check probe's lowest agreement and kappa on them, the share
+    truncated, the expected share of mixed-reward groups, the rule's points met, chosen or not) and one per GRPO
+    candidate (learning rate, mixed groups in the first fifth, the reward's rise with its 95 % interval)."""
+    if not isinstance(design, dict) or "sft_candidates" not in design:
+        raise ValueError("design must be graded_design.json's contents (a dict with sft_candidates)")
+    choice = design.get("sft_choice") or {}
+    rows = []
+    for e in design["sft_candidates"].values():
+        j, lv = e["judged"], e["levels"]
+        probe = [(lv[x]["probe_agreement"], lv[x]["probe_kappa"]) for x in j["graded"]]
+        rows.append({"slip rate": e["slip_rate"], "fine-tuning levels": e["ft"] + ": " + ", ".join(
+                         x for x in e["ft_levels"] if x.startswith("1x")),
+                     "base: lowest accuracy": round(min(e["base_accuracy"].values()), 2),
+                     "p_s by level": " ".join(f"{lv[x]['p_s']:.2f}" for x in lv),
+                     "graded (outside)": f"{len(j['graded'])} ({len(j['graded_outside'])})",
+                     "probe on graded: agreement / kappa": (
+                         f"{min(a for a, _ in probe):.2f} / {min(k for _, k in probe):.2f}" if probe else "-"),
+                     "truncated": round(e["truncated"], 3), "mixed groups (expected)": round(j["expected_mixed_groups"], 2),
+                     "points met": ", ".join(k.split("_")[0] for k, x in j["points"].items() if x) or "none",
+                     "chosen": choice.get("slip_rate") == e["slip_rate"] and choice.get("ft") == e["ft"]})
+    grpo = []
+    pick = design.get("grpo_choice") or {}
+    for e in (design.get("grpo_candidates") or {}).values():
+        lo, hi = e["reward_rise_ci"]
+        grpo.append({"learning rate": e["lr"], "rounds": e["rounds"],
+                     "mixed groups, first fifth": round(e["mixed_first_fifth"], 2),
+                     "reward first / last fifth": f"{e['reward_first']:.3f} / {e['reward_last']:.3f}",
+                     "rise (95 % interval)": f"{e['reward_rise']:+.3f} ({lo:+.3f}, {hi:+.3f})",
+                     "qualifies": e["qualifies"], "chosen": pick.get("lr") == e["lr"]})
+    return pd.DataFrame(rows), pd.DataFrame(grpo)

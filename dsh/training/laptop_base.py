@@ -124,7 +124,7 @@ def build_base(out, spec: BaseSpec = BaseSpec(), progress: bool = True) -> dict:
 
         where = resolve_model(spec.init)
         tok = AutoTokenizer.from_pretrained(where)
-        model = AutoModelForCausalLM.from_pretrained(where, torch_dtype=torch.float32)
+        model = AutoModelForCausalLM.from_pretrained(where, dtype=torch.float32)
         what = f"dsh laptop base: {spec.init} (sha256 {weights_digest(where)[:16]}) trained further"
     corpus = lt.base_corpus(spec.levels, spec.weights, spec.n_examples, spec.check_fraction, seed=spec.train.seed,
                             exclude=lt.held_out(both_orders=True), check_levels=spec.check_levels,

@@ -1,0 +1,121 @@
+"""The graded laptop experiment's ingredients: a corpus whose attempts slip at the stated per-digit rate (each slip
+caught by the check), a base continued from another on it (`dsh base --spec graded`), and fine-tuning that replays
+the starting base's own corpus (task_options replay=base_corpus)."""
+
+import json
+import re
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from dsh.experiment import presets
+from dsh.measure import tasks
+from dsh.task import laptop_task as lt
+from dsh.task.problems import Problem
+from dsh.training import laptop_base as lb
+from dsh.training.train import build_dataset
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_a_graded_corpus_slips_at_its_rate_per_digit_and_every_slip_fails_its_check():
+    levels = ("1x2", "1x5", "1x8")
+    corpus = lt.base_corpus(levels, (1, 1, 1), 6000, check_fraction=0.0, seed=1, slip_rate=0.15, with_problems=True)
+    wrong = Counter()
+    total = Counter()
+    for p, t in corpus:
+        if min(p.a, p.b) == 1:              # times 1: no slip changes the product and passes unnoticed
+            assert t.attempt_answers[0] == p.answer
+            continue
+        total[p.level] += 1
+        if t.attempt_answers[0] != p.answer:
+            wrong[p.level] += 1
+            assert not lt.check_text(p.a, p.b, t.attempt_answers[0])[1]      # casting out nines catches it
+            assert t.text.endswith(f"{lt.ANSWER}{t.attempt_answers[0]}.")
+    for lv in levels:
+        n = lt.parse_level(lv)[1]
+        expected = 1 - 0.85 ** n
+        share = wrong[lv] / total[lv]
+        assert abs(share - expected) < 4 * (expected * (1 - expected) / total[lv]) ** 0.5 + 0.01, (lv, share)
+    # slip rate 0 leaves the corpus of the shipped base as it was (no extra draw)
+    a = lt.base_corpus(("1x2", "1x3"), (1, 1), 300, seed=2)
+    b = lt.base_corpus(("1x2", "1x3"), (1, 1), 300, seed=2, slip_rate=0.0)
+    assert a == b
+    assert lt.slip_probability(Problem(7, 12345678), 0.1) == pytest.approx(1 - 0.9 ** 8)
+
+
+def test_replay_mixes_the_bases_own_corpus_one_to_one_without_a_test_question():
+    prov = {"spec": {"levels": ["1x2", "1x7", "7x1"], "weights": [1, 1, 1], "check_levels": ["1x2", "1x7", "7x1"],
+                     "check_fraction": 0.3, "slip_rate": 0.2}}
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as d:
+        Path(d, "dsh_provenance.json").write_text(json.dumps(prov))
+        corpus = lb.corpus_of(d)
+    cfg = presets.resolve("sft_reflection", "laptop", n_train=200, seed=3,
+                          task_options={**presets.LAPTOP_REFLECTION, "replay": "base_corpus"})
+    task = tasks.get("laptop_task")
+    base = task.records(cfg, task.training_problems(cfg))
+    mixed = task.with_replay(cfg, base, corpus)
+    assert len(mixed) == 2 * len(base)
+    assert task.with_replay(cfg, base, corpus) == mixed                         # reproducible
+    extra = [r for r in mixed if r not in base]
+    assert len(extra) == len(base)
+    assert {r["level"] for r in extra} == {"1x2", "1x7", "7x1"}
+    held = lt.held_out(both_orders=True)
+    for r in extra:
+        assert r["segment_loss"] == [True] and "".join(r["segment_texts"]) == r["completion"][0]["content"]
+        q = r["prompt"][0]["content"]
+        a, b = (int(x) for x in re.findall(r"\d+", q)[:2])
+        assert (a, b) not in held
+    checks = sum(r["prompt"][0]["content"].startswith("Check") for r in extra)
+    assert 0.2 < checks / len(extra) < 0.4
+    wrong = [r for r in extra if not r["prompt"][0]["content"].startswith("Check")
+             and not r["completion"][0]["content"].endswith(f"{lt.ANSWER}{r['answer']}.")]
+    assert wrong                                                                # slipped attempts are replayed too
+
+
+def test_replay_needs_a_base_that_describes_its_corpus(tmp_path):
+    with pytest.raises(ValueError, match="replay=base_corpus needs a base made by `dsh base`"):
+        lb.corpus_of(tmp_path)
+    cfg = presets.resolve("sft_reflection", "laptop", model="embedded", n_train=4,
+                          task_options={**presets.LAPTOP_REFLECTION, "replay": "base_corpus"})
+    with pytest.raises(ValueError, match="replay=base_corpus"):
+        build_dataset(cfg)
+    with pytest.raises(ValueError, match="task_options\\['replay'\\]"):
+        presets.resolve("sft", "laptop", task_options={"replay": "yes"})
+
+
+def test_bad_graded_settings_are_one_line_errors():
+    with pytest.raises(ValueError, match="slip_rate"):
+        lb.BaseSpec(slip_rate=1.5)
+    with pytest.raises(ValueError, match="init must be None or a model"):
+        lb.BaseSpec(init="")
+    with pytest.raises(ValueError, match="slip_rate"):
+        lt.base_corpus(("1x2",), (1,), 3, slip_rate=-0.1)
+    r = subprocess.run([sys.executable, "-m", "dsh", "base", "--out", "x", "--slip-rate", "0.1"],
+                       capture_output=True, text=True, cwd=ROOT)
+    assert r.returncode != 0 and "--slip-rate is a setting of --spec graded" in r.stderr
+    assert "Traceback" not in r.stderr
+
+
+def test_a_graded_base_continues_the_laptop_base_and_says_so(tmp_path):
+    from dataclasses import replace
+
+    spec = lb.graded_spec(0.25)
+    spec = replace(spec, train=replace(spec.train, tokens=6000), n_examples=300, report_n=0, curve_n=2,
+                   curve_every=10 ** 6)
+    prov = lb.build_base(tmp_path / "g", spec, progress=False)
+    assert prov["spec"]["init"] == "laptop-base" and prov["spec"]["slip_rate"] == 0.25
+    assert "laptop-base (sha256 " in prov["what"] and "report" not in prov
+    corpus = lb.corpus_of(tmp_path / "g")
+    assert corpus["slip_rate"] == 0.25 and set(corpus["levels"]) == set(lb.GRADED_LEVELS)
+    from safetensors.torch import load_file
+
+    new = load_file(tmp_path / "g" / "model.safetensors")
+    old = load_file(lb.SHIPPED_BASE / "model.safetensors")
+    assert new.keys() == old.keys() and any(not (new[k] == old[k]).all() for k in new)   # trained further
+    assert (tmp_path / "g" / "tokenizer.json").read_text() == (lb.SHIPPED_BASE / "tokenizer.json").read_text()
