@@ -3,6 +3,7 @@
 Run from the repository root with the project's venv, one step at a time (each resumable; results merged into
 graded_design.json beside this file):
     python book/results/laptop-graded/design/graded_design.py sft     # bases and SFT (reflection) candidates
+    python book/results/laptop-graded/design/graded_design.py round2  # round 2 of RULE.md
     python book/results/laptop-graded/design/graded_design.py grpo E L # GRPO candidates from candidate (E, L)
 Runs go to runs/graded-design/ (not committed)."""
 import json
@@ -72,7 +73,7 @@ def sft(eps, ft, base_dir):
     return run / "final"
 
 
-def measure_sft(model_dir, ft):
+def measure_sft(model_dir, ft, max_new_tokens=768):
     from dsh.experiment.check_probe import ProbeSettings, summarize
     from dsh.llm.complete import complete
     from dsh.llm.models import load
@@ -81,7 +82,7 @@ def measure_sft(model_dir, ft):
     from dsh.task import laptop_task as lt
     model, tok = load(str(model_dir))
     qs = validation_problems()
-    outs = complete(model, tok, [p.question for p in qs], 768, 1.0, 0, rows=256)
+    outs = complete(model, tok, [p.question for p in qs], max_new_tokens, 1.0, 0, rows=256)
     recs = [{"question": p.question, "answer": str(p.answer), "response": c.text, "level": p.level,
              "truncated": not c.stopped} for p, c in zip(qs, outs)]
     cal = calibrate(recs, parse=tasks.get("laptop_task").parse, n_bootstrap=0)["by_level"]
@@ -165,6 +166,31 @@ def run_sft():
     print("choice", d["sft_choice"], flush=True)
 
 
+def run_round2():
+    """RULE.md, round 2: the round-1 candidates that missed only (d), measured again with 1,024 new tokens."""
+    d = load_out()
+    d.setdefault("round2", {})
+    for key, e in d["sft_candidates"].items():
+        missed = [k for k, x in e["judged"]["points"].items() if not x]
+        if missed != ["d_truncated"] or key in d["round2"]:
+            continue
+        levels, trunc, raw = measure_sft(RUNS / f"sft_reflection-{key}" / "final", e["ft"], max_new_tokens=1024)
+        entry = {**e, "levels": levels, "truncated": trunc, "raw": raw, "max_new_tokens": 1024}
+        entry["judged"] = judge(entry, e["ft"])
+        d["round2"][key] = entry
+        save_out(d)
+        print("round 2", key, json.dumps(entry["judged"]), flush=True)
+    ok = [e for e in d["round2"].values() if e["judged"]["qualifies"]]
+    if ok:
+        best = max(ok, key=lambda e: (len(e["judged"]["graded_outside"]), -e["slip_rate"], e["ft"] == "A"))
+        d["sft_choice"] = {"slip_rate": best["slip_rate"], "ft": best["ft"], "qualifies": True, "unmet": [],
+                           "round": 2, "max_new_tokens": 1024}
+    else:
+        d["sft_choice"] = {**d["sft_choice"], "round": 1}
+    save_out(d)
+    print("choice", d["sft_choice"], flush=True)
+
+
 def run_grpo(eps, ft):
     from dsh.experiment import presets
     from dsh.experiment.pipeline import reward_curve
@@ -180,8 +206,10 @@ def run_grpo(eps, ft):
         run = RUNS / f"grpo-{key}"
         t0 = time.time()
         if not (run / "final" / "model.safetensors").is_file():
+            limit = d["sft_choice"].get("max_new_tokens")       # round 2: GRPO's limit raised with the evaluation's
             cfg = presets.resolve("grpo", "laptop", model=str(init), output_dir=str(run), seed=0,
-                                  train_levels=FT[ft], temperature=1.0, learning_rate=lr)
+                                  train_levels=FT[ft], temperature=1.0, learning_rate=lr,
+                                  **({"max_completion_length": limit} if limit else {}))
             train(cfg)
         c = reward_curve(run)
         t = fifths_contrast([r["reward"] for r in c])
@@ -207,5 +235,7 @@ if __name__ == "__main__":
     random.seed(0)
     if sys.argv[1] == "sft":
         run_sft()
+    elif sys.argv[1] == "round2":
+        run_round2()
     else:
         run_grpo(float(sys.argv[2]), sys.argv[3])
