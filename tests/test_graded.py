@@ -119,3 +119,21 @@ def test_a_graded_base_continues_the_laptop_base_and_says_so(tmp_path):
     old = load_file(lb.SHIPPED_BASE / "model.safetensors")
     assert new.keys() == old.keys() and any(not (new[k] == old[k]).all() for k in new)   # trained further
     assert (tmp_path / "g" / "tokenizer.json").read_text() == (lb.SHIPPED_BASE / "tokenizer.json").read_text()
+
+
+def test_the_shipped_graded_base_is_what_its_command_makes_and_its_corpus_holds_no_test_question():
+    from dataclasses import asdict, replace
+
+    from dsh.llm import models
+
+    where = models.resolve_model("laptop-graded-base")
+    prov = json.loads(Path(where, "dsh_provenance.json").read_text())
+    spec = replace(lb.graded_spec(lb.GRADED_SLIP_RATE), report_n=0)          # `dsh base --spec graded --no-report`
+    assert prov["spec"] == json.loads(json.dumps(asdict(spec))), "the shipped graded base is not the command's"
+    s = prov["spec"]
+    corpus = lt.base_corpus(s["levels"], s["weights"], s["n_examples"], s["check_fraction"], seed=s["train"]["seed"],
+                            exclude=lt.held_out(both_orders=True), check_levels=s["check_levels"],
+                            slip_rate=s["slip_rate"], with_problems=True)
+    held = lt.held_out(both_orders=True)
+    assert not [p for p, _ in corpus if (p.a, p.b) in held]
+    assert len(corpus) == s["n_examples"]

@@ -420,8 +420,9 @@ LAPTOP_WIDE = Preset(
 # levels, slip rate and GRPO learning rate were chosen by the rule in book/results/laptop-graded/design/RULE.md on
 # validation questions, before any test-ladder run (graded_design.json; chapter 06's design table; a test checks
 # that these values are its choice).
-GRADED_FT_LEVELS = ("1x2", "2x1", "1x3", "3x1", "1x4", "4x1", "1x5", "5x1")
+GRADED_FT_LEVELS = ("1x2", "2x1", "1x4", "4x1", "1x6", "6x1", "1x8", "8x1")   # 1x3, 1x5, 1x7 lie between them
 GRADED_GRPO_LR = 3e-5
+GRADED_TOKENS = 1024      # new tokens of an evaluated response and of a rollout (RULE.md, round 2)
 _GRADED_TASK = {**LAPTOP_REFLECTION, "replay": "base_corpus"}
 _GRADED_SFT = {**_LAPTOP_SFT, "train_levels": GRADED_FT_LEVELS, "task_options": dict(_GRADED_TASK)}
 GRADED_ABLATIONS = KL_ABLATION + (
@@ -432,9 +433,9 @@ LAPTOP_GRADED = Preset(
                                 "evaluation's temperature",
     training={"sft": dict(_GRADED_SFT), "sft_reflection": dict(_GRADED_SFT), "dft": dict(_GRADED_SFT),
               "grpo": {**LAPTOP.training["grpo"], "train_levels": GRADED_FT_LEVELS, "temperature": 1.0,
-                       "learning_rate": GRADED_GRPO_LR}},
+                       "learning_rate": GRADED_GRPO_LR, "max_completion_length": GRADED_TOKENS}},
     stages=LAPTOP_STAGES,
-    evaluation=LAPTOP.evaluation,
+    evaluation=dataclasses.replace(LAPTOP.evaluation, max_new_tokens=GRADED_TOKENS),
     model=GRADED_BASE, seeds=(0, 1, 2), ablations=GRADED_ABLATIONS, ablation_seeds=(0, 1, 2),
     probe=ProbeSettings(n_per_level=50),
 )

@@ -18,7 +18,7 @@ from ..core.agreement import cohen_kappa
 from ..core.files import read_jsonl
 from ..core.paper import paper_results
 from ..measure import tasks
-from ..measure.calibration import normal_interval
+from ..measure.calibration import normal_interval, wilson_interval
 from ..measure.claims import verdicts
 from ..measure.length_law import TOLERANCE, cluster_median, mutual_inclusion
 from ..measure.stage import preferred
@@ -697,8 +697,6 @@ def recovery_table(results: dict, kinds=("sft_reflection", "rl")) -> pd.DataFram
     """Does reflection pay? Per stage kind, seed and level: the responses whose first attempt is wrong, the
     resamples that follow a wrong answer (F->T + F->F) and p(F->T), the share of them whose next answer is right,
     with its 95 % Wilson interval; and p(T->F), the share of resamples after a right answer that give a wrong one."""
-    from ..measure.calibration import wilson_interval
-
     rows = []
     for x in plan_of(results):
         if x["kind"] not in kinds:
@@ -1042,18 +1040,21 @@ def kl_by_level(study: dict) -> pd.DataFrame:
 
 def graded_design_tables(design: dict) -> tuple[pd.DataFrame, pd.DataFrame]:
     """The graded experiment's design table (``book/results/laptop-graded/design/graded_design.json``): one row per
-    SFT (reflection) candidate (slip rate, fine-tuning levels, the base's lowest accuracy, p_s per level, the graded
-    levels and those outside the fine-tuning levels, the check probe's lowest agreement and kappa on them, the share
-    truncated, the expected share of mixed-reward groups, the rule's points met, chosen or not) and one per GRPO
-    candidate (learning rate, mixed groups in the first fifth, the reward's rise with its 95 % interval)."""
+    SFT (reflection) candidate and design round (the round, the new-token limit, slip rate, fine-tuning levels, the
+    base's lowest accuracy, p_s per level, the graded levels and those outside the fine-tuning levels, the check
+    probe's lowest agreement and kappa on them, the share truncated, the expected share of mixed-reward groups, the
+    rule's points met, chosen or not) and one per GRPO candidate (learning rate, mixed groups in the first fifth, the
+    reward's rise with its 95 % interval)."""
     if not isinstance(design, dict) or "sft_candidates" not in design:
         raise ValueError("design must be graded_design.json's contents (a dict with sft_candidates)")
     choice = design.get("sft_choice") or {}
     rows = []
-    for e in design["sft_candidates"].values():
+    rounds = [(1, e) for e in design["sft_candidates"].values()] + [(2, e) for e in (design.get("round2") or {}).values()]
+    for rnd, e in rounds:
         j, lv = e["judged"], e["levels"]
         probe = [(lv[x]["probe_agreement"], lv[x]["probe_kappa"]) for x in j["graded"]]
-        rows.append({"slip rate": e["slip_rate"], "fine-tuning levels": e["ft"] + ": " + ", ".join(
+        rows.append({"round": rnd, "new tokens": e.get("max_new_tokens", 768), "slip rate": e["slip_rate"],
+                     "fine-tuning levels": e["ft"] + ": " + ", ".join(
                          x for x in e["ft_levels"] if x.startswith("1x")),
                      "base: lowest accuracy": round(min(e["base_accuracy"].values()), 2),
                      "p_s by level": " ".join(f"{lv[x]['p_s']:.2f}" for x in lv),
@@ -1062,7 +1063,8 @@ def graded_design_tables(design: dict) -> tuple[pd.DataFrame, pd.DataFrame]:
                          f"{min(a for a, _ in probe):.2f} / {min(k for _, k in probe):.2f}" if probe else "-"),
                      "truncated": round(e["truncated"], 3), "mixed groups (expected)": round(j["expected_mixed_groups"], 2),
                      "points met": ", ".join(k.split("_")[0] for k, x in j["points"].items() if x) or "none",
-                     "chosen": choice.get("slip_rate") == e["slip_rate"] and choice.get("ft") == e["ft"]})
+                     "chosen": (choice.get("slip_rate"), choice.get("ft"), choice.get("round", 1)) ==
+                               (e["slip_rate"], e["ft"], rnd)})
     grpo = []
     pick = design.get("grpo_choice") or {}
     for e in (design.get("grpo_candidates") or {}).values():

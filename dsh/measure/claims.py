@@ -17,6 +17,7 @@ from __future__ import annotations
 import math
 
 from ..task.problems import level_index
+from ..theory.two_stage import predicted_accuracy
 from .calibration import Z95
 
 MIN_CANDIDATES = 20     # a rate resting on fewer candidates than this carries no verdict
@@ -89,8 +90,6 @@ def stop_rate(est: dict):
 def blind_prediction(est: dict):
     """The accuracy a correctness-blind decision predicts (the two-stage formula with p_dC = 1 - p_dW = the level's
     :func:`stop_rate`): what claim (i)'s prediction must beat to show that the decision reads correctness."""
-    from ..theory.two_stage import predicted_accuracy
-
     q = stop_rate(est)
     if q is None or est.get("p_s") is None:
         return None
@@ -282,7 +281,7 @@ def claim_ood_limited_by_sampling(cal: dict, min_n: int = 30) -> dict:
     claim = "(iii) OOD accuracy is limited by pi_sample"
     if len(usable) < 2:
         return {"claim": claim, "verdict": f"{NOT_TESTABLE}: {len(usable)} graded level(s) of RL with p_dW defined",
-                "evidence": f"RL p_s by level: " + ", ".join(f"{lv} {s.get('p_s'):.2f}" for _, lv, s in pts
+                "evidence": "RL p_s by level: " + ", ".join(f"{lv} {s.get('p_s'):.2f}" for _, lv, s in pts
                                                              if s.get("p_s") is not None),
                 "per_level": [], "stratified": None}
     base_lv, base = usable[0]
