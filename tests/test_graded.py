@@ -137,3 +137,21 @@ def test_the_shipped_graded_base_is_what_its_command_makes_and_its_corpus_holds_
     held = lt.held_out(both_orders=True)
     assert not [p for p, _ in corpus if (p.a, p.b) in held]
     assert len(corpus) == s["n_examples"]
+
+
+def test_the_design_table_shows_every_candidate_and_the_rules_choice():
+    from dsh.experiment import report
+
+    design = json.loads((ROOT / "book/results/laptop-graded/design/graded_design.json").read_text())
+    sft, grpo = report.graded_design_tables(design)
+    assert len(sft) == len(design["sft_candidates"]) + len(design.get("round2", {}))
+    assert sft.chosen.sum() == 1 and len(grpo) == len(design["grpo_candidates"]) and grpo.chosen.sum() == 1
+    chosen = sft[sft.chosen].iloc[0]
+    assert chosen["slip rate"] == lb.GRADED_SLIP_RATE == design["sft_choice"]["slip_rate"]
+    # the rule's choice recomputed from the measurements: round 2's qualifying candidate, else round 1's best
+    ok = [e for e in design.get("round2", {}).values() if e["judged"]["qualifies"]]
+    assert (design["sft_choice"]["round"] == 2) == bool(ok)
+    key = f"{chosen['slip rate']}-{design['sft_choice']['ft']}"
+    assert presets.GRADED_FT_LEVELS == tuple(design["sft_candidates"][key]["ft_levels"])
+    with pytest.raises(ValueError, match="design must be graded_design.json's contents"):
+        report.graded_design_tables({"x": 1})
