@@ -72,6 +72,13 @@ def real(name: str, value) -> float:
     return float(value)
 
 
+def temperature(name: str, value) -> float:
+    """A sampling temperature: a finite number >= 0 (0: greedy)."""
+    if real(name, value) < 0:
+        raise ValueError(f"{name} must be a number >= 0 (0: greedy), got {value!r}")
+    return float(value)
+
+
 def collection(name: str, value, what: str, nonempty: bool = False) -> list:
     """``value`` as a list, refused in one line (naming ``what`` it must hold) when it is not a collection: a string,
     bytes, a single mapping, a number, None; and, with ``nonempty``, when it is empty."""

@@ -46,8 +46,8 @@ METHOD = 3          # the split's rules (1: verdicts only, attempts may hold str
 #                     trajectories carry a reward signal; 3: method 2's split, rounds until every term's fit has
 #                     min_signal trajectories, :func:`enough`). Method 2's rounds are method 3's first rounds
 #                     (:func:`resume_point`).
-MIN_TRAJECTORIES = 200   # a study with fewer trajectories with a decision is reported, not given verdicts (issue 31)
-MIN_SPAN = 5.0           # the span of per-level median attempt lengths issue 31 asks the length law to be fitted over
+MIN_TRAJECTORIES = 200   # a study with fewer trajectories with a decision is reported, not given verdicts
+MIN_SPAN = 5.0           # the span of per-level median attempt lengths the length law is fitted over
 #                          (the findings' laptop-wide rows count only studies that reach it)
 
 
@@ -57,7 +57,7 @@ class StudySettings:
 
     levels: tuple = ("1x1", "1x2", "1x3", "1x4", "1x5", "1x6", "1x7", "1x8")   # attempts of ~17 to ~100 tokens
     prompts_per_level: int = 12     # questions a level: 12 x 8 x 8 = 768 samples, ~300 with a reward signal (8 gave
-    #                                 152-189, fewer than the 200 issue 31 asks; the table in chapter 08)
+    #                                 152-189, fewer than MIN_TRAJECTORIES; the table in chapter 08)
     group: int = 8                  # samples a question (the laptop GRPO's num_generations)
     temperature: float = 2.0        # the laptop GRPO's rollout temperature
     max_new_tokens: int = 400

@@ -47,8 +47,7 @@ class ProbeSettings:
     def checked(self) -> ProbeSettings:
         v.at_most("n_per_level", self.n_per_level, MAX_PROBLEMS, "test problems a level")
         v.at_most("max_new_tokens", self.max_new_tokens, 65_536, "tokens a continuation: memory")
-        if v.real("temperature", self.temperature) < 0:
-            raise ValueError(f"temperature must be a number >= 0 (0: greedy), got {self.temperature!r}")
+        v.temperature("temperature", self.temperature)
         v.length("seed", self.seed)
         v.probability("miscopy_fraction", self.miscopy_fraction)
         return self

@@ -57,8 +57,7 @@ class EvalSettings:
         levels = tuple(f"{m}x{n}" for m, n in (parse_level(lv) for lv in levels))
         if len(set(levels)) != len(levels):
             raise ValueError(f"levels must name each level once; got {list(self.levels)!r}")
-        if v.real("temperature", self.temperature) < 0:
-            raise ValueError(f"temperature must be a number >= 0 (0: greedy), got {self.temperature!r}")
+        v.temperature("temperature", self.temperature)
         n = v.at_most("n_per_level", self.n_per_level, MAX_PROBLEMS, "test problems a level")
         return dataclasses.replace(self, levels=levels, n_per_level=n,
                                    max_new_tokens=v.at_most("max_new_tokens", self.max_new_tokens, 1_048_576,

@@ -248,7 +248,7 @@ def _run_claimed(p, results: Path, runs: Path, model: str, overrides, plan_, cfg
 def reward_curve(run: Path) -> list[dict]:
     """GRPO's log per rollout round (from the run's metrics.jsonl): the round's first step, its reward,
     zero-variance groups and completion length, the KL of the round's last logged step, and the round's time split
-    (sampling, scoring and the sum of its steps' updates, in seconds; None for runs made before issue 28)."""
+    (sampling, scoring and the sum of its steps' updates, in seconds; None for runs that did not log them)."""
     keys = ("reward", "frac_reward_zero_std", "kl", "completions/mean_length")
     out = []
     if (run / "metrics.jsonl").is_file():

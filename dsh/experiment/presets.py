@@ -378,7 +378,7 @@ LAPTOP = Preset(
     # decision faithfulness with as many wrong answers as right ones (the evaluation's own checks see a handful
     # of wrong answers on the fine-tuning levels): 50 test questions a level, each with a right and a wrong attempt
     probe=ProbeSettings(n_per_level=50),
-    # issue 31: the models of every stage the paper names (seed 0; the verdict-only controls left out), each against
+    # the models of every stage the paper names (seed 0; the verdict-only controls left out), each against
     # the model its training started from; SFT (reflection) and RL once more with another seed of trajectories
     attribution=StudySettings(),
     attribution_stages=("base", "sft-s0", "sft_reflection-s0", "dft-s0", "rl-s0", "rl_beta0-s0", "rl_beta0.1-s0"),
@@ -386,7 +386,7 @@ LAPTOP = Preset(
 )
 
 # ---- laptop-wide ---------------------------------------------------------------------------------
-# Issue 31's length law needs attempts whose lengths span >= 5x; the laptop stages, fine-tuned on 1x2 ... 1x5, write
+# The length law needs attempts whose lengths span >= 5x; the laptop stages, fine-tuned on 1x2 ... 1x5, write
 # attempts whose per-level medians span 2.1-2.4x over 1x1 ... 1x8 (chapter 08). The same stages from the same shipped
 # base with one change, fine-tuning (SFT, SFT with reflection, DFT, RL and the KL ablation) on 1x1 ... 1x10 in both
 # orders, for the gradient-attribution study alone: seed 0, no verdict-only controls, no check probe; evaluated on
@@ -408,7 +408,7 @@ LAPTOP_WIDE = Preset(
     model=LAPTOP.model, seeds=(0,), ablations=KL_ABLATION, ablation_seeds=(0,),
     attribution=StudySettings(levels=tuple(f"1x{n}" for n in range(1, WIDE_TOP + 1)), temperature=WIDE_STUDY_T),
     # every stage's study once more with another seed of trajectories: the verdicts rest on the stages that span 5x,
-    # whichever they are, and issue 31 asks each slope to be reproduced (the laptop preset repeats two)
+    # whichever they are, each slope reproduced once (the laptop preset repeats two)
     attribution_stages=LAPTOP.attribution_stages, attribution_repeats=LAPTOP.attribution_stages,
 )
 

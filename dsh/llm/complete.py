@@ -40,8 +40,7 @@ def complete(model, tok, questions, max_new_tokens: int, temperature: float = 1.
     questions = list(questions)
     v.positive_int("max_new_tokens", max_new_tokens)
     v.positive_int("rows", rows)
-    if v.real("temperature", temperature) < 0:
-        raise ValueError(f"temperature must be a number >= 0 (0: greedy), got {temperature!r}")
+    v.temperature("temperature", temperature)
     if keys is not None and len(keys) != len(questions):
         raise ValueError(f"keys must give one stream key per question ({len(questions)}); got {len(keys)}")
     if prefixes is not None and (len(prefixes) != len(questions) or not all(isinstance(x, str) for x in prefixes)):

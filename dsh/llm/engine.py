@@ -425,8 +425,7 @@ class Engine:
         position), so that a prompt keeps its completion whatever else runs beside it."""
         prompts = [list(map(int, p)) for p in prompts]
         max_new_tokens = v.positive_int("max_new_tokens", max_new_tokens)
-        if v.real("temperature", temperature) < 0:
-            raise ValueError(f"temperature must be a number >= 0 (0: greedy), got {temperature!r}")
+        v.temperature("temperature", temperature)
         if any(len(p) == 0 for p in prompts):
             raise ValueError("prompts must be non-empty lists of token ids")
         too_long = [i for i, p in enumerate(prompts) if len(p) + max_new_tokens > self.max_len]

@@ -157,7 +157,7 @@ def bootstrap_coverage(n_rep: int = 200, questions: int = 40, per_question: int 
 
 def mutual_inclusion(ci0, ci1, level: float = 0.95) -> float:
     """Chance that two independent, unbiased, normal estimates of one slope, whose ``level`` intervals have the
-    widths of ``ci0`` and ``ci1``, each lie inside the other's interval (the reproduction check of issue 31):
+    widths of ``ci0`` and ``ci1``, each lie inside the other's interval (the reproduction check of chapter 08):
     P(|Z| <= z * min(s0, s1) / sqrt(s0^2 + s1^2)) with s = width / (2 z), z the normal quantile of ``level``. For
     equal widths at 95 %: P(|Z| <= 1.386) = 0.834, so even a study that reproduces exactly misses about 1 slope in 6."""
     if not 0 < v.real("level", level) < 1:
