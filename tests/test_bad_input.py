@@ -598,7 +598,7 @@ def test_a_failed_evaluation_leaves_no_settings_record_that_blocks_the_next(tmp_
 
 @pytest.mark.slow
 def test_clear_run_removes_only_what_train_wrote(tmp_path):
-    """Issue 34: chapter 07's papermill parameter fresh=True removed its run folder whole, a user's file included.
+    """Issue 34: chapter 04's papermill parameter fresh=True removed its run folder whole, a user's file included.
     train.clear_run (what the chapter calls) removes a real run (checkpoints kept, so every kind of file train writes
     is there) and refuses, byte-identical, a run folder holding a user's file, and a folder that is not a dsh run."""
     from dsh.experiment import presets

@@ -80,7 +80,7 @@ def _papermill(nb, out, *params, attempts=3):
                     reason="jupyter not installed")
 def test_papermill_runs_a_chapter_with_parameters(tmp_path):
     out = tmp_path / "out.ipynb"
-    r = _papermill(ROOT / "chapters" / "04_sft_dft.ipynb", out, ("n_attempts_symbolic", 2))
+    r = _papermill(ROOT / "chapters" / "05_sft_dft.ipynb", out, ("n_attempts_symbolic", 2))
     assert r.returncode == 0, r.stderr[-3000:]
     nb = json.loads(out.read_text())
     injected = [c for c in nb["cells"] if "injected-parameters" in c["metadata"].get("tags", [])]
@@ -98,11 +98,11 @@ def test_papermill_bad_parameter_names_it(tmp_path):
 @pytest.mark.slow
 @pytest.mark.parametrize("chapter,param,value,message", [
     ("01_decision_sampling", "n_monte_carlo", 10 ** 12, "n_monte_carlo must be an integer in 1..10,000,000"),
-    ("04_sft_dft", "concrete_lengths", "a,b", "concrete_lengths[i] must be an integer >= 1, got 'a'"),
+    ("05_sft_dft", "concrete_lengths", "a,b", "concrete_lengths[i] must be an integer >= 1, got 'a'"),
     ("08_attribution_in_llms", "live_levels", "1x1,zz", "level must look like '3x5'"),
     ("08_attribution_in_llms", "live_levels", "2x2", "levels must be laptop levels 1xN, got '2x2'"),
     ("03_toy_example", "grpo_steps", 10 ** 9, "steps must be an integer in 1..100,000 (simulated steps: time)"),
-    ("05_measurement", "n_bootstrap", 10 ** 12, "n_bootstrap must be an integer in 1..100,000"),
+    ("06_measurement", "n_bootstrap", 10 ** 12, "n_bootstrap must be an integer in 1..100,000"),
 ])
 def test_papermill_bounds_and_lists_name_the_parameter_before_any_work(tmp_path, chapter, param, value, message):
     """Sizes have bounds, a list given as a string is a comma-separated list (not its characters), and a level the
@@ -114,8 +114,8 @@ def test_papermill_bounds_and_lists_name_the_parameter_before_any_work(tmp_path,
 @pytest.mark.slow
 @pytest.mark.parametrize("md", CHAPTERS, ids=lambda p: p.name)
 def test_papermill_refuses_a_parameter_the_chapter_does_not_have(tmp_path, md):
-    """Issue 34: papermill only warns about an unknown parameter (`-p preset nope` ran chapter 05 as if nothing had
-    been asked; chapter 07 has a `preset`, so the name here is one no chapter has); every chapter refuses it in its
+    """Issue 34: papermill only warns about an unknown parameter (`-p preset nope` ran chapter 06 as if nothing had
+    been asked; chapter 04 has a `preset`, so the name here is one no chapter has); every chapter refuses it in its
     second cell, naming it and the chapter's own parameters."""
     r = _papermill(md.with_suffix(".ipynb"), tmp_path / "out.ipynb", ("no_such_parameter", "nope"))
     text = r.stderr + r.stdout
@@ -127,10 +127,10 @@ def test_papermill_refuses_a_parameter_the_chapter_does_not_have(tmp_path, md):
 SMALL = {"00_findings": {}, "01_decision_sampling": {"n_monte_carlo": 20_000},
          "02_gradient_attribution": {"max_length_sweep": 4, "n_random_policies": 5},
          "03_toy_example": {"n_monte_carlo": 20_000, "grpo_steps": 50, "sweep_max_length": 64},   # a smaller legal sweep
-         "04_sft_dft": {}, "05_measurement": {"n_train": 200, "n_simulated": 200, "n_bootstrap": 20,
+         "05_sft_dft": {}, "06_measurement": {"n_train": 200, "n_simulated": 200, "n_bootstrap": 20,
                                               "coverage_replications": 5},
-         "06_laptop_experiment": {"n_live": 5, "live_steps": 2},
-         "07_paper_scale": {"max_steps": 2, "n_train": 32, "n_design": 10},
+         "07_laptop_experiment": {"n_live": 5, "live_steps": 2},
+         "04_train": {"max_steps": 2, "n_train": 32, "n_design": 10},
          "08_attribution_in_llms": {"live_per_level": 1}}
 _TIME = re.compile(r"\d+(?:\.\d+)?\s?(?:s|ms|min|seconds?)\b|elapsed \d+|\d+(?:\.\d+)?(?:it|step)/s|load \d+\.\d+")
 
@@ -180,7 +180,7 @@ def test_a_chapter_prints_the_same_from_the_root_and_from_chapters(tmp_path, cha
     for where in (ROOT, ROOT / "chapters"):
         own = tmp_path / where.name          # the live run's own folders: a second run would reuse the first's
         params = {**SMALL[chapter], **({"runs_dir": own / "runs", "results_dir": own / "results"}
-                                       if chapter == "06_laptop_experiment" else {})}
+                                       if chapter == "07_laptop_experiment" else {})}
         cmd = [sys.executable, "-m", "papermill", str(nb), str(tmp_path / f"{where.name}.ipynb")]
         for k, v in params.items():
             cmd += ["-p", k, str(v)]

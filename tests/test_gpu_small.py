@@ -64,7 +64,7 @@ def test_every_stage_runs_and_prints_its_time(ci_run):
 
 @pytest.mark.full   # make test-all: gpu-small at ci size on the embedded model (~150 s); make test: the laptop pipeline
 def test_results_folder_format(ci_run):
-    """The format chapter 07 renders: fixed here, on a CPU run of the same command."""
+    """The format chapter 04 renders: fixed here, on a CPU run of the same command."""
     root, _, _ = ci_run
     res = root / "results"
     files = sorted(str(p.relative_to(res)) for p in res.rglob("*") if p.is_file())

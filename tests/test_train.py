@@ -84,7 +84,7 @@ def ci_runs(tmp_path_factory):
     out = {}
     for m in ("sft", "sft_reflection", "dft"):
         out[m] = train.train(presets.resolve(m, "ci", output_dir=str(root / m)))
-    # 96 new tokens instead of the ci budget: this test is about the update, not the budget (chapter 07 runs
+    # 96 new tokens instead of the ci budget: this test is about the update, not the budget (chapter 04 runs
     # the preset as it is), and it keeps the CPU test time down
     out["grpo"] = train.train(presets.resolve("grpo", "ci", model=str(root / "sft_reflection"),
                                               output_dir=str(root / "grpo"), max_completion_length=96))

@@ -90,7 +90,7 @@ def test_every_preset_config_and_plan_is_as_before_the_layout_move():
         ablation's overrides. Issue 30 set the laptop preset's reflection traces (SFT with reflection, DFT and the
         verdict-only ablation): injected wrong attempts, half of them miscopies, none learned (every SFT method's
         config carries them; only reflection traces read them); gave every TrainConfig the validation fields (off by
-        default) and the laptop preset's GRPO the design of chapter 06 (10,240 rollouts at temperature 2, learning
+        default) and the laptop preset's GRPO the design of chapter 07 (10,240 rollouts at temperature 2, learning
         rate 2e-4, validation every 80 steps); its plan runs the ablations on every seed, the KL ablation at beta 0
         and 0.1 beside the RL arm's 0.001 (below). Issue 28 (again) made the laptop preset's SFT stages (SFT, SFT with
         reflection, DFT) padding-free: the same batches, the loss equal up to float rounding. Nothing else may
@@ -124,7 +124,7 @@ def test_every_preset_config_and_plan_is_as_before_the_layout_move():
     changed_on_purpose(want)
     want["eval/laptop"]["batch_size"] = 256
     # issue 29: the laptop preset has one plan, its seeded stages (laptop/jobs, laptop/configs); the paper's stages
-    # that chapter 04 (now 07) used to train for it (stages/laptop, plan/laptop ...) were a second plan and are gone
+    # that the training chapter used to train for it (stages/laptop, plan/laptop ...) were a second plan and are gone
     for key in ("stages/laptop", "plan/laptop", "plan/laptop/starts", "needed/laptop"):
         want.pop(key)
     # issue 30: no KL arm at beta 0.01; the preset's configs hold the ablations on seeds 1 and 2 as on seed 0 (their

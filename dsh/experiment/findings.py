@@ -122,7 +122,7 @@ def theory_findings(seed: int = 0, T: int = 3) -> list[dict]:
     rows.append(_row("theory", "Theorem D.1: SFT's gradient as Q-weighted scores", "erratum" if wrong else "confirmed",
                      f"the printed form points the wrong way on {wrong} of {len(inst)} instances (cosine "
                      f"{min(i['cosine'] for i in inst):.2f} .. {max(i['cosine'] for i in inst):.2f}); the last "
-                     "token (the final STOP) gets no gradient", "04_sft_dft", "thm-sft"))
+                     "token (the final STOP) gets no gradient", "05_sft_dft", "thm-sft"))
 
     dft = th.dft_q_values(T)
     paper_qs, paper_qd = th.paper_dft_q_values(T)
@@ -132,14 +132,14 @@ def theory_findings(seed: int = 0, T: int = 3) -> list[dict]:
     rows.append(_row("theory", "Theorem D.2: DFT's gradient as Q-weighted scores",
                      "erratum" if recursion and d.paper_error > 0.05 else _exact(recursion),
                      f"the printed Q-values follow from their recursion, but the best constant leaves "
-                     f"{d.paper_error:.2f} of the DFT gradient unexplained", "04_sft_dft", "thm-dft"))
+                     f"{d.paper_error:.2f} of the DFT gradient unexplained", "05_sft_dft", "thm-dft"))
 
     valid = th.valid_property_table(T)
     agree = sum(r["agree"] for r in valid)
     rows.append(_row("theory", "Appendix D: the SFT / DFT / RL comparison table",
                      "confirmed" if agree == len(valid) else "erratum",
                      f"{agree} of {len(valid)} cells agree with Q-values that represent the gradients",
-                     "04_sft_dft", "the-comparison-table-recomputed"))
+                     "05_sft_dft", "the-comparison-table-recomputed"))
     return rows
 
 
@@ -176,7 +176,7 @@ def empirical_findings(results: dict, group: str = "laptop", anchor: str = "lapt
     reading (RL more accurate than SFT with reflection, levels weighted equally), the calibration figure (claim (i))
     and claims (i')-(iii), each per training seed by :func:`dsh.experiment.report.claims_by_seed` and the seeds'
     verdicts combined, each with the graded levels it could be judged on (:func:`graded_levels`); ``group`` and
-    ``anchor``: the rows' group and the section of chapter 06 that shows them."""
+    ``anchor``: the rows' group and the section of chapter 07 that shows them."""
     report.check_results(results)
     rows = []
     acc = report.long_table(results)
@@ -198,7 +198,7 @@ def empirical_findings(results: dict, group: str = "laptop", anchor: str = "lapt
                      f"accuracy {100 * a:.1f} % vs {100 * b:.1f} %, difference {100 * (a - b):+.1f} points "
                      f"(95 % interval {100 * lo:+.1f} to {100 * hi:+.1f}; levels weighted equally, seeds pooled)"
                      + (f"; {mismatch}" if mismatch else ""),
-                     "06_laptop_experiment", anchor))
+                     "07_laptop_experiment", anchor))
     by_seed = report.claims_by_seed(results)
     names = {"(i)": ("Calibration figure, claim (i): the two-stage model predicts accuracy", ("sft_reflection", "rl")),
              "(i')": ("Claim (i'): it predicts what it was not fitted to", ()),
@@ -215,7 +215,7 @@ def empirical_findings(results: dict, group: str = "laptop", anchor: str = "lapt
         verdict = _across_seeds(list(mine.verdict))
         if mismatch and key in ("(ii)", "(iii)"):      # claims about what RL did
             verdict, number = NOT_TESTABLE, f"{mismatch}; {number}"
-        rows.append(_row(group, name, verdict, number, "06_laptop_experiment", anchor))
+        rows.append(_row(group, name, verdict, number, "07_laptop_experiment", anchor))
     return rows
 
 
@@ -247,7 +247,7 @@ def beyond_findings(results: dict, studies: dict | None = None, wide: dict | Non
                          f"SFT (reflection): " + (", ".join(f"{x['difference']:+.2f} [{x['interval'][0]:+.2f}, "
                                                             f"{x['interval'][1]:+.2f}]" for x in strat) or "none")
                          + "; " + graded_levels(results, "sft_reflection") + (f"; {mismatch}" if mismatch else ""),
-                         "06_laptop_experiment", anchor))
+                         "07_laptop_experiment", anchor))
     if results.get("probe"):
         probe = report.probe_table(results, ("sft_reflection",))
         probe = probe[probe.seed != "pooled"]
@@ -259,7 +259,7 @@ def beyond_findings(results: dict, studies: dict | None = None, wide: dict | Non
                                      zip(probe.kappa, probe["kappa low"], probe["kappa high"]))
                          + f" (chance agreement {probe.chance.min():.2f}-{probe.chance.max():.2f}; "
                          "'holds': agreement >= 0.9 and kappa >= 0.8 on every seed)",
-                         "06_laptop_experiment", anchor))
+                         "07_laptop_experiment", anchor))
     rows += _length_law_rows(studies or {}, "", 0.0)
     temps = sorted({s["settings"]["temperature"] for s in (wide or {}).values()})
     at = f", sampled at temperature {', '.join(f'{t:g}' for t in temps)}" if temps else ""

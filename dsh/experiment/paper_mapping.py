@@ -1,5 +1,5 @@
 """The paper's hyperparameter tables (``dsh/core/paper_results.yaml``) next to the TRL values the ``paper`` preset
-resolves to, with what does not map said plainly (chapter 07 shows it)."""
+resolves to, with what does not map said plainly (chapter 04 shows it)."""
 
 from __future__ import annotations
 

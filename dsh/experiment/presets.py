@@ -218,7 +218,7 @@ class Preset:
 # ------------------------------------------------------------------------------------------------
 # The traces of the derived presets (ci and gpu-small): digit-level ``lean`` steps, one check (casting out
 # nines), at most one wrong attempt before the right one. Shorter traces than the paper-style ``digit`` format
-# (tables in chapter 07) so that a 3x9 answer fits in ~1,900 tokens and a whole pipeline fits one GPU call.
+# (tables in chapter 04) so that a 3x9 answer fits in ~1,900 tokens and a whole pipeline fits one GPU call.
 # ------------------------------------------------------------------------------------------------
 TRACES = dict(granularity="lean", checks=("nines",), max_attempts=2, retry_fraction=0.5)
 TEST_LEVEL_NAMES = tuple(f"{m}x{n}" for m, n in TEST_LEVELS)
@@ -325,13 +325,13 @@ PAPER = Preset(
 # ---- laptop ------------------------------------------------------------------------------------
 # Tiny transformers trained from scratch on 2 CPU cores (dsh.llm.tiny, dsh.task.laptop_task): the paper's stages from the
 # shipped base (dsh/assets/laptop-base, made by `python -m dsh base`), fine-tuning on 1x2 ... 1x5 in both orders
-# (fine-tuning on 1x4/1x5 alone erased the other levels: chapter 06's design table), evaluation on the 1x2 ... 1x8
+# (fine-tuning on 1x4/1x5 alone erased the other levels: chapter 07's design table), evaluation on the 1x2 ... 1x8
 # ladder, 1x6 ... 1x8 beyond the fine-tuning data. Every value was chosen from measurements on the
-# 2-core machine (chapter 06's design table); token limits cover the longest trace of each ladder (a test checks).
+# 2-core machine (chapter 07's design table); token limits cover the longest trace of each ladder (a test checks).
 LAPTOP_LEVELS = laptop_task.TRAIN_LEVELS
 LAPTOP_EVAL_LEVELS = laptop_task.TEST_LEVELS
 # reflection traces (SFT with reflection, DFT): the generator's wrong attempts in half the traces, half of them
-# miscopying the multiplicand, none of them learned (chapter 06's design table: with the base's own attempts there are
+# miscopying the multiplicand, none of them learned (chapter 07's design table: with the base's own attempts there are
 # none to learn from on 1x2 ... 1x5, and learning injected ones taught the errors)
 LAPTOP_REFLECTION = {"attempts": "injected", "loss": "no_wrong_attempts", "wrong": "slips_and_miscopies"}
 # padding-free (one packed row a micro-batch, attention per example: dsh.llm.packing): the same batches and the same
@@ -360,7 +360,7 @@ LAPTOP = Preset(
         "sft": dict(_LAPTOP_SFT), "sft_reflection": dict(_LAPTOP_SFT), "dft": dict(_LAPTOP_SFT),
         # rollout rounds of 256 completions (32 prompts x 8), 8 optimizer steps of 32 each: a round fills the CPU
         # sampler's 256 rows (README, "Performance"); one round per step (32 completions) left it mostly idle.
-        # 320 steps: 10,240 rollouts (40 rounds). Temperature 2 and learning rate 2e-4 from chapter 06's sweep on
+        # 320 steps: 10,240 rollouts (40 rounds). Temperature 2 and learning rate 2e-4 from chapter 07's sweep on
         # the training prompts (at temperature 1 the reflection-SFT model answers every training prompt right and
         # every prompt beyond wrong: no group has a signal); p_s, p_dC, p_dW measured along the run on validation
         # questions (dsh.training.validation); the evaluation stays at the paper's temperature 1
@@ -418,7 +418,7 @@ LAPTOP_WIDE = Preset(
 # with slips at a per-digit rate; every fine-tuning stage replays its corpus 1:1 (fine-tuning on a few levels alone
 # erased its skills beyond them); GRPO samples its rollouts at temperature 1, as the evaluation does. Fine-tuning
 # levels, slip rate and GRPO learning rate were chosen by the rule in book/results/laptop-graded/design/RULE.md on
-# validation questions, before any test-ladder run (graded_design.json; chapter 06's design table; a test checks
+# validation questions, before any test-ladder run (graded_design.json; chapter 07's design table; a test checks
 # that these values are its choice).
 GRADED_FT_LEVELS = ("1x2", "2x1", "1x4", "4x1", "1x6", "6x1", "1x8", "8x1")   # 1x3, 1x5, 1x7 lie between them
 GRADED_GRPO_LR = 3e-5

@@ -1,5 +1,5 @@
 """A results folder for a simulated experiment whose p_s, p_dC, p_dW are known: what the report's tables and figures
-look like when the truth is known (chapter 05)."""
+look like when the truth is known (chapter 06)."""
 
 from __future__ import annotations
 

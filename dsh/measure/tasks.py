@@ -198,7 +198,7 @@ class LaptopTask(Task):
         """``records`` mixed 1:1 with examples of the starting model's own pre-training corpus (``corpus``: its
         ``levels``, ``weights``, ``check_levels``, ``check_fraction``, ``slip_rate``; slipped attempts included), drawn
         apart from it (stream ``replay``, the run's seed) with the test questions held out, then shuffled: fine-tuning
-        on a few levels alone erases the base's skills beyond them (chapter 06's design table)."""
+        on a few levels alone erases the base's skills beyond them (chapter 07's design table)."""
         try:
             levels, weights = tuple(corpus["levels"]), tuple(corpus["weights"])
             extra = lt.base_corpus(levels, weights, len(records), corpus["check_fraction"], seed=cfg.seed,

@@ -4,19 +4,19 @@ computes (casting out nines as running digit sums), in the paper's two-stage sha
 The paper's task (3xN test ladder, 4x5/5x4 training, Appendix E) is scaled down to a ladder a from-scratch model
 of about a million parameters learns on two CPU cores: ``1xN`` (a one-digit number times an N-digit number).
 Everything is written so that each generated token depends on a few nearby tokens (the lesson of the de-risking
-runs, described in chapter 06's design table):
+runs, described in chapter 07's design table):
 
 - **Attempt** (pi_sample): the lean long multiplication of :mod:`dsh.task.traces` (``69857*8: 7*8=56, 5*8+5=45, ...
   -> 558856``) and a final sentence that does not restate the operands (``The answer is 558856.``), so the
   parser reads the attempt's answer even when the model mis-copies an operand. These are the base's own words:
   a first design that wrote ``The product is N.`` after each reflective attempt lost most answers in copying
-  the number into a sentence the base had never written (chapter 06's design table).
+  the number into a sentence the base had never written (chapter 07's design table).
 - **Check** (what pi_d sees): casting out nines written one digit at a time: ``69857: 6>6 9>6 8>5 5>1 7>8``
   (each pair is a digit and the running digit sum mod 9), times the multiplier mod 9 (``8*8>1``), then the
   candidate's digits subtracted from that one at a time (``558856: 1 5>5 5>0 8>1 8>2 5>6 6>0``) and the verdict
   on the last digit (``0=0``). Each token is a lookup on the two or three tokens before it, so the verdict can
   follow from the model's own computation instead of being imitated (a first format that compared two residues
-  written 20 tokens apart was imitated: chapter 06's design table). Casting out nines misses errors that are
+  written 20 tokens apart was imitated: chapter 07's design table). Casting out nines misses errors that are
   multiples of 9 (a correct check passes them).
 - **Decision** (pi_d): after the check question (``Check 8 * 69857 = 558856.``, as the base learned to be asked)
   and the check, ``: the check passes.`` and the end (STOP), or ``: the check fails.`` then ``Let me

@@ -104,7 +104,7 @@ def budget(tokenizer, spec: TraceSpec, n_per_level: int = N_PER_LEVEL, seed: int
 def design_lengths(tokenizer, designs: dict, levels, n_per_level: int = N_PER_LEVEL, seed: int = 0) -> dict:
     """Mean and 99th-percentile token length of completions (no chat template) per level, for each trace design
     (``{name: TraceSpec fields granularity, checks, max_attempts}``) and style (no_reflection, reflection):
-    ``{(name, style): {level: (mean, p99)}}``, what chapter 07's trace-design table shows."""
+    ``{(name, style): {level: (mean, p99)}}``, what chapter 04's trace-design table shows."""
     out = {}
     for name, kw in designs.items():
         for style in ("no_reflection", "reflection"):

@@ -2,7 +2,7 @@
 task of :mod:`dsh.task.laptop_task`, produced by one command (``python -m dsh base``) and shipped with the package
 (``dsh/assets/laptop-base``) so that the book and the tests start from it offline.
 
-The settings below were chosen from measurements on the 2-core project machine (chapter 06's design table).
+The settings below were chosen from measurements on the 2-core project machine (chapter 07's design table).
 """
 
 from __future__ import annotations
@@ -78,13 +78,13 @@ class BaseSpec:
 
 
 GRADED_LEVELS = CHECK_LEVELS   # the graded base answers every ladder length, as it checks every one
-GRADED_SLIP_RATE = 0.25        # chosen by the design rule of chapter 06's design table (RULE.md, round 2)
+GRADED_SLIP_RATE = 0.25        # chosen by the design rule of chapter 07's design table (RULE.md, round 2)
 
 
 def graded_spec(slip_rate: float, seed: int = 0) -> BaseSpec:
     """The graded base: the shipped base trained 3M tokens further on a corpus whose answers are fallible at every
     ladder length (a slip per digit with probability ``slip_rate``: :func:`dsh.task.laptop_task.slip_probability`),
-    30 % check examples, the test questions held out in both orders (chapter 06's design table: a lead on the 2-core
+    30 % check examples, the test questions held out in both orders (chapter 07's design table: a lead on the 2-core
     machine kept the checks exact at every length and the accuracy graded)."""
     return BaseSpec(train=PretrainConfig(tokens=3_000_000, lr=5e-4, warmup_steps=20, save_every=500, seed=seed),
                     n_examples=60_000, check_fraction=0.3, levels=GRADED_LEVELS, weights=(1,) * len(GRADED_LEVELS),

@@ -1,5 +1,5 @@
 """The starting model's own attempts at training problems, for reflection traces that begin with them
-(:meth:`dsh.measure.tasks.LaptopTask.records`): measured in chapter 06's design table, SFT on the generator's
+(:meth:`dsh.measure.tasks.LaptopTask.records`): measured in chapter 07's design table, SFT on the generator's
 injected slips taught the tiny model to slip."""
 
 from __future__ import annotations

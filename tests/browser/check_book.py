@@ -17,7 +17,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-SCREENSHOTS = ("00_findings", "01_decision_sampling", "03_toy_example", "06_laptop_experiment")
+SCREENSHOTS = ("00_findings", "01_decision_sampling", "03_toy_example", "07_laptop_experiment")
 # every host resolves to nothing: the page gets no network (file:// needs none)
 NO_NETWORK = "--host-resolver-rules=MAP * ~NOTFOUND"
 
