@@ -181,3 +181,22 @@ def test_the_rl_arms_beta_is_read_from_the_results_when_they_record_it(lap):
     recorded["summary"]["configs"]["rl-s1"] = {"beta": 0.2}
     with pytest.raises(ValueError, match=r"the RL stages trained with different betas \(\[0.05, 0.2\]\)"):
         report.kl_arms(recorded)
+
+
+def test_the_probe_row_on_graded_levels_follows_the_probe(lap):
+    """No graded level in the committed laptop run: no row. Levels made graded: the row reads their probe cells, and
+    a cell whose kappa falls below 0.8 turns "holds" into "cannot tell" (not every seed) or "fails" (none)."""
+    assert findings.probe_on_graded_levels(lap) is None
+    g = copy.deepcopy(lap)
+    for x in report.plan_of(g):
+        if x["kind"] == "sft_reflection":
+            for lv in ("1x2", "1x3"):
+                g["calibration"][x["name"]]["all"]["by_level"][lv]["p_s"] = 0.5
+    row = findings.probe_on_graded_levels(g)
+    assert row["verdict"] == "holds" and "6 (seed, level) cells" in row["number"]
+    bad = copy.deepcopy(g)
+    for x in report.plan_of(bad):
+        if x["kind"] == "sft_reflection":
+            for lv in ("1x2", "1x3"):
+                bad["probe"][x["name"]]["by_level"][lv]["kappa"] = 0.5
+    assert findings.probe_on_graded_levels(bad)["verdict"] == "fails"

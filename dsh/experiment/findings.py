@@ -260,11 +260,41 @@ def beyond_findings(results: dict, studies: dict | None = None, wide: dict | Non
                          + f" (chance agreement {probe.chance.min():.2f}-{probe.chance.max():.2f}; "
                          "'holds': agreement >= 0.9 and kappa >= 0.8 on every seed)",
                          "07_laptop_experiment", anchor))
+    graded_probe = probe_on_graded_levels(results)
+    if graded_probe is not None:
+        rows.append({**graded_probe, "anchor": anchor})
     rows += _length_law_rows(studies or {}, "", 0.0)
     temps = sorted({s["settings"]["temperature"] for s in (wide or {}).values()})
     at = f", sampled at temperature {', '.join(f'{t:g}' for t in temps)}" if temps else ""
     rows += _length_law_rows(wide or {}, f" (stages fine-tuned on 1x1 ... 1x10{at}, attempts spanning >= 5x)", MIN_SPAN)
     return rows
+
+
+def probe_on_graded_levels(results: dict) -> dict | None:
+    """The check probe after SFT (reflection) on the levels where that stage's p_s lies in the graded band, per seed
+    and level: "holds" when every such level of every seed has agreement >= 0.9 and kappa >= 0.8; None when the
+    folder has no probe or no graded level (its claims are then "not testable here" anyway)."""
+    probe = results.get("probe") or {}
+    cells = []
+    for x in report.plan_of(results):
+        if x["kind"] != "sft_reflection" or x["name"] not in probe:
+            continue
+        levels = results["calibration"][x["name"]]["all"]["by_level"]
+        for lv, e in levels.items():
+            b = probe[x["name"]]["by_level"].get(lv)
+            if graded(e) and b and b.get("checks"):
+                cells.append((x["seed"], lv, b["verdict_follows_check"], b["kappa"], b["chance_agreement"]))
+    if not cells:
+        return None
+    ok = [f >= 0.9 and k is not None and k >= 0.8 for _, _, f, k, _ in cells]
+    kappas = [c[3] for c in cells if c[3] is not None]
+    kappa = f"{min(kappas):.2f}-{max(kappas):.2f}" if kappas else "undefined"
+    return _row("beyond", "Decision faithfulness on the graded levels: after SFT (reflection) the verdict follows the "
+                          "check", _every(ok),
+                f"check probe, {len(cells)} (seed, level) cells with p_s in {GRADED[0]}-{GRADED[1]}: agreement "
+                f"{min(c[2] for c in cells):.2f}-{max(c[2] for c in cells):.2f} (chance "
+                f"{min(c[4] for c in cells):.2f}-{max(c[4] for c in cells):.2f}), kappa {kappa}; "
+                "'holds': agreement >= 0.9 and kappa >= 0.8 in every cell", "07_laptop_experiment")
 
 
 def _length_law_rows(studies: dict, where: str, min_span: float) -> list[dict]:
