@@ -87,25 +87,30 @@ def _claims(truth_rl, truth_sr, n=300, **kw):
 
 
 def test_claims_hold_on_results_built_to_hold():
-    """Simulated results in which RL raises p_dW far more than p_s and p_s falls with difficulty while p_dW
-    does not: (i), (i'), (ii), (iii) hold, pooled and at every level."""
-    c = _claims([(0.8 - 0.2 * i, 0.9, 0.85) for i in range(4)], [(0.75 - 0.2 * i, 0.9, 0.3) for i in range(4)])
-    assert {k: v["verdict"] for k, v in c.items()} == {"(i)": "holds", "(i')": "holds", "(ii)": "holds", "(iii)": "holds"}
+    """Simulated results on graded levels (p_s 0.31-0.75) in which RL raises p_dW far more than p_s and p_s falls
+    with difficulty while p_dW does not: (i), (ii), (iii) hold, level-stratified and at every level."""
+    c = _claims([(0.75 - 0.13 * i, 0.9, 0.85) for i in range(4)], [(0.7 - 0.13 * i, 0.9, 0.3) for i in range(4)])
+    assert {k: v["verdict"] for k, v in c.items() if k != "(i')"} == {"(i)": "holds", "(ii)": "holds", "(iii)": "holds"}
     assert [r["verdict"] for r in c["(ii)"]["per_level"]] == ["holds"] * 4
     assert [r["verdict"] for r in c["(iii)"]["per_level"]] == ["holds"] * 3
     assert all(r["interval"][0] > 0 for r in c["(ii)"]["per_level"])
+    assert c["(ii)"]["stratified"]["levels"] == LEVELS
 
 
 def test_claims_fail_on_results_built_to_fail():
-    """RL raises p_s and leaves p_dW alone, p_dW (not p_s) falls with difficulty: (ii) and (iii) fail, pooled
-    and at every level (for (iii): at the levels far enough from the easiest to tell)."""
-    rl = [(0.8 - 0.05 * i, 0.9, 0.8 - 0.25 * i) for i in range(4)]
-    c = _claims(rl, [(0.6 - 0.05 * i, 0.9, 0.8 - 0.25 * i) for i in range(4)], n=500)
+    """RL raises p_s and leaves p_dW alone, p_dW (not p_s) falls with difficulty: (ii) and (iii) fail,
+    level-stratified and at every level (for (iii): at the levels far enough from the easiest to tell)."""
+    rl = [(0.75 - 0.05 * i, 0.9, 0.8 - 0.25 * i) for i in range(4)]
+    c = _claims(rl, [(0.55 - 0.05 * i, 0.9, 0.8 - 0.25 * i) for i in range(4)], n=500)
     assert c["(ii)"]["verdict"] == "fails" and c["(iii)"]["verdict"] == "fails"
     assert [r["verdict"] for r in c["(ii)"]["per_level"]] == ["fails"] * 4
     assert [r["verdict"] for r in c["(iii)"]["per_level"]][-2:] == ["fails"] * 2
     table = report.per_level_table(list(c.values()))
-    assert list(table.columns) == ["claim", "level", "difference", "95% interval", "verdict"] and len(table) == 7
+    assert list(table.columns) == ["claim", "stage", "level", "p_s", "observed", "predicted", "correctness-blind",
+                                   "difference", "95% interval", "verdict"]
+    assert (table.claim == "(ii)").sum() == 4 and (table.claim == "(iii)").sum() == 3 and (table.claim == "(i)").sum() == 8
+
+
 def test_bad_pipeline_input(tmp_path):
     with pytest.raises(ValueError, match="^preset must be one of ci, gpu-small, paper"):
         pipeline.run_pipeline("fast", results_dir=str(tmp_path / "r"), runs_dir=str(tmp_path / "x"))
@@ -163,7 +168,7 @@ def test_claims_say_cannot_tell_on_small_differences_and_few_candidates():
     assert lo < 0 < hi
     assert {r["verdict"] for r in ii["per_level"]} == {"cannot tell"}
     c = _claims([(0.98, 0.9, 0.9)] + [(0.5, 0.9, 0.9)] * 3, [(0.98, 0.9, 0.2)] + [(0.5, 0.9, 0.2)] * 3, n=300)
-    first = c["(ii)"]["per_level"][0]
-    assert first["level"] == "3x3" and first["verdict"] == "cannot tell" and first["difference"] is None
+    first = c["(ii)"]["per_level"][0]      # p_s 0.98: a level a decision cannot change, not a finding either way
+    assert first["level"] == "3x3" and first["verdict"].startswith("not testable here") and first["difference"] is None
     assert [r["verdict"] for r in c["(ii)"]["per_level"][1:]] == ["holds"] * 3
     assert c["(iii)"]["per_level"][0]["relative_to"] == "3x5"      # 3x3 is not usable: too few wrong candidates

@@ -176,7 +176,7 @@ def claim_predicts(cal: dict, min_n: int = 30) -> dict:
         if st is None:
             why = sorted({r["verdict"].split(": ")[0] for r in per_level if r["stage"] == stage})
             stages[stage] = {"verdict": f"{NOT_TESTABLE}: no level of {stage} where the claim could fail"
-                             if why == [NOT_TESTABLE] or not why else "cannot tell", "stratified": None}
+                             if why == [NOT_TESTABLE] else "cannot tell", "stratified": None}
             continue
         lo, hi = st["interval"]
         verdict = ("holds" if -BLIND_MARGIN <= lo and hi <= BLIND_MARGIN else
@@ -227,10 +227,11 @@ def _contrast_rows(cal: dict, a: str, b: str, gate: str, key, min_n: int) -> lis
     for lv in sorted(set(la) & set(lb), key=level_index):
         x, y = la[lv], lb[lv]
         row = {"level": lv, "difference": None, "interval": [None, None], "se": None}
-        if lv not in lg or not graded(lg[lv]):
-            ps = lg.get(lv, {}).get("p_s")
-            row["verdict"] = f"{NOT_TESTABLE}: {gate} p_s " + ("undefined" if ps is None else f"{ps:.2f}") + \
-                f" outside {GRADED[0]}-{GRADED[1]}"
+        g = lg.get(lv)
+        if g is None or g["n"] < min_n or _rate(g, "p_s") is None:
+            row["verdict"] = "cannot tell"          # too few responses to tell whether the level is graded
+        elif not graded(g):
+            row["verdict"] = f"{NOT_TESTABLE}: {gate} p_s {g['p_s']:.2f} outside {GRADED[0]}-{GRADED[1]}"
         elif min(x["n"], y["n"]) < min_n or None in (_rate(x, "p_s"), _rate(y, "p_s"), _rate(x, "p_d_given_wrong"),
                                                       _rate(y, "p_d_given_wrong")):
             row["verdict"] = "cannot tell"
@@ -280,7 +281,9 @@ def claim_ood_limited_by_sampling(cal: dict, min_n: int = 30) -> dict:
     usable = [(lv, s) for _, lv, s in pts if s["n"] >= min_n and graded(s) and _rate(s, "p_d_given_wrong") is not None]
     claim = "(iii) OOD accuracy is limited by pi_sample"
     if len(usable) < 2:
-        return {"claim": claim, "verdict": f"{NOT_TESTABLE}: {len(usable)} graded level(s) of RL with p_dW defined",
+        unknown = any(s["n"] < min_n or _rate(s, "p_s") is None for _, _, s in pts) or not pts
+        return {"claim": claim, "verdict": "cannot tell" if unknown else
+                f"{NOT_TESTABLE}: {len(usable)} graded level(s) of RL with p_dW defined",
                 "evidence": "RL p_s by level: " + ", ".join(f"{lv} {s.get('p_s'):.2f}" for _, lv, s in pts
                                                              if s.get("p_s") is not None),
                 "per_level": [], "stratified": None}
