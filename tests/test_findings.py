@@ -116,41 +116,57 @@ def test_a_changed_result_changes_the_empirical_verdicts(lap):
     assert _by_claim(findings.empirical_findings(worse))["Table 1"]["verdict"] == "fails"
 
 
+def _law(rows):
+    return [r for r in rows if r["claim"].startswith("Theorem 3.2 in the trained models")]
+
+
 def test_the_length_law_verdicts_count_only_studies_spanning_5x(lap):
-    """The wide rows take only studies whose per-level median attempt lengths span >= 5x: the committed laptop
-    studies (2.1-2.4x) give none; the design study of the 1x1 ... 1x10 model (5.9x) gives both rows, whose counts are
-    its own fits' verdicts."""
+    """The length-law rows take only studies whose per-level median attempt lengths span >= 5x: the committed laptop
+    studies (2.1-2.4x) give none; the design study of the 1x1 ... 1x10 model (5.9x) gives Theorem 3.2's row, whose
+    counts are its own fits' verdicts. Theorem 3.1 has no length-law row (its prediction is an identity, not a slope
+    of 0)."""
     import json
 
     narrow = report.load_attribution(LAPTOP)
-    plain = findings.beyond_findings(lap, narrow)
-    assert findings.beyond_findings(lap, narrow, wide=narrow) == plain
+    assert _law(findings.beyond_findings(lap, narrow)) == _law(findings.beyond_findings(lap, narrow, wide=narrow)) == []
     one = {"m": json.loads((LAPTOP / "design" / "wide_ladder_study.json").read_text())}
-    rows = [r for r in findings.beyond_findings(lap, narrow, wide=one) if r not in plain]
-    assert len(rows) == 2 and all("1x1 ... 1x10, sampled at temperature 1," in r["claim"] for r in rows)
+    rows = _law(findings.beyond_findings(lap, narrow, wide=one))
+    assert len(rows) == 1 and "1x1 ... 1x10, sampled at temperature 1," in rows[0]["claim"]
+    assert not [r for r in findings.beyond_findings(lap, narrow, wide=one) if "slope 0" in r["claim"]]
     t = report.attribution_table(one)
     t = t[(t.against == "decision") & t.verdict.notna()]
     kl = list(t[t.term.isin(["kl_immediate", "kl_k3", "kl_reward"])].verdict)
     assert f"fails {kl.count('fails')}, cannot tell {kl.count('cannot tell')}" in rows[0]["number"]
     assert rows[0]["verdict"] == "cannot tell" and set(kl) == {"fails", "cannot tell"}    # they disagree
-    assert rows[1]["verdict"] == "fails" and "fails 1" in rows[1]["number"]                 # the reward's one fit
     assert "span 5.9x to 5.9x" in rows[0]["number"] and "left out, fits on" not in rows[0]["number"]
     # each model once: a repeat with another seed of trajectories is the reproduction check, not another verdict
     again = json.loads(json.dumps(one["m"]))
     again["settings"]["seed"] = 1
-    assert [r for r in findings.beyond_findings(lap, narrow, wide={**one, "m-t1": again}) if r not in plain] == rows
+    assert _law(findings.beyond_findings(lap, narrow, wide={**one, "m-t1": again})) == rows
     # a fit with no pairs (a term the study has not) is no fit at all
     none = json.loads(json.dumps(one))
     none["m"]["fits"]["kl_reward / decision"].update(n=0, slope=None, ci=[None, None], verdict="cannot tell")
-    got = [r for r in findings.beyond_findings(lap, narrow, wide=none) if r not in plain]
+    got = _law(findings.beyond_findings(lap, narrow, wide=none))
     assert got[0]["number"].startswith(f"{len(kl) - 1} fits on") and "left out, fits on" not in got[0]["number"]
     # a fit on fewer than 200 trajectories is given no verdict, and named
     thin = json.loads(json.dumps(one))
     thin["m"]["fits"]["kl_reward / decision"]["n"] = 199
-    thin["m"]["fits"]["reward / decision"]["n"] = 150
-    got = [r for r in findings.beyond_findings(lap, narrow, wide=thin) if r not in plain]
-    assert len(got) == 1 and "left out, fits on fewer than 200: m kl_reward" in got[0]["number"]     # no reward row
+    got = _law(findings.beyond_findings(lap, narrow, wide=thin))
+    assert len(got) == 1 and "left out, fits on fewer than 200: m kl_reward" in got[0]["number"]
     assert got[0]["number"].startswith(f"{len(kl) - 1} fits on >= 200 trajectories each")
+
+
+def test_theorem_3_1_is_judged_as_its_identity_and_a_broken_gradient_fails_it(lap):
+    import json
+
+    studies = report.load_attribution(LAPTOP)
+    row = [r for r in findings.beyond_findings(lap, studies) if r["claim"].startswith("Theorem 3.1")]
+    assert len(row) == 1 and row[0]["verdict"] == "confirmed" and " 0 parts off" in row[0]["number"]
+    broken = json.loads(json.dumps(studies))
+    t = next(t for t in broken["rl-s0"]["trajectories"] if t["advantage"] and t["grad"].get("reward"))
+    t["grad"]["reward"]["decision"] *= 1.01          # one decision part 1 % off
+    row = [r for r in findings.beyond_findings(lap, broken) if r["claim"].startswith("Theorem 3.1")]
+    assert row[0]["verdict"] == "fails" and " 1 parts off" in row[0]["number"]
 
 
 @pytest.mark.parametrize("call,message", [

@@ -361,6 +361,32 @@ def attribute_groups(model, ref_model, tok, samples, objectives, temperature: fl
     return rows, group_rows, positions
 
 
+IDENTITY_RTOL = 1e-3   # float32 gradients of one trajectory, summed in another order: agreement to about 1e-4
+
+
+def reward_identity(study: dict, rtol: float = IDENTITY_RTOL) -> dict:
+    """Theorem 3.1 as the per-trajectory identity it is: the surrogate reward weighs every token's score by the same
+    advantage, so each part (attempt, check, decision) of a trajectory's reward gradient is |A_i| times that part of
+    its SFT-loss gradient. Over a study's trajectories with an advantage and both gradients: how many, the largest
+    relative deviation, and how many parts deviate by more than ``rtol``."""
+    v.probability("rtol", rtol)
+    n, worst, bad = 0, 0.0, 0
+    for t in study.get("trajectories", []):
+        r, s = t["grad"].get("reward"), t["grad"].get("sft")
+        if not r or not s or not t["advantage"]:
+            continue
+        n += 1
+        a = abs(t["advantage"])
+        for part in ("attempt", "check", "decision"):
+            x, y = r.get(part, 0.0), a * s.get(part, 0.0)
+            if x == y:
+                continue
+            rel = abs(x - y) / max(abs(y), abs(x))
+            worst = max(worst, rel)
+            bad += rel > rtol
+    return {"trajectories": n, "worst": worst, "violations": bad}
+
+
 SILENT = 1e-6   # a part whose gradient norm is below this share of the attempt's carries none at float32 precision
 
 
