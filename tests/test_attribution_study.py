@@ -485,3 +485,34 @@ def test_the_pipeline_step_reuses_a_study_only_of_the_same_method_settings_and_w
         {k: first[k] for k in ("trajectories", "fits", "rounds", "samples")} and taken["settings"] == first["settings"]
     other = attribution_stage(base, base, tmp_path, "base", replace(s, group=3), Clock(False), tmp_path)
     assert len(other["trajectories"]) + other["kl_positions"]["skipped"] == 3                  # new settings
+
+
+def test_the_censoring_robust_fit_recovers_a_known_slope_and_its_own_span():
+    """Trajectories whose log(|g_attempt| / |g_decision|) = 1.0 * log L + noise on 6 levels (L 10 ... 80: 8x), a
+    fifth of them with a silent decision that is largest where the ratio is largest (censoring that biases a fit which
+    drops them): the per-level medians with silent = +inf recover the slope, and the span is the levels' own."""
+    import math
+    import random
+
+    from dsh.experiment.attribution_study import SILENT, robust_fit
+
+    rng = random.Random(0)
+    rows = []
+    for k, L in enumerate((10, 15, 22, 33, 50, 80)):
+        for i in range(60):
+            y = math.log(L) + rng.gauss(0, 0.3)
+            silent = y > math.log(L) + 0.25 and rng.random() < 0.6     # the high ratios go silent
+            attempt = 50.0
+            decision = attempt * SILENT / 10 if silent else attempt / math.exp(y)
+            rows.append({"level": f"1x{k + 1}", "L": L, "prompt": 100 * k + i // 8,
+                         "grad": {"kl_k3": {"attempt": attempt, "decision": decision}},
+                         "kl": {"attempt": 1.0, "decision": 0.1}})
+    r = robust_fit({"trajectories": rows}, "kl_k3", n_boot=300)
+    assert r["ci"][0] <= 1.0 <= r["ci"][1] and abs(r["slope"] - 1.0) < 0.1, r
+    assert r["span"] == pytest.approx(8.0) and r["levels"] == [f"1x{k}" for k in range(1, 7)] and r["silent"] > 30
+    # more than half silent on a level: its median is +inf, the level is named, not fitted
+    for t in rows:
+        if t["level"] == "1x6":
+            t["grad"]["kl_k3"]["decision"] = 0.0
+    r = robust_fit({"trajectories": rows}, "kl_k3", n_boot=100)
+    assert r["censored_levels"] == ["1x6"] and "1x6" not in r["levels"] and r["span"] == pytest.approx(5.0)

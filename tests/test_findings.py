@@ -120,11 +120,11 @@ def _law(rows):
     return [r for r in rows if r["claim"].startswith("Theorem 3.2 in the trained models")]
 
 
-def test_the_length_law_verdicts_count_only_studies_spanning_5x(lap):
-    """The length-law rows take only studies whose per-level median attempt lengths span >= 5x: the committed laptop
-    studies (2.1-2.4x) give none; the design study of the 1x1 ... 1x10 model (5.9x) gives Theorem 3.2's row, whose
-    counts are its own fits' verdicts. Theorem 3.1 has no length-law row (its prediction is an identity, not a slope
-    of 0)."""
+def test_the_length_law_verdicts_count_only_identified_fits(lap):
+    """The length-law row takes only studies whose per-level median attempt lengths span >= 5x (the committed laptop
+    studies, 2.1-2.4x, give none), and counts only identified fits: own span >= 5x, the plain fit's verdict equal to
+    the censoring-robust fit's; the others are named with why. Theorem 3.1 has no length-law row (its prediction is
+    an identity, not a slope of 0)."""
     import json
 
     narrow = report.load_attribution(LAPTOP)
@@ -133,27 +133,27 @@ def test_the_length_law_verdicts_count_only_studies_spanning_5x(lap):
     rows = _law(findings.beyond_findings(lap, narrow, wide=one))
     assert len(rows) == 1 and "1x1 ... 1x10, sampled at temperature 1," in rows[0]["claim"]
     assert not [r for r in findings.beyond_findings(lap, narrow, wide=one) if "slope 0" in r["claim"]]
-    t = report.attribution_table(one)
-    t = t[(t.against == "decision") & t.verdict.notna()]
-    kl = list(t[t.term.isin(["kl_immediate", "kl_k3", "kl_reward"])].verdict)
-    assert f"fails {kl.count('fails')}, cannot tell {kl.count('cannot tell')}" in rows[0]["number"]
-    assert rows[0]["verdict"] == "cannot tell" and set(kl) == {"fails", "cannot tell"}    # they disagree
-    assert "span 5.9x to 5.9x" in rows[0]["number"] and "left out, fits on" not in rows[0]["number"]
+    fits = findings.identified_fits(one)
+    got = [f["plain"] for f in fits if f["identified"]]
+    assert rows[0]["number"].startswith(f"{len(got)} of {len(fits)} fits identified")
+    for f in fits:
+        assert f["identified"] == (f["robust"] == f["plain"] and f["span"] >= 5), f
+        if not f["identified"]:
+            assert f"{f['study']} {f['term']}" in rows[0]["number"]
     # each model once: a repeat with another seed of trajectories is the reproduction check, not another verdict
     again = json.loads(json.dumps(one["m"]))
     again["settings"]["seed"] = 1
     assert _law(findings.beyond_findings(lap, narrow, wide={**one, "m-t1": again})) == rows
-    # a fit with no pairs (a term the study has not) is no fit at all
-    none = json.loads(json.dumps(one))
-    none["m"]["fits"]["kl_reward / decision"].update(n=0, slope=None, ci=[None, None], verdict="cannot tell")
-    got = _law(findings.beyond_findings(lap, narrow, wide=none))
-    assert got[0]["number"].startswith(f"{len(kl) - 1} fits on") and "left out, fits on" not in got[0]["number"]
-    # a fit on fewer than 200 trajectories is given no verdict, and named
+    # a fit on fewer than 200 trajectories is no fit
     thin = json.loads(json.dumps(one))
     thin["m"]["fits"]["kl_reward / decision"]["n"] = 199
-    got = _law(findings.beyond_findings(lap, narrow, wide=thin))
-    assert len(got) == 1 and "left out, fits on fewer than 200: m kl_reward" in got[0]["number"]
-    assert got[0]["number"].startswith(f"{len(kl) - 1} fits on >= 200 trajectories each")
+    assert [f["term"] for f in findings.identified_fits(thin)] == [f["term"] for f in fits if f["term"] != "kl_reward"]
+    # a robust fit that disagrees with the plain one is not identified
+    moved = json.loads(json.dumps(one))
+    ok = next(f for f in fits if f["identified"])
+    moved["m"]["fits"][f"{ok['term']} / decision"]["verdict"] = "holds" if ok["plain"] != "holds" else "fails"
+    f2 = {f["term"]: f for f in findings.identified_fits(moved)}
+    assert not f2[ok["term"]]["identified"] and f2[ok["term"]]["why"].startswith("plain ")
 
 
 def test_theorem_3_1_is_judged_as_its_identity_and_a_broken_gradient_fails_it(lap):

@@ -19,6 +19,7 @@ cluster: its samples share the question's numbers and are not independent; :mod:
 from __future__ import annotations
 
 import json
+import math
 import random
 import time
 from dataclasses import asdict, dataclass
@@ -436,6 +437,89 @@ def fits(rows, group_rows, objectives, seed: int = 0, by_question: bool = True) 
             f["predicted"] = pred
             f["verdict"] = None if pred is None else slope_verdict(f["ci"], pred)
             out[f"{o} / {against}"] = f
+    return out
+
+
+MIN_PER_LEVEL = 10   # trajectories a level needs to enter a fit's own span and its per-level medians
+
+
+def _log_ratios(study: dict, term: str) -> list[tuple]:
+    """(level, L, log ratio, question) of every trajectory of a study for ``term`` against the decision: the log of
+    |g_attempt| / |g_decision| (``kl_immediate``: of the immediate KL's), +inf where the decision part is silent
+    (:func:`carries`; for the immediate KL: exactly 0) - the censored ones kept, with the value they are known to
+    exceed."""
+    out = []
+    for r in study["trajectories"]:
+        if term == "kl_immediate":
+            a, d = abs(r["kl"]["attempt"]), abs(r["kl"]["decision"])
+            if a == 0:
+                continue
+            out.append((r["level"], r["L"], math.log(a / d) if d else math.inf, r["prompt"]))
+        elif r["grad"].get(term):
+            g = r["grad"][term]
+            if g["attempt"] <= 0:
+                continue
+            out.append((r["level"], r["L"], math.log(g["attempt"] / g["decision"]) if carries(g, "decision")
+                        else math.inf, r["prompt"]))
+    return out
+
+
+def robust_fit(study: dict, term: str, n_boot: int = 1000, seed: int = 0) -> dict:
+    """The length law of ``term`` against the decision with nothing censored away: per level with at least
+    :data:`MIN_PER_LEVEL` trajectories, the median of log(|g_attempt| / |g_decision|) with a silent decision counted
+    as +inf (a median stays defined while fewer than half are silent), regressed on the level's median log L; a 95 %
+    interval from resampling questions. Also the fit's own span: the longest over the shortest per-level median L
+    of the levels it uses (``span``), for the plain fit (silent trajectories left out: ``plain_span``) and for this
+    one. A level whose median is +inf is left out and named (``censored_levels``)."""
+    rows = _log_ratios(study, term)
+
+    def per_level(sample):
+        by = {}
+        for lv, L, y, _ in sample:
+            by.setdefault(lv, []).append((L, y))
+        pts, cens = [], []
+        for lv, xs in by.items():
+            if len(xs) < MIN_PER_LEVEL:
+                continue
+            my = float(np.median([y for _, y in xs]))
+            if math.isinf(my):
+                cens.append(lv)
+                continue
+            pts.append((lv, float(np.median([math.log(L) for L, _ in xs])), my))
+        return pts, cens
+
+    def slope(pts):
+        if len(pts) < 3:
+            return None
+        x, y = np.array([p[1] for p in pts]), np.array([p[2] for p in pts])
+        d = x - x.mean()
+        return float(d @ (y - y.mean()) / (d @ d)) if float(d @ d) > 0 else None
+
+    pts, cens = per_level(rows)
+    plain_levels = {}
+    for lv, L, y, _ in rows:
+        if math.isfinite(y):
+            plain_levels.setdefault(lv, []).append(L)
+    plain_med = [float(np.median(x)) for x in plain_levels.values() if len(x) >= MIN_PER_LEVEL]
+    out = {"term": term, "levels": [p[0] for p in pts], "censored_levels": sorted(cens),
+           "span": float(math.exp(max(p[1] for p in pts) - min(p[1] for p in pts))) if pts else None,
+           "plain_span": max(plain_med) / min(plain_med) if plain_med else None,
+           "silent": sum(math.isinf(y) for *_, y, _ in rows), "n": len(rows), "slope": slope(pts), "ci": [None, None]}
+    if out["slope"] is None:
+        return out
+    questions = sorted({q for *_, q in rows})
+    by_q = {}
+    for r in rows:
+        by_q.setdefault(r[3], []).append(r)
+    rng = np.random.default_rng(seed)
+    draws = []
+    for _ in range(n_boot):
+        pick = rng.integers(0, len(questions), len(questions))
+        b = slope(per_level([r for i in pick for r in by_q[questions[i]]])[0])
+        if b is not None:
+            draws.append(b)
+    if len(draws) >= n_boot // 2:
+        out["ci"] = [float(np.percentile(draws, 2.5)), float(np.percentile(draws, 97.5))]
     return out
 
 

@@ -318,12 +318,41 @@ def _reward_identity_rows(studies: dict) -> list[dict]:
                  "judged for it", "08_attribution_in_llms")]
 
 
+KL_TERMS = ("kl_immediate", "kl_k3", "kl_reward")
+
+
+def identified_fits(studies: dict, n_boot: int = 400) -> list[dict]:
+    """Theorem 3.2's length-law fits (the KL terms against the decision) of the studies of trajectory seed 0 (each
+    model once) with >= 200 trajectories, each fit on >= 200 of them, with what decides whether it is identified: its
+    own span (the per-level median L of the levels it uses, :func:`dsh.experiment.attribution_study.robust_fit`)
+    >= 5x, a censoring-robust slope (silent decisions counted as +inf), and the plain fit's verdict (silent ones left
+    out) equal to the robust one's. Each: study, term, plain and robust verdicts, span, and ``identified`` or why not."""
+    from dsh.experiment.attribution_study import PREDICTED_SLOPE, robust_fit
+    from dsh.measure.length_law import slope_verdict
+
+    out = []
+    for name, st in sorted(studies.items()):
+        if len(st["trajectories"]) < MIN_TRAJECTORIES or st["settings"].get("seed", 0) != 0:
+            continue
+        for term in KL_TERMS:
+            plain = st["fits"].get(f"{term} / decision") or {}
+            if not plain.get("n") or plain["n"] < MIN_TRAJECTORIES or plain.get("verdict") is None:
+                continue
+            r = robust_fit(st, term, n_boot=n_boot)
+            robust = slope_verdict(r["ci"], PREDICTED_SLOPE[term]) if r["ci"][0] is not None else None
+            why = ("robust fit undefined: the decision silent on most trajectories" if robust is None else
+                   f"own span {r['span']:.1f}x < {MIN_SPAN:g}x" if r["span"] < MIN_SPAN else
+                   f"plain {plain['verdict']}, robust {robust}" if robust != plain["verdict"] else None)
+            out.append({"study": name, "term": term, "plain": plain["verdict"], "robust": robust, "span": r["span"],
+                        "identified": why is None, "why": why})
+    return out
+
+
 def _length_law_rows(studies: dict, where: str, min_span: float) -> list[dict]:
-    """The length-law row of Theorem 3.2's KL terms over the studies of trajectory seed 0
-    (each model once) with >= 200 trajectories whose per-level median attempt lengths span >= ``min_span``, each fit
-    on >= 200 trajectories (the others named as left out); no row where no fit qualifies. (Theorem 3.1 is judged
-    as its identity: :func:`_reward_identity_rows`.)"""
-    # each model once: its study of trajectory seed 0 (a repeat with another seed is the reproduction check)
+    """The length-law row of Theorem 3.2's KL terms (:func:`identified_fits`): a verdict over the identified fits
+    only (own span >= 5x, plain and censoring-robust verdicts equal), the others counted by why; no row without
+    fits. ``min_span``: the span of a study's per-level median attempt lengths below which it is left out whole.
+    (Theorem 3.1 is judged as its identity: :func:`_reward_identity_rows`.)"""
     studied = {n: s for n, s in studies.items() if len(s["trajectories"]) >= MIN_TRAJECTORIES
                and s["settings"].get("seed", 0) == 0}
     if not studied:     # a model that (almost) never writes a check gives nothing to split: no verdict from it
@@ -331,28 +360,25 @@ def _length_law_rows(studies: dict, where: str, min_span: float) -> list[dict]:
     medians = report.attempt_lengths(studied)["span of medians"]
     short = sorted(n for n in studied if medians[n] < min_span)
     studied = {n: s for n, s in studied.items() if n not in short}
-    if not studied:
+    fits = identified_fits(studied)
+    if not fits:
         return []
-    t = report.attribution_table(studied)
-    t = t[(t.against == "decision") & t.verdict.notna() & (t.pairs > 0)]   # no pairs: a term the study has not
-    medians = medians[list(studied)]
+    got = [f["plain"] for f in fits if f["identified"]]
+    counts = ", ".join(f"{v} {got.count(v)}" for v in ("holds", "fails", "cannot tell") if got.count(v)) or "none"
+    skipped = {}
+    for f in fits:
+        if not f["identified"]:
+            key = f["why"].split(":")[0].split(" ")[0] + (" span < 5x" if f["why"].startswith("own span") else "")
+            skipped.setdefault(key, []).append(f"{f['study']} {f['term']}")
     left = f"; left out, spanning less: {', '.join(short)}" if short else ""
-    rows = []
-    for terms, name in ((("kl_immediate", "kl_k3", "kl_reward"), "Theorem 3.2 in the trained models: the KL "
-                         "terms' attempt / decision ratio grows like L_k (log-log slope 1)"),):
-        mine = t[t.term.isin(terms)]
-        thin = mine[mine.pairs < MIN_TRAJECTORIES]         # a fit on fewer trajectories is given no verdict
-        got = list(mine[mine.pairs >= MIN_TRAJECTORIES].verdict)
-        if not got:
-            continue
-        counts = ", ".join(f"{v} {got.count(v)}" for v in ("holds", "fails", "cannot tell") if got.count(v))
-        few = (f"; left out, fits on fewer than {MIN_TRAJECTORIES}: "
-               + ", ".join(f"{r.study} {r.term}" for r in thin.itertuples())) if len(thin) else ""
-        rows.append(_row("beyond", name + where, _across_seeds(got), f"{len(got)} fits on >= {MIN_TRAJECTORIES} "
-                         f"trajectories each ({len(studied)} studies x terms), each against the prediction +-0.5: "
-                         f"{counts}; the per-level median attempt lengths span {medians.min():.1f}x to "
-                         f"{medians.max():.1f}x" + left + few, "08_attribution_in_llms"))
-    return rows
+    reasons = {"robust": "robust fit undefined (decision silent on most trajectories)", "own span < 5x":
+               "own span < 5x", "plain": "plain and censoring-robust verdicts differ"}
+    why = "; ".join(f"not identified, {reasons[k]}: {', '.join(v)}" for k, v in skipped.items())
+    return [_row("beyond", "Theorem 3.2 in the trained models: the KL terms' attempt / decision ratio grows like L_k "
+                           "(log-log slope 1)" + where, _across_seeds(got) if got else NOT_TESTABLE,
+                 f"{len(got)} of {len(fits)} fits identified (own span >= {MIN_SPAN:g}x, on >= {MIN_TRAJECTORIES} "
+                 f"trajectories, the plain and the censoring-robust fit agreeing), each against the prediction "
+                 f"+-0.5: {counts}" + (f"; {why}" if why else "") + left, "08_attribution_in_llms")]
 
 
 def to_html(rows: list[dict]) -> str:
