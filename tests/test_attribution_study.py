@@ -516,3 +516,29 @@ def test_the_censoring_robust_fit_recovers_a_known_slope_and_its_own_span():
             t["grad"]["kl_k3"]["decision"] = 0.0
     r = robust_fit({"trajectories": rows}, "kl_k3", n_boot=100)
     assert r["censored_levels"] == ["1x6"] and "1x6" not in r["levels"] and r["span"] == pytest.approx(5.0)
+
+
+def test_the_excess_over_sft_is_one_for_a_kl_to_go_and_zero_for_a_balanced_term():
+    """A term whose attempt/decision ratio is the SFT loss's times L (the theorem's KL-to-go) has excess slope 1, one
+    whose ratio is the SFT loss's times a constant 0; the decision's per-token k1 per level is read back as given."""
+    import random
+
+    from dsh.experiment.attribution_study import decision_kl_by_level, excess_fit
+
+    rng = random.Random(1)
+    rows = []
+    for k, L in enumerate((10, 20, 40, 80)):
+        for i in range(40):
+            sft_ratio = L * rng.uniform(0.5, 2.0)          # a sum of L scores against one
+            noise = rng.uniform(0.9, 1.1)
+            rows.append({"level": f"1x{k + 1}", "L": L, "prompt": 10 * k + i // 8, "tokens": {"attempt": L, "decision": 1},
+                         "kl": {"attempt": 0.1 * L, "decision": 0.01 * (k + 1)},
+                         "grad": {"sft": {"attempt": sft_ratio, "decision": 1.0},
+                                  "kl_reward": {"attempt": sft_ratio * L * noise, "decision": 1.0},
+                                  "kl_k3": {"attempt": 3 * sft_ratio * noise, "decision": 1.0}}})
+    up, flat = excess_fit({"trajectories": rows}, "kl_reward"), excess_fit({"trajectories": rows}, "kl_k3")
+    assert up["ci"][0] < 1 < up["ci"][1] and abs(up["slope"] - 1) < 0.05
+    assert flat["ci"][0] < 0 < flat["ci"][1] and abs(flat["slope"]) < 0.05
+    per = decision_kl_by_level({"trajectories": rows}, n_boot=50)
+    assert [round(x["decision"]["median"], 4) for x in per.values()] == [0.01, 0.02, 0.03, 0.04]
+    assert all(x["attempt"]["median"] == pytest.approx(0.1) and x["n"] == 40 for x in per.values())

@@ -33,7 +33,7 @@ from ..core.provenance import git_commit, portable
 from ..llm.complete import complete
 from ..llm.models import load, resolve_model, weights_digest
 from ..measure import tasks
-from ..measure.length_law import joint_cluster_slopes, loglog_slope, slope_verdict, usable
+from ..measure.length_law import cluster_median, joint_cluster_slopes, loglog_slope, slope_verdict, usable
 from ..task import laptop_task as lt
 from ..task.problems import parse_level
 
@@ -520,6 +520,41 @@ def robust_fit(study: dict, term: str, n_boot: int = 1000, seed: int = 0) -> dic
             draws.append(b)
     if len(draws) >= n_boot // 2:
         out["ci"] = [float(np.percentile(draws, 2.5)), float(np.percentile(draws, 97.5))]
+    return out
+
+
+def excess_fit(study: dict, term: str, n_boot: int = 1000, seed: int = 0) -> dict:
+    """The length law of ``term`` against the balanced-weight baseline: the log-log slope on L of its
+    |g_attempt| / |g_decision| divided by the SFT loss's on the same trajectory (every token's score weighted alike,
+    so its ratio grows with L by the attempt's sum of L scores alone), over the trajectories where both decisions carry
+    a gradient, with the cluster-bootstrap interval (questions resampled). 0: the term weighs attempt and decision as
+    SFT does; Theorem 3.2's KL-to-go on the attempt adds one power of L (+1)."""
+    pairs = []
+    for r in study["trajectories"]:
+        g, b = r["grad"].get(term), r["grad"].get("sft")
+        if g and b and carries(g, "decision") and carries(b, "decision") and g["attempt"] > 0 and b["attempt"] > 0:
+            pairs.append((r["L"], (g["attempt"] / g["decision"]) / (b["attempt"] / b["decision"]), r["prompt"]))
+    if not pairs:
+        return {"n": 0, "span": None, "slope": None, "ci": [None, None]}
+    return loglog_slope([x for x, _, _ in pairs], [y for _, y, _ in pairs], n_boot=n_boot, seed=seed,
+                        clusters=[q for *_, q in pairs])
+
+
+def decision_kl_by_level(study: dict, n_boot: int = 1000, seed: int = 0) -> dict:
+    """Theorem 3.2's premise, measured: per level, the median per-token k1 of the decision and of the attempt (the
+    KL's parts divided by their tokens) with cluster-bootstrap intervals (questions resampled). The theorem takes a
+    per-token divergence of one size, the decision's and the attempt's alike, at every length."""
+    by = {}
+    for r in study["trajectories"]:
+        if r["tokens"]["decision"] and r["tokens"]["attempt"]:
+            by.setdefault(r["level"], []).append((r["kl"]["decision"] / r["tokens"]["decision"],
+                                                  r["kl"]["attempt"] / r["tokens"]["attempt"], r["prompt"]))
+    out = {}
+    for lv in sorted(by, key=lambda x: tuple(int(n) for n in x.split("x"))):
+        rows = by[lv]
+        q = [c for *_, c in rows]
+        out[lv] = {"n": len(rows), "decision": cluster_median([d for d, _, _ in rows], q, n_boot, seed),
+                   "attempt": cluster_median([a for _, a, _ in rows], q, n_boot, seed)}
     return out
 
 

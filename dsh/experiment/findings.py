@@ -19,9 +19,10 @@ import torch
 from dsh.core import validate as v
 from dsh.core.paper import paper_results
 from dsh.experiment import report
-from dsh.experiment.attribution_study import IDENTITY_RTOL, MIN_SPAN, MIN_TRAJECTORIES, reward_identity
+from dsh.experiment.attribution_study import IDENTITY_RTOL, MIN_SPAN, MIN_TRAJECTORIES, PREDICTED_SLOPE, reward_identity, robust_fit
 from dsh.experiment.presets import stage_label
 from dsh.measure.claims import GRADED, NOT_TESTABLE, claim_kl_keeps_decision, graded
+from dsh.measure.length_law import slope_verdict
 from dsh.theory import clipping, sft_pg, toy
 from dsh.theory import mdp as M
 from dsh.theory import symbolic as th
@@ -327,9 +328,6 @@ def identified_fits(studies: dict, n_boot: int = 400) -> list[dict]:
     own span (the per-level median L of the levels it uses, :func:`dsh.experiment.attribution_study.robust_fit`)
     >= 5x, a censoring-robust slope (silent decisions counted as +inf), and the plain fit's verdict (silent ones left
     out) equal to the robust one's. Each: study, term, plain and robust verdicts, span, and ``identified`` or why not."""
-    from dsh.experiment.attribution_study import PREDICTED_SLOPE, robust_fit
-    from dsh.measure.length_law import slope_verdict
-
     out = []
     for name, st in sorted(studies.items()):
         if len(st["trajectories"]) < MIN_TRAJECTORIES or st["settings"].get("seed", 0) != 0:

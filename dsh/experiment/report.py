@@ -20,12 +20,12 @@ from ..core.paper import paper_results
 from ..measure import tasks
 from ..measure.calibration import normal_interval, wilson_interval
 from ..measure.claims import verdicts
-from ..measure.length_law import TOLERANCE, cluster_median, mutual_inclusion
+from ..measure.length_law import TOLERANCE, cluster_median, mutual_inclusion, slope_verdict
 from ..measure.stage import preferred
 from ..measure.trend import fifths_contrast
 from ..measure.trend import verdict as trend_verdict
 from ..task.problems import level_index
-from .attribution_study import PREDICTED_SLOPE, carries, study_record
+from .attribution_study import PREDICTED_SLOPE, carries, decision_kl_by_level, excess_fit, reward_identity, robust_fit, study_record
 from .pipeline import design_checks, plan, plan_of
 from .presets import get, stage_label
 
@@ -1075,3 +1075,45 @@ def graded_design_tables(design: dict) -> tuple[pd.DataFrame, pd.DataFrame]:
                      "rise (95 % interval)": f"{e['reward_rise']:+.3f} ({lo:+.3f}, {hi:+.3f})",
                      "qualifies": e["qualifies"], "chosen": pick.get("lr") == e["lr"]})
     return pd.DataFrame(rows), pd.DataFrame(grpo)
+
+
+def _ci(x) -> str:
+    lo, hi = x["ci"]
+    return "-" if x.get("slope") is None or lo is None else f"{x['slope']:+.2f} ({lo:+.2f}, {hi:+.2f})"
+
+
+def baseline_table(studies: dict, terms=("kl_immediate", "kl_k3", "kl_reward"), n_boot: int = 400) -> pd.DataFrame:
+    """Theorem 3.2 in each study, read as its predictions are made: per study and KL term, the fit's own span (the
+    per-level median L of the levels it uses), the plain slope (silent decisions left out) and the censoring-robust
+    one (per-level medians, silent = +inf: :func:`dsh.experiment.attribution_study.robust_fit`) with their verdicts
+    against 1, and the slope in excess of the SFT loss's on the same trajectories (the balanced-weight baseline:
+    :func:`dsh.experiment.attribution_study.excess_fit`; none for the immediate KL, not a gradient); and per study the
+    Theorem 3.1 identity (:func:`dsh.experiment.attribution_study.reward_identity`)."""
+    rows = []
+    for name, st in _studies("studies", studies, ("trajectories", "fits")).items():
+        ident = reward_identity(st)
+        for term in terms:
+            plain = st["fits"].get(f"{term} / decision") or {}
+            if not plain.get("n"):
+                continue
+            r = robust_fit(st, term, n_boot=n_boot)
+            robust = slope_verdict(r["ci"], PREDICTED_SLOPE[term]) if r["ci"][0] is not None else None
+            ex = excess_fit(st, term, n_boot=n_boot) if term != "kl_immediate" else None
+            rows.append({"study": name, "term": term, "own span": None if r["span"] is None else round(r["span"], 1),
+                         "plain slope (95 %)": _ci(plain), "plain": plain.get("verdict"),
+                         "robust slope (95 %)": _ci(r), "robust": robust,
+                         "silent": f"{r['silent']} of {r['n']}", "excess over SFT (95 %)": _ci(ex) if ex else "-",
+                         "Theorem 3.1 identity": f"{ident['trajectories']} trajectories, {ident['violations']} off"})
+    return pd.DataFrame(rows)
+
+
+def premise_table(studies: dict, n_boot: int = 400) -> pd.DataFrame:
+    """Theorem 3.2's premise per study and level: the decision's and the attempt's median per-token k1 with 95 %
+    intervals (:func:`dsh.experiment.attribution_study.decision_kl_by_level`)."""
+    rows = []
+    fmt = lambda m: "-" if m["median"] is None else f"{m['median']:+.4f} ({m['ci'][0]:+.4f}, {m['ci'][1]:+.4f})"  # noqa: E731
+    for name, st in _studies("studies", studies, ("trajectories",)).items():
+        for lv, x in decision_kl_by_level(st, n_boot=n_boot).items():
+            rows.append({"study": name, "level": lv, "trajectories": x["n"], "decision k1 per token": fmt(x["decision"]),
+                         "attempt k1 per token": fmt(x["attempt"])})
+    return pd.DataFrame(rows)
