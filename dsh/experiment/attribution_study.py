@@ -33,9 +33,9 @@ from ..core.provenance import git_commit, portable
 from ..llm.complete import complete
 from ..llm.models import load, resolve_model, weights_digest
 from ..measure import tasks
-from ..measure.length_law import cluster_median, joint_cluster_slopes, loglog_slope, slope_verdict, usable
+from ..measure.length_law import cluster_draws, cluster_median, joint_cluster_slopes, loglog_slope, slope_verdict, usable
 from ..task import laptop_task as lt
-from ..task.problems import parse_level
+from ..task.problems import level_index, parse_level
 
 OBJECTIVES = ("reward", "kl_reward", "kl_k3", "sft", "dft")
 KL_OBJECTIVES = ("kl_reward", "kl_k3")
@@ -468,9 +468,9 @@ def robust_fit(study: dict, term: str, n_boot: int = 1000, seed: int = 0) -> dic
     """The length law of ``term`` against the decision with nothing censored away: per level with at least
     :data:`MIN_PER_LEVEL` trajectories, the median of log(|g_attempt| / |g_decision|) with a silent decision counted
     as +inf (a median stays defined while fewer than half are silent), regressed on the level's median log L; a 95 %
-    interval from resampling questions. Also the fit's own span: the longest over the shortest per-level median L
-    of the levels it uses (``span``), for the plain fit (silent trajectories left out: ``plain_span``) and for this
-    one. A level whose median is +inf is left out and named (``censored_levels``)."""
+    interval from resampling questions and the verdict on Theorem 3.2's prediction (:data:`PREDICTED_SLOPE`; None
+    without an interval). Also the fit's own span: the longest over the shortest per-level median L of the levels it
+    uses (``span``). A level whose median is +inf is left out and named (``censored_levels``)."""
     rows = _log_ratios(study, term)
 
     def per_level(sample):
@@ -496,30 +496,18 @@ def robust_fit(study: dict, term: str, n_boot: int = 1000, seed: int = 0) -> dic
         return float(d @ (y - y.mean()) / (d @ d)) if float(d @ d) > 0 else None
 
     pts, cens = per_level(rows)
-    plain_levels = {}
-    for lv, L, y, _ in rows:
-        if math.isfinite(y):
-            plain_levels.setdefault(lv, []).append(L)
-    plain_med = [float(np.median(x)) for x in plain_levels.values() if len(x) >= MIN_PER_LEVEL]
     out = {"term": term, "levels": [p[0] for p in pts], "censored_levels": sorted(cens),
            "span": float(math.exp(max(p[1] for p in pts) - min(p[1] for p in pts))) if pts else None,
-           "plain_span": max(plain_med) / min(plain_med) if plain_med else None,
-           "silent": sum(math.isinf(y) for *_, y, _ in rows), "n": len(rows), "slope": slope(pts), "ci": [None, None]}
+           "silent": sum(math.isinf(y) for *_, y, _ in rows), "n": len(rows), "slope": slope(pts), "ci": [None, None],
+           "verdict": None}
     if out["slope"] is None:
         return out
-    questions = sorted({q for *_, q in rows})
-    by_q = {}
-    for r in rows:
-        by_q.setdefault(r[3], []).append(r)
-    rng = np.random.default_rng(seed)
-    draws = []
-    for _ in range(n_boot):
-        pick = rng.integers(0, len(questions), len(questions))
-        b = slope(per_level([r for i in pick for r in by_q[questions[i]]])[0])
-        if b is not None:
-            draws.append(b)
+    labels = np.asarray([q for *_, q in rows])
+    draws = [b for ix in cluster_draws(labels, n_boot, np.random.default_rng(seed))
+             if (b := slope(per_level([rows[i] for i in ix])[0])) is not None]
     if len(draws) >= n_boot // 2:
         out["ci"] = [float(np.percentile(draws, 2.5)), float(np.percentile(draws, 97.5))]
+        out["verdict"] = slope_verdict(out["ci"], PREDICTED_SLOPE[term])
     return out
 
 
@@ -550,7 +538,7 @@ def decision_kl_by_level(study: dict, n_boot: int = 1000, seed: int = 0) -> dict
             by.setdefault(r["level"], []).append((r["kl"]["decision"] / r["tokens"]["decision"],
                                                   r["kl"]["attempt"] / r["tokens"]["attempt"], r["prompt"]))
     out = {}
-    for lv in sorted(by, key=lambda x: tuple(int(n) for n in x.split("x"))):
+    for lv in sorted(by, key=level_index):
         rows = by[lv]
         q = [c for *_, c in rows]
         out[lv] = {"n": len(rows), "decision": cluster_median([d for d, _, _ in rows], q, n_boot, seed),

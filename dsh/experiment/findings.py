@@ -19,10 +19,9 @@ import torch
 from dsh.core import validate as v
 from dsh.core.paper import paper_results
 from dsh.experiment import report
-from dsh.experiment.attribution_study import IDENTITY_RTOL, MIN_SPAN, MIN_TRAJECTORIES, PREDICTED_SLOPE, reward_identity, robust_fit
+from dsh.experiment.attribution_study import IDENTITY_RTOL, MIN_SPAN, MIN_TRAJECTORIES, reward_identity, robust_fit
 from dsh.experiment.presets import stage_label
-from dsh.measure.claims import GRADED, NOT_TESTABLE, claim_kl_keeps_decision, graded
-from dsh.measure.length_law import slope_verdict
+from dsh.measure.claims import GRADED, NOT_TESTABLE, block, claim_kl_keeps_decision, graded, sign_verdict
 from dsh.theory import clipping, sft_pg, toy
 from dsh.theory import mdp as M
 from dsh.theory import symbolic as th
@@ -163,7 +162,7 @@ def graded_levels(results: dict, kind: str) -> str:
     for x in report.plan_of(results):
         if x["kind"] != kind:
             continue
-        levels = results["calibration"][x["name"]]["all"]["by_level"].values()   # the block the claims read
+        levels = block(results["calibration"][x["name"]])["by_level"].values()
         counts.append(sum(graded(s) for s in levels))
         ps += [s["p_s"] for s in levels if s.get("p_s") is not None]
     if not counts:
@@ -191,7 +190,7 @@ def empirical_findings(results: dict, group: str = "laptop", anchor: str = "lapt
     (a, va), (b, vb) = pooled["rl"], pooled["sft_reflection"]
     se = float(np.sqrt(va + vb))
     lo, hi = a - b - 1.96 * se, a - b + 1.96 * se
-    verdict = "holds" if lo > 0 else "fails" if hi < 0 else "cannot tell"
+    verdict = sign_verdict([lo, hi])
     mismatch = report.rl_sampling_mismatch(results)     # RL compared only at the sampling it was trained at
     if mismatch:
         verdict = NOT_TESTABLE
@@ -282,8 +281,7 @@ def probe_on_graded_levels(results: dict) -> dict | None:
     for x in report.plan_of(results):
         if x["kind"] != "sft_reflection" or x["name"] not in probe:
             continue
-        levels = results["calibration"][x["name"]]["all"]["by_level"]
-        for lv, e in levels.items():
+        for lv, e in block(results["calibration"][x["name"]])["by_level"].items():
             b = probe[x["name"]]["by_level"].get(lv)
             if graded(e) and b and b.get("checks"):
                 cells.append((x["seed"], lv, b["verdict_follows_check"], b["kappa"], b["chance_agreement"]))
@@ -337,12 +335,14 @@ def identified_fits(studies: dict, n_boot: int = 400) -> list[dict]:
             if not plain.get("n") or plain["n"] < MIN_TRAJECTORIES or plain.get("verdict") is None:
                 continue
             r = robust_fit(st, term, n_boot=n_boot)
-            robust = slope_verdict(r["ci"], PREDICTED_SLOPE[term]) if r["ci"][0] is not None else None
-            why = ("robust fit undefined: the decision silent on most trajectories" if robust is None else
-                   f"own span {r['span']:.1f}x < {MIN_SPAN:g}x" if r["span"] < MIN_SPAN else
-                   f"plain {plain['verdict']}, robust {robust}" if robust != plain["verdict"] else None)
+            robust = r["verdict"]
+            reason = ("robust" if robust is None else "span" if r["span"] < MIN_SPAN else
+                      "disagree" if robust != plain["verdict"] else None)
+            why = (None if reason is None else "robust fit undefined: the decision silent on most trajectories"
+                   if reason == "robust" else f"own span {r['span']:.1f}x < {MIN_SPAN:g}x" if reason == "span"
+                   else f"plain {plain['verdict']}, robust {robust}")
             out.append({"study": name, "term": term, "plain": plain["verdict"], "robust": robust, "span": r["span"],
-                        "identified": why is None, "why": why})
+                        "identified": reason is None, "reason": reason, "why": why})
     return out
 
 
@@ -366,11 +366,10 @@ def _length_law_rows(studies: dict, where: str, min_span: float) -> list[dict]:
     skipped = {}
     for f in fits:
         if not f["identified"]:
-            key = f["why"].split(":")[0].split(" ")[0] + (" span < 5x" if f["why"].startswith("own span") else "")
-            skipped.setdefault(key, []).append(f"{f['study']} {f['term']}")
+            skipped.setdefault(f["reason"], []).append(f"{f['study']} {f['term']}")
     left = f"; left out, spanning less: {', '.join(short)}" if short else ""
-    reasons = {"robust": "robust fit undefined (decision silent on most trajectories)", "own span < 5x":
-               "own span < 5x", "plain": "plain and censoring-robust verdicts differ"}
+    reasons = {"robust": "robust fit undefined (decision silent on most trajectories)", "span": f"own span < {MIN_SPAN:g}x",
+               "disagree": "plain and censoring-robust verdicts differ"}
     why = "; ".join(f"not identified, {reasons[k]}: {', '.join(v)}" for k, v in skipped.items())
     return [_row("beyond", "Theorem 3.2 in the trained models: the KL terms' attempt / decision ratio grows like L_k "
                            "(log-log slope 1)" + where, _across_seeds(got) if got else NOT_TESTABLE,

@@ -350,9 +350,17 @@ LAPTOP_STAGES = (Stage("base", None), Stage("sft", "sft", "base"), Stage("sft_re
                  Stage("dft", "dft", "base"), Stage("rl", "grpo", "sft_reflection"))
 KL_BETAS = (0.0, 0.1)   # with the RL arm's 0.001 (the paper's): beta = 0 and two values > 0
 KL_ABLATION = tuple(Stage(f"rl_beta{b:g}", "grpo", "sft_reflection", {"beta": b}) for b in KL_BETAS)
-LAPTOP_ABLATIONS = KL_ABLATION + (
-    Stage("sft_verdict", "sft_reflection", "base", {"task_options": {**LAPTOP_REFLECTION, "check": "verdict"}}),
-    Stage("rl_verdict", "grpo", "sft_verdict"))
+
+
+def _ablations(reflection: dict) -> tuple:
+    """The KL ablation and the imitated-check control (SFT on verdict-only checks with the reflection traces'
+    other ``reflection`` settings, and RL from it)."""
+    return KL_ABLATION + (
+        Stage("sft_verdict", "sft_reflection", "base", {"task_options": {**reflection, "check": "verdict"}}),
+        Stage("rl_verdict", "grpo", "sft_verdict"))
+
+
+LAPTOP_ABLATIONS = _ablations(LAPTOP_REFLECTION)
 
 LAPTOP = Preset(
     name="laptop", about="tiny transformers trained from scratch on 2 CPU cores: every stage, several seeds",
@@ -425,19 +433,18 @@ GRADED_GRPO_LR = 3e-5
 GRADED_TOKENS = 1024      # new tokens of an evaluated response and of a rollout (RULE.md, round 2)
 _GRADED_TASK = {**LAPTOP_REFLECTION, "replay": "base_corpus"}
 _GRADED_SFT = {**_LAPTOP_SFT, "train_levels": GRADED_FT_LEVELS, "task_options": dict(_GRADED_TASK)}
-GRADED_ABLATIONS = KL_ABLATION + (
-    Stage("sft_verdict", "sft_reflection", "base", {"task_options": {**_GRADED_TASK, "check": "verdict"}}),
-    Stage("rl_verdict", "grpo", "sft_verdict"))
+GRADED_ABLATIONS = _ablations(_GRADED_TASK)
 LAPTOP_GRADED = Preset(
     name="laptop-graded", about="the laptop stages from a base whose attempts are sometimes right, RL at the "
                                 "evaluation's temperature",
     training={"sft": dict(_GRADED_SFT), "sft_reflection": dict(_GRADED_SFT), "dft": dict(_GRADED_SFT),
-              "grpo": {**LAPTOP.training["grpo"], "train_levels": GRADED_FT_LEVELS, "temperature": 1.0,
+              "grpo": {**LAPTOP.training["grpo"], "train_levels": GRADED_FT_LEVELS,
+                       "temperature": LAPTOP.evaluation.temperature,         # rollouts sampled as evaluated
                        "learning_rate": GRADED_GRPO_LR, "max_completion_length": GRADED_TOKENS}},
     stages=LAPTOP_STAGES,
     evaluation=dataclasses.replace(LAPTOP.evaluation, max_new_tokens=GRADED_TOKENS),
     model=GRADED_BASE, seeds=(0, 1, 2), ablations=GRADED_ABLATIONS, ablation_seeds=(0, 1, 2),
-    probe=ProbeSettings(n_per_level=50),
+    probe=LAPTOP.probe,
 )
 
 PRESETS = {p.name: p for p in (CI, GPU_SMALL, PAPER, LAPTOP, LAPTOP_WIDE, LAPTOP_GRADED)}

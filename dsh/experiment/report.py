@@ -19,13 +19,13 @@ from ..core.files import read_jsonl
 from ..core.paper import paper_results
 from ..measure import tasks
 from ..measure.calibration import normal_interval, wilson_interval
-from ..measure.claims import verdicts
-from ..measure.length_law import TOLERANCE, cluster_median, mutual_inclusion, slope_verdict
+from ..measure.claims import block, verdicts
+from ..measure.length_law import TOLERANCE, cluster_median, mutual_inclusion
 from ..measure.stage import preferred
 from ..measure.trend import fifths_contrast
 from ..measure.trend import verdict as trend_verdict
 from ..task.problems import level_index
-from .attribution_study import PREDICTED_SLOPE, carries, decision_kl_by_level, excess_fit, reward_identity, robust_fit, study_record
+from .attribution_study import PREDICTED_SLOPE, carries, excess_fit, reward_identity, robust_fit, study_record
 from .pipeline import design_checks, plan, plan_of
 from .presets import get, stage_label
 
@@ -701,7 +701,7 @@ def recovery_table(results: dict, kinds=("sft_reflection", "rl")) -> pd.DataFram
     for x in plan_of(results):
         if x["kind"] not in kinds:
             continue
-        for lv, e in results["calibration"][x["name"]]["all"]["by_level"].items():
+        for lv, e in block(results["calibration"][x["name"]])["by_level"].items():
             t = e["transitions"]
             wrong, right = t["F->T"] + t["F->F"], t["T->T"] + t["T->F"]
             lo, hi = wilson_interval(t["F->T"], wrong)
@@ -1097,23 +1097,24 @@ def baseline_table(studies: dict, terms=("kl_immediate", "kl_k3", "kl_reward"), 
             if not plain.get("n"):
                 continue
             r = robust_fit(st, term, n_boot=n_boot)
-            robust = slope_verdict(r["ci"], PREDICTED_SLOPE[term]) if r["ci"][0] is not None else None
             ex = excess_fit(st, term, n_boot=n_boot) if term != "kl_immediate" else None
             rows.append({"study": name, "term": term, "own span": None if r["span"] is None else round(r["span"], 1),
                          "plain slope (95 %)": _ci(plain), "plain": plain.get("verdict"),
-                         "robust slope (95 %)": _ci(r), "robust": robust,
+                         "robust slope (95 %)": _ci(r), "robust": r["verdict"],
                          "silent": f"{r['silent']} of {r['n']}", "excess over SFT (95 %)": _ci(ex) if ex else "-",
                          "Theorem 3.1 identity": f"{ident['trajectories']} trajectories, {ident['violations']} off"})
     return pd.DataFrame(rows)
 
 
-def premise_table(studies: dict, n_boot: int = 400) -> pd.DataFrame:
+def premise_table(by_level: dict) -> pd.DataFrame:
     """Theorem 3.2's premise per study and level: the decision's and the attempt's median per-token k1 with 95 %
-    intervals (:func:`dsh.experiment.attribution_study.decision_kl_by_level`)."""
+    intervals, from ``{study: dsh.experiment.attribution_study.decision_kl_by_level(study)}``."""
+    if not isinstance(by_level, dict):
+        raise ValueError("by_level must map study names to decision_kl_by_level's result")
     rows = []
     fmt = lambda m: "-" if m["median"] is None else f"{m['median']:+.4f} ({m['ci'][0]:+.4f}, {m['ci'][1]:+.4f})"  # noqa: E731
-    for name, st in _studies("studies", studies, ("trajectories",)).items():
-        for lv, x in decision_kl_by_level(st, n_boot=n_boot).items():
+    for name, levels in by_level.items():
+        for lv, x in levels.items():
             rows.append({"study": name, "level": lv, "trajectories": x["n"], "decision k1 per token": fmt(x["decision"]),
                          "attempt k1 per token": fmt(x["attempt"])})
     return pd.DataFrame(rows)

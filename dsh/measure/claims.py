@@ -44,8 +44,14 @@ def _interval_verdict(diff: float, se: float | None) -> tuple[str, list]:
     """'holds' when the 95 % interval of ``diff`` lies above 0, 'fails' below, 'cannot tell' across it."""
     if se is None:
         return "cannot tell", [None, None]
-    lo, hi = diff - Z95 * se, diff + Z95 * se
-    return ("holds" if lo > 0 else "fails" if hi < 0 else "cannot tell"), [lo, hi]
+    interval = [diff - Z95 * se, diff + Z95 * se]
+    return sign_verdict(interval), interval
+
+
+def sign_verdict(interval) -> str:
+    """'holds' when a 95 % interval lies above 0, 'fails' below, 'cannot tell' across it."""
+    lo, hi = interval
+    return "holds" if lo > 0 else "fails" if hi < 0 else "cannot tell"
 
 
 def _contrast_se(a: dict, b: dict):
@@ -60,15 +66,15 @@ BLIND_MARGIN = 0.10      # claim (i) is judged only where a correctness-blind de
 NOT_TESTABLE = "not testable here"
 
 
-def _block(stage: dict) -> dict:
+def block(stage: dict) -> dict:
     """The calibration block every claim reads, the same for every stage: all responses (a truncated response's
     first attempt still counts for p_s; dropping them removed different shares of different stages' responses)."""
     return stage["all"]
 
 
 def _levels(cal: dict, stage: str) -> dict:
-    """The levels of ``stage``'s calibration block (:func:`_block`; {} when the results lack the stage)."""
-    return _block(cal[stage])["by_level"] if cal.get(stage) else {}
+    """The levels of ``stage``'s calibration block (:func:`block`; {} when the results lack the stage)."""
+    return block(cal[stage])["by_level"] if cal.get(stage) else {}
 
 
 def graded(est: dict) -> bool:
@@ -118,11 +124,6 @@ def stratified(rows: list[dict]) -> dict | None:
     return {"levels": [r["level"] for r in rows], "difference": mean, "interval": [mean - Z95 * se, mean + Z95 * se]}
 
 
-def _sign_verdict(interval) -> str:
-    lo, hi = interval
-    return "holds" if lo > 0 else "fails" if hi < 0 else "cannot tell"
-
-
 def _combine(verdicts_: list[str]) -> str:
     """One verdict from several stages' or seeds': theirs when they agree; testable ones decide when some are not
     testable; else "cannot tell"."""
@@ -144,8 +145,9 @@ def claim_predicts(cal: dict, min_n: int = 30) -> dict:
     per_level, stages = [], {}
     for stage in ("rl", "sft_reflection"):
         gaps, blind_gaps = [], []
-        for lv in sorted(_levels(cal, stage), key=level_index):
-            s = _levels(cal, stage)[lv]
+        levels = _levels(cal, stage)
+        for lv in sorted(levels, key=level_index):
+            s = levels[lv]
             row = {"stage": stage, "level": lv, "p_s": s.get("p_s"), "observed": s["observed_accuracy"],
                    "predicted": s.get("predicted_accuracy"), "blind": blind_prediction(s),
                    "difference": None, "interval": [None, None]}
@@ -218,9 +220,9 @@ def claim_predicts_unfitted(cal: dict) -> dict:
             "evidence": "; ".join(ev) or "needs the RL and SFT (reflection) stages"}
 
 
-def _contrast_rows(cal: dict, a: str, b: str, gate: str, key, min_n: int) -> list[dict]:
-    """Per level of stages ``a`` and ``b``: ``key(x, y)`` (x of a, y of b) with its standard error
-    (:func:`_contrast_se`), or the reason there is none: a level where stage ``gate``'s p_s lies outside
+def _contrast_rows(cal: dict, a: str, b: str, gate: str, key, min_n: int, se=_contrast_se) -> list[dict]:
+    """Per level of stages ``a`` and ``b``: ``key(x, y)`` (x of a, y of b) with its standard error ``se(x, y)``
+    (default :func:`_contrast_se`), or the reason there is none: a level where stage ``gate``'s p_s lies outside
     :data:`GRADED` is "not testable here", one with too few responses or candidates "cannot tell"."""
     la, lb, lg = _levels(cal, a), _levels(cal, b), _levels(cal, gate)
     rows = []
@@ -236,26 +238,26 @@ def _contrast_rows(cal: dict, a: str, b: str, gate: str, key, min_n: int) -> lis
                                                       _rate(y, "p_d_given_wrong")):
             row["verdict"] = "cannot tell"
         else:
-            diff, se = key(x, y), _contrast_se(x, y)
-            v_, ci = _interval_verdict(diff, se)
-            row.update(verdict=v_, difference=diff, interval=ci, se=se)
+            diff, err = key(x, y), se(x, y)
+            v_, ci = _interval_verdict(diff, err)
+            row.update(verdict=v_, difference=diff, interval=ci, se=err)
         rows.append(row)
     return rows
 
 
-def _stratified_claim(claim: str, rows: list[dict], what: str, extra: dict | None = None) -> dict:
+def _stratified_claim(claim: str, rows: list[dict], what: str) -> dict:
     st = stratified(rows)
     if st is None:
         testable = [r for r in rows if not r["verdict"].startswith(NOT_TESTABLE)]
         verdict = "cannot tell" if testable else f"{NOT_TESTABLE}: no graded level ({len(rows)} levels)"
         ev = verdict if rows else "needs both stages"
     else:
-        verdict = _sign_verdict(st["interval"])
+        verdict = sign_verdict(st["interval"])
         ev = (f"{what}, level-stratified over {', '.join(st['levels'])}: {st['difference']:+.3f}, 95 % interval "
               f"[{st['interval'][0]:+.3f}, {st['interval'][1]:+.3f}]")
     for r in rows:
         r.pop("se", None)
-    return {"claim": claim, "verdict": verdict, "evidence": ev, "per_level": rows, "stratified": st, **(extra or {})}
+    return {"claim": claim, "verdict": verdict, "evidence": ev, "per_level": rows, "stratified": st}
 
 
 def claim_rl_improves_decision(cal: dict, min_n: int = 30) -> dict:
@@ -304,14 +306,12 @@ def claim_kl_keeps_decision(cal: dict, high: str, low: str, min_n: int = 30) -> 
     if not (cal.get(high) and cal.get(low) and cal.get("sft_reflection")):
         return {"claim": f"KL ablation: {high} keeps more of pi_d than {low}", "verdict": "cannot tell",
                 "evidence": "needs both arms and SFT (reflection)", "per_level": [], "stratified": None}
+    def p_dw_se(x, y):      # the p_dW difference's own error (the p_s terms of _contrast_se do not enter)
+        ses = [_se(x, "p_d_given_wrong"), _se(y, "p_d_given_wrong")]
+        return None if None in ses else math.sqrt(ses[0] ** 2 + ses[1] ** 2)
+
     rows = _contrast_rows(cal, high, low, "sft_reflection",
-                          lambda x, y: x["p_d_given_wrong"] - y["p_d_given_wrong"], min_n)
-    for r in rows:      # the p_dW difference's own error (the p_s terms of _contrast_se do not enter)
-        if r["difference"] is not None:
-            x, y = _levels(cal, high)[r["level"]], _levels(cal, low)[r["level"]]
-            ses = [_se(x, "p_d_given_wrong"), _se(y, "p_d_given_wrong")]
-            r["se"] = None if None in ses else math.sqrt(ses[0] ** 2 + ses[1] ** 2)
-            r["verdict"], r["interval"] = _interval_verdict(r["difference"], r["se"])
+                          lambda x, y: x["p_d_given_wrong"] - y["p_d_given_wrong"], min_n, se=p_dw_se)
     return _stratified_claim(f"KL ablation: {high} keeps more of pi_d than {low}", rows, "p_dW difference")
 
 

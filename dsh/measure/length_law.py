@@ -58,7 +58,7 @@ def loglog_slope(lengths, ratios, n_boot: int = 2000, seed: int = 0, clusters=No
 
     rng = np.random.default_rng(seed)
     draws = (rng.integers(0, x.size, x.size) for _ in range(n_boot)) if labels is None else \
-        _cluster_draws(labels, n_boot, rng)
+        cluster_draws(labels, n_boot, rng)
     boots = np.array([fit(ix) for ix in draws])
     boots = boots[np.isfinite(boots)]
     out["slope"] = fit(np.arange(x.size))
@@ -106,7 +106,7 @@ def joint_cluster_slopes(series: dict, n_boot: int = 1000, seed: int = 0) -> tup
     return keys, out
 
 
-def _cluster_draws(labels, n_boot: int, rng):
+def cluster_draws(labels, n_boot: int, rng):
     """``n_boot`` bootstrap index sets that resample whole clusters (the indices of each drawn cluster's members)."""
     members = [np.nonzero(labels == k)[0] for k in np.unique(labels)]
     return (np.concatenate([members[i] for i in rng.integers(0, len(members), len(members))]) for _ in range(n_boot))
@@ -185,6 +185,6 @@ def cluster_median(values, clusters, n_boot: int = 2000, seed: int = 0) -> dict:
     x, labels = x[ok], np.asarray(clusters)[ok]
     if not x.size:
         return {"n": 0, "median": None, "ci": [None, None]}
-    boots = [float(np.median(x[ix])) for ix in _cluster_draws(labels, n_boot, np.random.default_rng(seed))]
+    boots = [float(np.median(x[ix])) for ix in cluster_draws(labels, n_boot, np.random.default_rng(seed))]
     return {"n": int(x.size), "median": float(np.median(x)),
             "ci": [float(np.quantile(boots, 0.025)), float(np.quantile(boots, 0.975))]}

@@ -179,14 +179,20 @@ class LaptopTask(Task):
             else:
                 t = lt.trace(p, style, retry_fraction=cfg.retry_fraction, max_attempts=cfg.max_attempts,
                              seed=cfg.seed + i, check=check, miscopy_fraction=self.MISCOPY_FRACTION[settings["wrong"]])
-            rec = {"prompt": [{"role": "user", "content": p.question}],
-                   "completion": [{"role": "assistant", "content": t.text}], "answer": str(p.answer),
-                   "level": p.level}
-            if masked:    # read by dsh.training.loss_mask: no loss on the wrong attempts' tokens
-                segs = t.segments or ((t.text, True),)
-                rec["segment_texts"], rec["segment_loss"] = [x for x, _ in segs], [bool(y) for _, y in segs]
-            out.append(rec)
+            out.append(self._record(p, t, masked))
         return out
+
+    @staticmethod
+    def _record(p, t, masked: bool) -> dict:
+        """The training record of trace ``t`` (its prompt and text) for problem ``p``; ``masked``: with the segments
+        :mod:`dsh.training.loss_mask` reads (no loss on the wrong attempts' tokens; a trace without segments is
+        learned whole)."""
+        rec = {"prompt": [{"role": "user", "content": t.prompt}],
+               "completion": [{"role": "assistant", "content": t.text}], "answer": str(p.answer), "level": p.level}
+        if masked:
+            segs = t.segments or ((t.text, True),)
+            rec["segment_texts"], rec["segment_loss"] = [x for x, _ in segs], [bool(y) for _, y in segs]
+        return rec
 
     def held_out(self) -> frozenset:
         return lt.held_out(both_orders=True)
@@ -208,14 +214,7 @@ class LaptopTask(Task):
             raise ValueError(f"task_options replay=base_corpus: the starting model's corpus description lacks "
                              f"{e}; it needs levels, weights, check_fraction") from None
         masked = self.settings(cfg.task_options)["loss"] == "no_wrong_attempts"
-        out = list(records)
-        for p, t in extra:
-            rec = {"prompt": [{"role": "user", "content": t.prompt}],
-                   "completion": [{"role": "assistant", "content": t.text}], "answer": str(p.answer),
-                   "level": p.level}
-            if masked:
-                rec["segment_texts"], rec["segment_loss"] = [t.text], [True]
-            out.append(rec)
+        out = list(records) + [self._record(p, t, masked) for p, t in extra]
         random.Random(f"replay-order-{cfg.seed}").shuffle(out)
         return out
 
