@@ -411,7 +411,7 @@ def _add_pipeline(sub, presets_help, model_help) -> None:
     pl.add_argument("--eval-set", action="append", metavar="KEY=VALUE",
                     help="override an evaluation setting: levels, n_per_level, max_new_tokens, temperature, batch_size")
     pl.add_argument("--attribution-set", action="append", metavar="KEY=VALUE",
-                    help="override a setting of the gradient-attribution study (laptop): levels, prompts_per_level, "
+                    help="override a setting of the gradient-attribution study (the laptop presets): levels, prompts_per_level, "
                     "group, temperature, max_new_tokens, objectives")
     pl.add_argument("--seed", type=int, default=0, help="the evaluation's seed (test questions, sampling streams); "
                     "only 0, the seed whose test questions every training set leaves out")

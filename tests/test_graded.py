@@ -155,3 +155,22 @@ def test_the_design_table_shows_every_candidate_and_the_rules_choice():
     assert presets.GRADED_FT_LEVELS == tuple(design["sft_candidates"][key]["ft_levels"])
     with pytest.raises(ValueError, match="design must be graded_design.json's contents"):
         report.graded_design_tables({"x": 1})
+
+
+def test_the_graded_preset_studies_attribution_as_its_committed_rule_says():
+    # design/ATTRIBUTION_RULE.md, committed before any study of a graded model ran: the laptop run's models and
+    # repeats, sampled at the evaluation's temperature and token limit, the laptop studies' levels, groups and rounds
+    from dsh.experiment.attribution_study import StudySettings
+
+    rule = (ROOT / "book/results/laptop-graded/design/ATTRIBUTION_RULE.md").read_text()
+    g, lap = presets.get("laptop-graded"), presets.get("laptop")
+    assert g.attribution.temperature == g.eval_settings().temperature == g.training["grpo"]["temperature"] == 1.0
+    assert g.attribution.max_new_tokens == g.eval_settings().max_new_tokens == 1024
+    assert "temperature 1" in rule and "1,024 new tokens" in rule
+    base = StudySettings()
+    assert (g.attribution.levels, g.attribution.group, g.attribution.prompts_per_level, g.attribution.min_signal,
+            g.attribution.max_rounds) == (base.levels, base.group, base.prompts_per_level, 200, 12)
+    assert g.attribution_stages == lap.attribution_stages and g.attribution_repeats == lap.attribution_repeats
+    for name in g.attribution_stages:
+        assert f"`{name}`" in rule
+    assert {s.name for s in g.plan_stages()} >= set(g.attribution_stages)

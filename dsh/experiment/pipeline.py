@@ -39,7 +39,7 @@ from . import folders
 from .attribution_study import METHOD, StudySettings, resume_point, run_study, study_objectives
 from .check_probe import check_levels, run_probe
 from .evaluate import evaluate, model_context, model_identity, settings_path
-from .presets import DEFAULT, get
+from .presets import DEFAULT, PRESETS, get
 
 
 def run_matches(run: Path, cfg) -> bool:
@@ -367,7 +367,8 @@ def study_settings(p, overrides: dict | None = None, name: str = "attribution_ov
         raise ValueError(f"{name} must be a dict of StudySettings fields, got {overrides!r}")
     if p.attribution is None:
         if overrides:
-            raise ValueError(f"{name}: preset {p.name!r} runs no attribution study (only laptop does)")
+            raise ValueError(f"{name}: preset {p.name!r} runs no attribution study (presets that do: "
+                             f"{', '.join(q.name for q in PRESETS.values() if q.attribution)})")
         return None
     fields = [f.name for f in dataclasses.fields(StudySettings)]
     for k in overrides or {}:
@@ -476,7 +477,8 @@ def probe_results(results_dir, runs_dir, progress: bool = True) -> dict:
     summ = lap["summary"]
     p = get(summ["preset"])
     if not p.probe:
-        raise ValueError(f"results_dir {results}: preset {p.name!r} has no check probe (only laptop has one)")
+        raise ValueError(f"results_dir {results}: preset {p.name!r} has no check probe (presets that have one: "
+                         f"{', '.join(q.name for q in PRESETS.values() if q.probe)})")
     settings = p.eval_settings(**{k: x for k, x in summ["eval"].items() if k != "batch_size"})
     models = _recorded_models(results, runs, summ, settings, summ["stages"])
     clock = Clock(progress)

@@ -445,6 +445,9 @@ LAPTOP_GRADED = Preset(
     evaluation=dataclasses.replace(LAPTOP.evaluation, max_new_tokens=GRADED_TOKENS),
     model=GRADED_BASE, seeds=(0, 1, 2), ablations=GRADED_ABLATIONS, ablation_seeds=(0, 1, 2),
     probe=LAPTOP.probe,
+    # the laptop run's studies at the evaluation's sampling (design/ATTRIBUTION_RULE.md, committed before they ran)
+    attribution=StudySettings(temperature=LAPTOP.evaluation.temperature, max_new_tokens=GRADED_TOKENS),
+    attribution_stages=LAPTOP.attribution_stages, attribution_repeats=LAPTOP.attribution_repeats,
 )
 
 PRESETS = {p.name: p for p in (CI, GPU_SMALL, PAPER, LAPTOP, LAPTOP_WIDE, LAPTOP_GRADED)}
