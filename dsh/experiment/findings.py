@@ -298,6 +298,23 @@ def probe_on_graded_levels(results: dict) -> dict | None:
                 "'holds': agreement >= 0.9 and kappa >= 0.8 in every cell", "07_laptop_experiment")
 
 
+def regime_sentence(results: dict) -> str:
+    """One sentence on the design points of the graded experiment (:data:`dsh.experiment.report.REGIME_POINTS`,
+    measured per seed by :func:`dsh.experiment.report.regime_rows`): how many are met on every seed, and each one
+    not met with the seeds where it is not."""
+    rows = report.regime_rows(results)
+    missed = {k: [str(r["seed"]) for r in rows if r["met"][k] is False] for k in report.REGIME_POINTS}
+    unknown = [k for k in report.REGIME_POINTS if not missed[k] and any(r["met"][k] is None for r in rows)]
+    met = [k for k in report.REGIME_POINTS if not missed[k] and k not in unknown]
+    out = f"Design points met on every seed: {len(met)} of {len(report.REGIME_POINTS)}"
+    if any(missed.values()):
+        out += "; not met: " + "; ".join(f"{report.REGIME_POINTS[k]} (seed {', '.join(x)})"
+                                         for k, x in missed.items() if x)
+    if unknown:
+        out += "; not measured: " + ", ".join(unknown)
+    return out + "."
+
+
 def _reward_identity_rows(studies: dict) -> list[dict]:
     """Theorem 3.1 in the trained models, as the identity it states (every token's score weighted by the same
     advantage: :func:`dsh.experiment.attribution_study.reward_identity`), over every study: "confirmed" when no

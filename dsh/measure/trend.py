@@ -43,3 +43,34 @@ def verdict(contrast: dict | None) -> str:
         return "cannot tell"
     lo, hi = contrast["ci"]
     return "rises" if lo > 0 else "falls" if hi < 0 else "cannot tell"
+
+
+def level_slope(digits, rates, ns, level: float = 0.95) -> dict | None:
+    """Does a rate fall with difficulty? The weighted least-squares slope of per-level rates (e.g. p_s) on the
+    levels' difficulty (the multiplicand's digits), each level weighted by the inverse of its binomial variance
+    n / (p (1 - p)) (p kept in [0.5/n, 1 - 0.5/n]), with the normal ``level`` interval of the slope. ``{"slope",
+    "ci", "levels"}``; None with fewer than 3 levels."""
+    from scipy import stats
+
+    xs = [v.real("digits[i]", x) for x in v.collection("digits", digits, "numbers (one a level)")]
+    ps = [v.probability("rates[i]", p) for p in v.collection("rates", rates, "rates in [0, 1] (one a level)")]
+    ms = [v.positive_int("ns[i]", n) for n in v.collection("ns", ns, "counts (one a level)")]
+    if not len(xs) == len(ps) == len(ms):
+        raise ValueError(f"digits, rates and ns must have one value a level; got {len(xs)}, {len(ps)}, {len(ms)}")
+    if not 0 < level < 1:
+        raise ValueError(f"level must be a number in (0, 1), got {level!r}")
+    if len(xs) < 3:
+        return None
+    if len(set(xs)) < 2:
+        raise ValueError("digits must differ between levels to fit a slope")
+    w = []
+    for p, n in zip(ps, ms):
+        q = min(max(p, 0.5 / n), 1 - 0.5 / n)
+        w.append(n / (q * (1 - q)))
+    sw = sum(w)
+    xb = sum(wi * x for wi, x in zip(w, xs)) / sw
+    yb = sum(wi * y for wi, y in zip(w, ps)) / sw
+    sxx = sum(wi * (x - xb) ** 2 for wi, x in zip(w, xs))
+    slope = sum(wi * (x - xb) * (y - yb) for wi, x, y in zip(w, xs, ps)) / sxx
+    half = float(stats.norm.ppf(0.5 + level / 2)) * math.sqrt(1 / sxx)
+    return {"slope": slope, "ci": [slope - half, slope + half], "levels": len(xs)}

@@ -1,0 +1,126 @@
+"""The graded experiment's design points measured per seed (dsh.experiment.report.regime_rows) on simulated
+results whose truth is known: a ladder built to meet every point meets each, and each point fails when only its own
+ingredient is broken; the slope of p_s on difficulty (dsh.measure.trend.level_slope) recovers a known slope."""
+
+import copy
+import random
+
+import pytest
+
+from dsh.experiment import report
+from dsh.measure.trend import level_slope
+
+LEVELS = ("1x2", "1x3", "1x4", "1x5", "1x6", "1x7", "1x8")
+FT = ["1x2", "2x1", "1x4", "4x1", "1x6", "6x1", "1x8", "8x1"]
+
+
+def _calibration(by_level: dict, n: int) -> dict:
+    """A calibration record as dsh.measure.stage.calibrate_stage writes it, with the fields the design points read:
+    ``by_level[level] = (p_s, accuracy)`` on ``n`` answered responses a level."""
+    return {"all": {"by_level": {lv: {"n": n, "no_answer": 0, "p_s": ps, "observed_accuracy": acc}
+                                 for lv, (ps, acc) in by_level.items()}}}
+
+
+def _results(sft_p_s=(0.75, 0.7, 0.6, 0.55, 0.45, 0.35, 0.3), n=200, rise=0.1, zero_first=0.3, rollouts=10_240,
+             truncated=0.02, kappa=0.9):
+    rng = random.Random(0)
+    curve = [{"reward": 0.6 + rise * i / 39 + rng.gauss(0, 0.01),
+              "frac_reward_zero_std": zero_first + 0.2 * i / 39 + rng.gauss(0, 0.01)} for i in range(40)]
+    cal = {"base": _calibration({lv: (0.4, 0.4) for lv in LEVELS}, n),
+           "sft_reflection": _calibration({lv: (p, p + 0.05) for lv, p in zip(LEVELS, sft_p_s)}, n),
+           "rl": _calibration({lv: (min(p + 0.1, 0.95),) * 2 for lv, p in zip(LEVELS, sft_p_s)}, n)}
+    summary = {"plan": [{"name": "base", "kind": "base", "seed": None},
+                        {"name": "sft_reflection", "kind": "sft_reflection", "seed": 0},
+                        {"name": "rl", "kind": "rl", "seed": 0}],
+               "configs": {"sft_reflection": {"train_levels": FT}, "rl": {"train_levels": FT}},
+               "reward_curves": {"rl": curve}, "training": {"rl": {"rollouts": rollouts}},
+               "truncation": {s: {"eval": truncated} for s in cal}}
+    probe = {"sft_reflection": {"by_level": {lv: {"checks": 100, "verdict_follows_check": 0.95, "kappa": kappa}
+                                             for lv in LEVELS}}}
+    return {"summary": summary, "calibration": cal, "probe": probe}
+
+
+def _met(r):
+    (row,) = report.regime_rows(r)
+    return row["met"]
+
+
+def test_a_ladder_built_to_meet_every_point_meets_each():
+    met = _met(_results())
+    assert met == dict.fromkeys(report.REGIME_POINTS, True), met
+    t = report.regime_table(_results())
+    assert t.loc[0, "points not met"] == "-" and t.loc[0, "outside fine-tuning"] == 3
+
+
+@pytest.mark.parametrize("change, point", [
+    (dict(sft_p_s=(0.95, 0.9, 0.9, 0.9, 0.5, 0.5, 0.5)), "graded"),            # 3 graded levels
+    (dict(sft_p_s=(0.5, 0.55, 0.5, 0.45, 0.5, 0.55, 0.5)), "falling"),      # graded but flat
+    (dict(kappa=0.5), "probe"),
+    (dict(n=100), "wrong first"),                                            # p_s 0.75 of 100: 25 wrong
+    (dict(zero_first=0.6), "mixed"),
+    (dict(rise=0.0), "rise"),
+    (dict(rollouts=9_000), "rollouts"),
+    (dict(truncated=0.06), "truncated"),
+])
+def test_each_point_fails_when_its_own_ingredient_is_broken(change, point):
+    met = _met(_results(**change))
+    assert met[point] is False, (point, met)
+    assert report.regime_table(_results(**change)).loc[0, "points not met"].count(point) >= 1
+
+
+def test_a_base_below_five_percent_on_a_level_and_missing_stages_read_as_such():
+    r = _results()
+    low = copy.deepcopy(r)
+    low["calibration"]["base"]["all"]["by_level"]["1x8"]["observed_accuracy"] = 0.03
+    assert _met(low)["base"] is False
+    r["summary"]["plan"] = r["summary"]["plan"][:2]
+    del r["calibration"]["rl"]
+    met = _met(r)
+    assert met["mixed"] is met["rise"] is met["rollouts"] is None and met["graded"] is True
+
+
+def test_level_slope_recovers_a_known_slope_and_covers_it():
+    rng = random.Random(1)
+    covered = 0
+    for _ in range(200):
+        digits = list(range(2, 9))
+        truth = [0.9 - 0.08 * (d - 2) for d in digits]
+        obs = [sum(rng.random() < p for _ in range(300)) / 300 for p in truth]
+        fit = level_slope(digits, obs, [300] * 7)
+        covered += fit["ci"][0] <= -0.08 <= fit["ci"][1]
+    assert 180 <= covered <= 198          # a 95 % interval covers the truth about 190 times in 200
+    assert level_slope([2, 3], [0.5, 0.4], [10, 10]) is None
+    with pytest.raises(ValueError, match="rates\\[i\\]"):
+        level_slope([2, 3, 4], [0.5, 1.4, 0.3], [10, 10, 10])
+    with pytest.raises(ValueError, match="one value a level"):
+        level_slope([2, 3, 4], [0.5, 0.4], [10, 10, 10])
+    with pytest.raises(ValueError, match="digits must differ"):
+        level_slope([3, 3, 3], [0.5, 0.4, 0.3], [10, 10, 10])
+
+
+def test_the_first_page_sentence_names_each_point_not_met_with_its_seeds():
+    from dsh.experiment import findings
+
+    assert findings.regime_sentence(_results()) == f"Design points met on every seed: {len(report.REGIME_POINTS)} " \
+                                                   f"of {len(report.REGIME_POINTS)}."
+    got = findings.regime_sentence(_results(rollouts=9_000, truncated=0.07))
+    assert got.startswith(f"Design points met on every seed: {len(report.REGIME_POINTS) - 2} of")
+    assert f"{report.REGIME_POINTS['rollouts']} (seed 0)" in got and report.REGIME_POINTS["truncated"] in got
+
+
+def test_run_time_sums_the_stages_and_estimates_the_resumed_ones_by_their_methods_median():
+    r = _results()
+    for x, m in zip(r["summary"]["plan"], (None, "sft_reflection", "grpo")):
+        x["method"] = m
+    r["summary"]["plan"].append({"name": "rl2", "kind": "rl", "seed": 1, "method": "grpo"})
+    r["calibration"]["rl2"] = r["calibration"]["rl"]
+    r["summary"]["training"] = {"sft_reflection": {"wall_s": 100.0}, "rl": {"wall_s": 600.0},
+                                "rl2": {"wall_s": 30.0, "resumed_from": "rl2/checkpoint-304"}}
+    r["summary"]["timings_s"] = {"evaluate_base": 4.0, "evaluate_sft_reflection": 10.0, "evaluate_rl": 0.0,
+                                 "evaluate_rl2": 12.0, "probe_sft_reflection": 5.0}
+    got = report.run_time(r)
+    assert got["estimated"] == ["rl2"]
+    by = {x["stage"]: x for x in got["stages"]}
+    assert by["rl2"]["train_s"] == 600.0 and by["rl"]["evaluate_s"] == 10.0      # median of 4, 10, 12
+    assert by["base"]["probe_s"] == 5.0 and "train_s" not in by["base"]
+    assert got["total_s"] == 100 + 600 + 600 + (4 + 10 + 10 + 12) + 4 * 5
