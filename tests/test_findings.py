@@ -46,12 +46,19 @@ def test_every_row_links_to_a_section_that_exists(theory, lap):
     assert html.count("<tr>") == len(rows) + 1 and 'href="01_decision_sampling.html#lem-factorization"' in html
 @pytest.mark.slow   # several seconds: make check leaves it out, make test runs it
 def test_the_formal_verdicts_are_those_the_chapters_assert(theory):
-    got = {k: r["verdict"] for k, r in _by_claim(theory).items()}
-    assert got == {
-        "Lemma 3.1": "confirmed", "Corollary 3.1": "confirmed", "Lemma 3.2": "erratum",
-        "The two-stage accuracy formula": "confirmed", "Theorem 3.1": "confirmed", "Theorem 3.2": "confirmed",
-        "Remark (clipping) keeps the balance": "confirmed", "Appendix C": "erratum", "Theorem D.1": "erratum",
-        "Theorem D.2": "erratum", "Appendix D": "erratum"}
+    """Each first-page row is its check in dsh.theory.verdicts, and the chapter it links to calls that check and
+    asserts the verdict the row shows (so a chapter and the first page cannot disagree)."""
+    from dsh.theory import verdicts
+
+    rows = {r["claim"]: r for r in theory}
+    assert [c for c, *_ in findings.THEORY_CLAIMS] == list(rows)
+    for claim, check, doc, _ in findings.THEORY_CLAIMS:
+        assert callable(getattr(verdicts, check))
+        text = (ROOT / "chapters" / f"{doc}.md").read_text()
+        called = re.findall(rf"^(\w+) = verdicts\.{check}\(", text, re.M)
+        assert called, (check, doc)
+        asserted = re.findall(rf'^assert {called[0]}\["verdict"\] == "(\w+)"', text, re.M)
+        assert asserted == [rows[claim]["verdict"]], (claim, asserted, rows[claim]["verdict"])
 
 
 def test_the_laptop_verdicts_are_the_chapters_per_seed_verdicts(lap):
@@ -81,11 +88,13 @@ def test_a_changed_input_changes_the_formal_verdict(monkeypatch):
     assert rows["Lemma 3.1"]["verdict"] == "erratum"
     monkeypatch.undo()
 
-    fixed = copy.deepcopy(findings.paper_results())
-    rounded = findings.toy.trajectory_attribution(**findings.toy.appendix_c_inputs(), round_to=4)
+    from dsh.theory import toy, verdicts
+
+    fixed = copy.deepcopy(verdicts.paper_results())
+    rounded = toy.trajectory_attribution(**toy.appendix_c_inputs(), round_to=4)
     for row, p in zip(rounded.rows, fixed["appendix_c"]["kl_breakdown"]):
         p["d_k"] = round(-row.d, 4)
-    monkeypatch.setattr(findings, "paper_results", lambda: fixed)
+    monkeypatch.setattr(verdicts, "paper_results", lambda: fixed)
     assert _by_claim(findings.theory_findings())["Appendix C"]["verdict"] == "confirmed"
 
 

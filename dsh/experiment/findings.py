@@ -13,18 +13,13 @@ from __future__ import annotations
 import html
 
 import numpy as np
-import sympy as sp
-import torch
 
 from dsh.core import validate as v
-from dsh.core.paper import paper_results
 from dsh.experiment import report
 from dsh.experiment.attribution_study import IDENTITY_RTOL, MIN_SPAN, MIN_TRAJECTORIES, reward_identity, robust_fit
 from dsh.experiment.presets import stage_label
 from dsh.measure.claims import GRADED, NOT_TESTABLE, block, claim_kl_keeps_decision, graded, sign_verdict
-from dsh.theory import clipping, sft_pg, toy
-from dsh.theory import mdp as M
-from dsh.theory import symbolic as th
+from dsh.theory import verdicts
 
 VERDICTS = ("confirmed", "erratum", "holds", "fails", "cannot tell", NOT_TESTABLE)
 
@@ -39,107 +34,42 @@ def _exact(ok: bool) -> str:
     return "confirmed" if ok else "erratum"
 
 
+# the formal claims as the first page names them: (claim, its check in dsh.theory.verdicts, chapter, anchor)
+THEORY_CLAIMS = (
+    ("Lemma 3.1: the trajectory probability factorizes into pi_sample and pi_d", "lemma_3_1",
+     "01_decision_sampling", "lem-factorization"),
+    ("Corollary 3.1: the score splits into sampling and decision terms", "corollary_3_1", "01_decision_sampling",
+     "cor-gradient"),
+    ("Lemma 3.2: the policy gradient splits into sampling and decision terms", "lemma_3_2", "01_decision_sampling",
+     "lem-pg"),
+    ("The two-stage accuracy formula", "accuracy_formula", "01_decision_sampling", "prop-accuracy"),
+    ("Theorem 3.1: the surrogate reward attributes balanced", "theorem_3_1", "02_gradient_attribution",
+     "thm-surrogate"),
+    ("Theorem 3.2: the token-level KL penalty attributes unbalanced (O(L_k) vs O(1))", "theorem_3_2",
+     "02_gradient_attribution", "thm-kl"),
+    ("Remark (clipping) keeps the balance", "clipping_remark", "02_gradient_attribution", "rem-clipping"),
+    ("Appendix C: the toy's tables and conclusion", "appendix_c", "03_toy_example", "appendix-c-reproduced"),
+    ("Theorem D.1: SFT's gradient as Q-weighted scores", "theorem_d1", "05_sft_dft", "thm-sft"),
+    ("Theorem D.2: DFT's gradient as Q-weighted scores", "theorem_d2", "05_sft_dft", "thm-dft"),
+    ("Appendix D: the SFT / DFT / RL comparison table", "appendix_d", "05_sft_dft",
+     "the-comparison-table-recomputed"),
+)
+
+
 def theory_findings(seed: int = 0, T: int = 3) -> list[dict]:
-    """The formal claims (Lemmas 3.1/3.2, Corollary 3.1, the accuracy formula, Theorems 3.1/3.2, the clipping
-    remark, Appendix C's tables, Theorems D.1/D.2 and Appendix D's comparison table), each checked as its chapter
-    checks it, on the finite two-stage MDP of ``seed`` and symbolically for ``T`` attempts."""
+    """The formal claims (:data:`THEORY_CLAIMS`), each by its check in :mod:`dsh.theory.verdicts` (the one its
+    chapter calls), on the finite two-stage MDP of ``seed`` and symbolically for ``T`` attempts."""
     v.length("seed", seed)
     v.length("T", T, minimum=2)
-    model = M.FiniteTwoStageMDP(seed=seed)
-    theta, theta_ref = model.init_theta(), model.init_theta(seed=seed + 100)
+    model, theta, _, theta_old = verdicts.mdp_setup(seed)
+    args = {"lemma_3_1": (model, theta), "corollary_3_1": (model, theta), "lemma_3_2": (model, theta),
+            "accuracy_formula": (), "theorem_3_1": (T,), "theorem_3_2": (T,),
+            "clipping_remark": (model, theta, theta_old), "appendix_c": (), "theorem_d1": (),
+            "theorem_d2": (model, theta, T), "appendix_d": (T,)}
     rows = []
-
-    chain = torch.stack([model.log_prob(theta, tr) for tr in model.trajectories])
-    fact = torch.stack([model.log_prob_factorized(theta, tr) for tr in model.trajectories])
-    gap, mass = (chain - fact).abs().max().item(), abs(fact.exp().sum().item() - 1)
-    rows.append(_row("theory", "Lemma 3.1: the trajectory probability factorizes into pi_sample and pi_d",
-                     _exact(gap < 1e-12 and mass < 1e-12),
-                     f"max |log P_chain - log P_factorized| {gap:.0e} over {len(chain)} trajectories",
-                     "01_decision_sampling", "lem-factorization"))
-
-    worst = max((t - s - d).abs().max().item()
-                for t, s, d in (M.score_decomposition(model, theta, tr) for tr in model.trajectories))
-    rows.append(_row("theory", "Corollary 3.1: the score splits into sampling and decision terms", _exact(worst < 1e-12),
-                     f"max |grad log P - (sampling + decision)| {worst:.0e}", "01_decision_sampling", "cor-gradient"))
-
-    g1, g9 = M.reward_gradient(model, theta, 1.0), M.reward_gradient(model, theta, 0.9)
-    split = max((g.autograd - g.sample - g.decision).abs().max().item() for g in (g1, g9))
-    printed1, printed9 = ((g.autograd - g.paper_form).abs().max().item() for g in (g1, g9))
-    ok = split < 1e-12 and printed1 < 1e-12
-    rows.append(_row("theory", "Lemma 3.2: the policy gradient splits into sampling and decision terms",
-                     "erratum" if ok and printed9 > 1e-3 else _exact(ok),
-                     f"split exact ({split:.0e}); the printed form exact at gamma = 1 ({printed1:.0e}), off by "
-                     f"{printed9:.3f} at gamma = 0.9 (it lacks the gamma^t weight)", "01_decision_sampling", "lem-pg"))
-
-    diff = sp.simplify(th.two_stage_chain().accuracy - th.paper_accuracy_formula())
-    rows.append(_row("theory", "The two-stage accuracy formula", _exact(diff == 0),
-                     f"absorbing-chain probability minus the printed formula = {diff}", "01_decision_sampling",
-                     "prop-accuracy"))
-
-    sur, phi = th.surrogate_q_values(T), th.surrogate_phi(T)
-    ok = (all(sp.simplify(a - b) == 0 for a, b in zip(sur.q_sample, phi))
-          and all(sp.simplify(a / b - th.gamma) == 0 for a, b in zip(sur.q_sample, sur.q_decision))
-          and th.classify_attribution(sur.immediate_sample[0], sur.immediate_decision[0]) == "balanced")
-    printed = th.paper_surrogate_q(T)
-    gamma1 = all(sp.simplify((p - q).subs(th.gamma, 1)) == 0 for p, q in zip(printed, sur.q_sample))
-    rows.append(_row("theory", "Theorem 3.1: the surrogate reward attributes balanced", _exact(ok and gamma1),
-                     f"Q_sample = Phi(s_k) and Q_d / Q_sample = gamma for k = 1..{T}; the printed Q_sample equal at "
-                     "gamma = 1" + ("" if gamma1 else " - it is not"), "02_gradient_attribution", "thm-surrogate"))
-
-    kl = th.kl_q_values(T)
-    Ls = th.lengths_symbols(T)
-    immediate = th.classify_attribution(kl.immediate_sample[0].subs(Ls[0], th.L), kl.immediate_decision[0])
-    totals = th.classify_attribution(*(x.subs({L_: th.L for L_ in Ls}) for x in (kl.q_sample[0], kl.q_decision[0])))
-    rows.append(_row("theory", "Theorem 3.2: the token-level KL penalty attributes unbalanced (O(L_k) vs O(1))",
-                     _exact(immediate == "unbalanced"),
-                     f"immediate penalties {immediate}; total Q-values {totals} (one rule for both theorems)",
-                     "02_gradient_attribution", "thm-kl"))
-
-    theta_old = theta + 0.5 * (theta_ref - theta)
-    seq = clipping.clipped_weights(model, theta, theta_old, 0.2, "sequence")
-    tok = clipping.clipped_weights(model, theta, theta_old, 0.2, "token")
-    seq_even = seq.spread_mass() == 0 and seq.partly_clipped_mass() == 0
-    rows.append(_row("theory", "Remark (clipping) keeps the balance", "confirmed" if seq_even else "erratum",
-                     f"sequence-level ratio: every token of a trajectory weighted alike (spread {seq.spread_mass():.3f}); "
-                     f"GRPO's token-level ratio: unequal weights on P = {tok.spread_mass():.3f} of trajectories",
-                     "02_gradient_attribution", "rem-clipping"))
-
-    inputs, paper = toy.appendix_c_inputs(), paper_results()["appendix_c"]
-    ours = toy.trajectory_attribution(**inputs)
-    table = max(abs(getattr(ours, a)[p["parameter"]] - p[b]) for p in paper["net_update"]
-                for a, b in (("reward", "reward"), ("kl_drag", "kl"), ("net", "net")))
-    rounded = toy.trajectory_attribution(**inputs, round_to=4)
-    slips = [(r.action, p["d_k"], -r.d) for r, p in zip(rounded.rows, paper["kl_breakdown"])
-             if abs(-r.d - p["d_k"]) >= 1e-4]
-    rows.append(_row("theory", "Appendix C: the toy's tables and conclusion",
-                     "erratum" if table < 1e-3 and slips else _exact(table < 1e-3),
-                     f"summary table within {table:.4f} of the paper's; "
-                     + ("; ".join(f"printed penalty of {a} {pd_:+.4f}, recomputed {ours_:+.4f}" for a, pd_, ours_ in slips)
-                        or "every printed penalty recomputed"), "03_toy_example", "appendix-c-reproduced"))
-
-    inst = sft_pg.erratum_instances()
-    wrong = sum(i["rescaled_error"] > 0.1 for i in inst)
-    rows.append(_row("theory", "Theorem D.1: SFT's gradient as Q-weighted scores", "erratum" if wrong else "confirmed",
-                     f"the printed form points the wrong way on {wrong} of {len(inst)} instances (cosine "
-                     f"{min(i['cosine'] for i in inst):.2f} .. {max(i['cosine'] for i in inst):.2f}); the last "
-                     "token (the final STOP) gets no gradient", "05_sft_dft", "thm-sft"))
-
-    dft = th.dft_q_values(T)
-    paper_qs, paper_qd = th.paper_dft_q_values(T)
-    recursion = all(sp.simplify(a[0] - b) == 0 for a, b in zip(dft.q_sample, paper_qs)) and all(
-        sp.simplify(a - b) == 0 for a, b in zip(dft.q_decision, paper_qd))
-    d = sft_pg.dft_check(model, model.init_theta(), sft_pg.data_trajectory(model, 0))
-    rows.append(_row("theory", "Theorem D.2: DFT's gradient as Q-weighted scores",
-                     "erratum" if recursion and d.paper_error > 0.05 else _exact(recursion),
-                     f"the printed Q-values follow from their recursion, but the best constant leaves "
-                     f"{d.paper_error:.2f} of the DFT gradient unexplained", "05_sft_dft", "thm-dft"))
-
-    valid = th.valid_property_table(T)
-    agree = sum(r["agree"] for r in valid)
-    rows.append(_row("theory", "Appendix D: the SFT / DFT / RL comparison table",
-                     "confirmed" if agree == len(valid) else "erratum",
-                     f"{agree} of {len(valid)} cells agree with Q-values that represent the gradients",
-                     "05_sft_dft", "the-comparison-table-recomputed"))
+    for claim, check, doc, anchor in THEORY_CLAIMS:
+        got = getattr(verdicts, check)(*args[check])
+        rows.append(_row("theory", claim, got["verdict"], got["number"], doc, anchor))
     return rows
 
 

@@ -9,6 +9,7 @@ ablation tables show the mean over seeds with each seed beside it, and a one-see
 from __future__ import annotations
 
 import re
+import statistics
 from pathlib import Path
 
 import pandas as pd
@@ -19,12 +20,12 @@ from ..core.files import read_jsonl
 from ..core.paper import paper_results
 from ..measure import tasks
 from ..measure.calibration import normal_interval, wilson_interval
-from ..measure.claims import block, verdicts
+from ..measure.claims import block, graded, verdicts
 from ..measure.length_law import TOLERANCE, cluster_median, mutual_inclusion
 from ..measure.stage import preferred
-from ..measure.trend import fifths_contrast
+from ..measure.trend import fifths_contrast, level_slope
 from ..measure.trend import verdict as trend_verdict
-from ..task.problems import level_index
+from ..task.problems import level_index, parse_level
 from .attribution_study import PREDICTED_SLOPE, carries, excess_fit, reward_identity, robust_fit, study_record
 from .pipeline import design_checks, plan, plan_of
 from .presets import get, stage_label
@@ -738,10 +739,6 @@ def regime_rows(results: dict) -> list[dict]:
     of its reward (:func:`dsh.measure.trend.fifths_contrast`) and its rollouts; the largest share of evaluation
     responses at the token limit over the seed's stages and the base. Each row says which points it meets (``met``:
     {point: bool, or None where the stage is missing})."""
-    from ..measure.claims import graded
-    from ..measure.trend import level_slope
-    from ..task.problems import parse_level
-
     s, cal, probe = results["summary"], results["calibration"], results.get("probe") or {}
     plan_ = plan_of(results)
     trunc = {k: (t or {}).get("eval") for k, t in (s.get("truncation") or {}).items()}
@@ -807,8 +804,6 @@ def run_time(results: dict) -> dict:
     unless it was resumed, then the median of its method's stages trained in one piece (``estimated``); its
     evaluation and probe as timed (the median of the other stages' where reused). ``{"stages": [...], "total_s",
     "estimated": [stages]}`` (the base's own steps included, the base's training not: it is shipped)."""
-    import statistics
-
     s = results["summary"]
     train, times = s.get("training") or {}, s.get("timings_s") or {}
     plan_ = [x for x in plan_of(results)]
