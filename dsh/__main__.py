@@ -179,36 +179,15 @@ def _cmd_pipeline(args) -> int:
 
 
 def _cmd_probe(args) -> int:
-    from .experiment.pipeline import probe_results
-
-    if (args.results_dir is None) == (args.model is None):
-        raise ValueError("probe needs either --model and --out (one model) or --results-dir and --runs-dir "
-                         "(every stage of a pipeline's results)")
-    if args.results_dir is not None:
-        if args.runs_dir is None:
-            raise ValueError("runs_dir must name the runs folder of the pipeline that wrote --results-dir")
-        got = probe_results(args.results_dir, args.runs_dir, progress=not args.quiet)
-    else:
-        levels = tuple(x.strip() for x in args.levels.split(",") if x.strip())
-        settings = ProbeSettings(n_per_level=args.n, temperature=args.temperature, seed=args.seed)
-        got = {args.model: run_probe(args.model, args.out or "probe.json", levels, settings, progress=not args.quiet)}
-    for name, x in got.items():
-        t = x["tuned"]
-        print(f"{name}: fine-tuning levels {t['checks']} checks of {t['items']} items, verdict follows the true "
-              f"check {t.get('verdict_follows_check')}, chance {t.get('chance_agreement')}, kappa {t['kappa']}")
-    return 0
-
-
-def _cmd_attribution(args) -> int:
-    from .experiment.pipeline import attribution_results
-
-    stages = [x.strip() for x in args.stages.split(",") if x.strip()]
-    if not stages:
-        raise ValueError("stages must name at least one stage of the results folder, e.g. sft_reflection-s0,rl-s0")
-    got = attribution_results(args.results_dir, args.runs_dir, stages, seed=args.seed, progress=not args.quiet,
-                              overrides=settings.assignments("--set", args.set, fixed={"seed": "--seed"}) or None)
-    for name, r in got.items():
-        print(f"{name}: {len(r['trajectories'])} trajectories, {r['wall_s']} s")
+    if not args.model:
+        raise ValueError("probe needs --model (a laptop model); a pipeline's stages are probed by its own probe step "
+                         "(python -m dsh pipeline --preset laptop ... runs it, and reuses every other step)")
+    levels = tuple(x.strip() for x in args.levels.split(",") if x.strip())
+    settings = ProbeSettings(n_per_level=args.n, temperature=args.temperature, seed=args.seed)
+    x = run_probe(args.model, args.out or "probe.json", levels, settings, progress=not args.quiet)
+    t = x["tuned"]
+    print(f"{args.model}: fine-tuning levels {t['checks']} checks of {t['items']} items, verdict follows the true "
+          f"check {t.get('verdict_follows_check')}, chance {t.get('chance_agreement')}, kappa {t['kappa']}")
     return 0
 
 
@@ -308,7 +287,6 @@ def build_parser() -> argparse.ArgumentParser:
     _add_evaluate(sub, model_help)
     _add_pipeline(sub, presets_help, model_help)
     _add_probe(sub, model_help)
-    _add_attribution(sub)
     _add_base(sub)
     _add_budgets(sub)
     _add_bench(sub, model_help)
@@ -433,24 +411,8 @@ def _add_probe(sub, model_help) -> None:
     pr.add_argument("--n", type=int, default=ProbeSettings.n_per_level, help="test questions per level")
     pr.add_argument("--temperature", type=float, default=ProbeSettings.temperature)
     pr.add_argument("--seed", type=int, default=ProbeSettings.seed)
-    pr.add_argument("--results-dir", help="instead of --model: probe every stage of this pipeline results folder")
-    pr.add_argument("--runs-dir", help="with --results-dir: the runs folder of the pipeline that wrote it")
     pr.add_argument("--quiet", action="store_true", help="no progress output")
     pr.set_defaults(func=_cmd_probe)
-
-
-def _add_attribution(sub) -> None:
-    at = sub.add_parser("attribution", help="gradient attribution (attempt / check / decision) in the models of a "
-                        "laptop pipeline's results, each against the model its training started from")
-    at.add_argument("--results-dir", required=True, help="a laptop pipeline's results folder")
-    at.add_argument("--runs-dir", required=True, help="the runs folder of the pipeline that wrote it")
-    at.add_argument("--stages", required=True, help="comma-separated stages, e.g. sft_reflection-s0,rl-s0")
-    at.add_argument("--seed", type=int, default=0, help="the questions' and samples' seed (default 0)")
-    at.add_argument("--set", action="append", metavar="KEY=VALUE",
-                    help="override a setting of the preset's study: levels, prompts_per_level, group, temperature, "
-                         "max_new_tokens, objectives, min_signal, max_rounds (repeatable; e.g. --set levels=1x2,1x3)")
-    at.add_argument("--quiet", action="store_true", help="no progress output")
-    at.set_defaults(func=_cmd_attribution)
 
 
 def _add_base(sub) -> None:

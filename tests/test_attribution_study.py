@@ -253,27 +253,6 @@ def test_a_study_continued_from_its_first_rounds_equals_one_drawn_whole(tmp_path
     assert not (tmp_path / "bad.json").exists()
 
 
-def test_attribution_results_refuses_what_it_cannot_study(tmp_path):
-    from dsh.experiment.pipeline import attribution_results
-
-    res = tmp_path / "res"
-    (res / "calibration").mkdir(parents=True)
-    summary = {"preset": "laptop", "task": "traces", "stages": ["base"], "seed": 0,
-               "plan": [{"name": "base", "kind": "base", "seed": None, "init": None}], "eval": {}}
-    (res / "summary.json").write_text(json.dumps(summary))
-    (res / "calibration" / "base.json").write_text("{}")
-    with pytest.raises(ValueError, match="laptop task"):
-        attribution_results(res, tmp_path / "runs", ["base"])
-    summary["task"] = "laptop_task"
-    (res / "summary.json").write_text(json.dumps(summary))
-    with pytest.raises(ValueError, match="stages"):
-        attribution_results(res, tmp_path / "runs", ["rl-s0"])
-    with pytest.raises(ValueError, match="no generations of stage base"):
-        attribution_results(res, tmp_path / "runs", ["base"])
-    assert not (res / "attribution").exists()
-
-
-@pytest.mark.slow   # ~4 s: make check leaves it out, make test runs it
 def test_cluster_median_resamples_questions_and_covers_a_known_median():
     from dsh.measure.length_law import cluster_median
 

@@ -4,13 +4,12 @@ its first check, the counts against a recount by another route, the pipeline's r
 import gzip
 import json
 import re
-import shutil
 
 import pytest
 
 from dsh.experiment import check_probe as cp
 from dsh.experiment import presets
-from dsh.experiment.pipeline import Clock, probe_results, probe_stage
+from dsh.experiment.pipeline import Clock, probe_stage
 from dsh.task import laptop_task as lt
 
 
@@ -150,38 +149,3 @@ def test_the_pipeline_probe_is_reused_for_the_same_weights_and_redone_otherwise(
     assert probe_stage(base, out, presets.LAPTOP, other, 0, Clock(False), "base")["settings"]["n_per_level"] == 2
 
 
-def test_probe_results_refuses_runs_that_did_not_make_the_results(tmp_path):
-    from dsh.experiment.evaluate import model_identity, settings_path
-
-    res, runs = tmp_path / "res", tmp_path / "runs"
-    (res / "generations").mkdir(parents=True)
-    (res / "calibration").mkdir()
-    (runs / "generations").mkdir(parents=True)
-    settings = presets.LAPTOP.eval_settings(levels=["1x2"], n_per_level=2, max_new_tokens=24)
-    summary = {"preset": "laptop", "stages": ["base"], "seed": 0,
-               "eval": {"levels": ["1x2"], "n_per_level": 2, "max_new_tokens": 24, "temperature": 1.0,
-                        "batch_size": 256}}
-    (res / "summary.json").write_text(json.dumps(summary))
-    (res / "calibration" / "base.json").write_text("{}")
-    line = b'{"question": "Calculate 2 * 31. Think step by step.", "response": "x"}\n'
-    with gzip.open(res / "generations" / "base.jsonl.gz", "wb") as f:
-        f.write(line)
-    with pytest.raises(ValueError, match="no generations of stage base"):
-        probe_results(res, runs, progress=False)
-    model = tmp_path / "m"
-    shutil.copytree(presets.LAPTOP.model, model)
-    (runs / "generations" / "base.jsonl").write_bytes(line + line)
-    settings_path(runs / "generations" / "base.jsonl").write_text(
-        json.dumps(model_identity(str(model), settings, 0)))
-    with pytest.raises(ValueError, match="not the ones of"):          # other generations
-        probe_results(res, runs, progress=False)
-    (runs / "generations" / "base.jsonl").write_bytes(line)
-    got = probe_results(res, runs, progress=False)                     # the same: probed with the recorded model
-    assert set(got) == {"base"} and (res / "probe" / "base.json").is_file()
-    (model / "model.safetensors").write_bytes((model / "model.safetensors").read_bytes())   # weights touched
-    with pytest.raises(ValueError, match="not the ones of"):
-        probe_results(res, runs, progress=False)
-    summary["preset"] = "ci"
-    (res / "summary.json").write_text(json.dumps(summary))
-    with pytest.raises(ValueError, match="no check probe"):
-        probe_results(res, runs, progress=False)

@@ -225,31 +225,27 @@ def test_killed_while_writing_results_and_resumed_the_folder_is_the_uninterrupte
     assert _differences(got, uninterrupted) == []
 
 
-def test_the_attribution_command_studies_a_stage_with_overrides_and_reuses_it(killed_and_resumed, tmp_path):
-    """`dsh attribution` on a copy of the finished folder: one stage against the model its training started from,
-    the preset's study with --set overrides and another trajectory seed, written as <stage>-t<seed>.json and reused
-    when asked again; a bad --set is one line before any work."""
+def test_a_study_is_added_to_a_finished_folder_by_running_the_pipeline_again(killed_and_resumed, tmp_path):
+    """No catch-up command: a finished folder (copied, with its runs) gets a changed study by the same pipeline
+    command with other study settings; every training, evaluation and probe step is reused, the studies are made
+    again with the new settings, and a bad setting is one line before any work."""
     import shutil
 
-    from dsh.experiment.presets import LAPTOP
-
     root = killed_and_resumed[0]
-    res = tmp_path / "results"
-    shutil.copytree(root / "results", res)
-    cmd = [sys.executable, "-m", "dsh", "attribution", "--results-dir", str(res), "--runs-dir", str(root / "runs"),
-           "--stages", "rl-s0", "--seed", "2", "--set", "levels=1x2", "--set", "prompts_per_level=1",
-           "--set", "group=2", "--set", "max_new_tokens=120", "--set", "min_signal=0"]
+    copy = tmp_path / "copy"
+    for part in ("results", "runs"):
+        shutil.copytree(root / part, copy / part)
+    cmd = [x if x != "levels=1x2" else "levels=1x3" for x in _cmd(copy)]
     r = subprocess.run(cmd, capture_output=True, text=True, env=_env())
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
-    s = json.loads((res / "attribution" / "rl-s0-t2.json").read_text())
-    assert s["settings"]["seed"] == 2 and s["settings"]["levels"] == ["1x2"] and s["settings"]["group"] == 2
-    assert s["settings"]["temperature"] == LAPTOP.attribution.temperature     # what --set left alone: the preset's
-    assert s["reference"] == "<runs_dir>/sft_reflection-s0" and s["model"] == "<runs_dir>/rl-s0"
-    assert s["samples"] == 2 and s["rounds"] == 1 and "kl_k3" in s["objectives"]
-    assert f"rl-s0: {len(s['trajectories'])} trajectories" in r.stdout
-    again = subprocess.run(cmd, capture_output=True, text=True, env=_env())
-    assert again.returncode == 0 and "[dsh pipeline] attribution rl-s0-t2: reused" in again.stdout
-    before = sorted(p.name for p in (res / "attribution").iterdir())
-    bad = subprocess.run([*cmd[:-2], "--set", "prompts=3", "--seed", "3"], capture_output=True, text=True, env=_env())
-    assert bad.returncode == 2 and bad.stderr.strip().startswith("error: overrides must be one of levels"), bad.stderr
-    assert sorted(p.name for p in (res / "attribution").iterdir()) == before
+    out = r.stdout + r.stderr
+    for stage in STAGES[1:]:
+        assert f"train {stage}: reused" in out, out[-3000:]
+    assert "probe sft_reflection-s0: reused" in out
+    s = json.loads((copy / "results" / "attribution" / "rl-s0.json").read_text())
+    assert s["settings"]["levels"] == ["1x3"] and s["reference"] == "<runs_dir>/sft_reflection-s0"
+    assert {x["level"] for x in s["trajectories"]} <= {"1x3"}
+    before = sorted(p.name for p in (copy / "results" / "attribution").iterdir())
+    bad = subprocess.run([*cmd, "--attribution-set", "prompts=3"], capture_output=True, text=True, env=_env())
+    assert bad.returncode == 2 and "attribution_overrides must be one of levels" in bad.stderr, bad.stderr
+    assert sorted(p.name for p in (copy / "results" / "attribution").iterdir()) == before
