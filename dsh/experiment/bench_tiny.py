@@ -38,6 +38,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..core.files import read_jsonl
 from ..llm import kernels
 from ..llm.models import load
 from ..llm.peaks import matmul_peak, memory_bandwidth, read_bandwidth
@@ -211,7 +212,6 @@ GRPO_PATHS = ("before issue 28: a round of 32 per step, engine's torch path, pad
 
 def grpo_rows(size: TinySize, workdir: Path, seed: int = 0) -> list:
     """Rows of the GRPO comparison (module docstring)."""
-    import json
 
     policy = workdir / "grpo_policy"
     train(resolve("sft_reflection", LAPTOP.name, model=str(SHIPPED_BASE), output_dir=str(policy),
@@ -232,7 +232,7 @@ def grpo_rows(size: TinySize, workdir: Path, seed: int = 0) -> list:
         with kernels.disabled() if old else contextlib.nullcontext():
             s = train(cfg)
         rows = s["rollouts"]
-        logs = [json.loads(x) for x in (workdir / f"grpo_{k}" / "metrics.jsonl").read_text().splitlines()]
+        logs = read_jsonl(workdir / f"grpo_{k}" / "metrics.jsonl")
         lengths = [x["completions/mean_length"] for x in logs if "completions/mean_length" in x]
         out.append({"part": "tiny GRPO", "path": label, "steps": s["global_step"], "rollouts": rows,
                     "completions_per_round": cfg.generation_batch_size or cfg.per_device_train_batch_size,

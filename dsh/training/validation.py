@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from ..core.files import read_jsonl
 from ..llm.complete import complete
 from ..measure import tasks
 from ..measure.calibration import calibrate
@@ -47,12 +48,9 @@ def measure(model, tok, questions, task: str, temperature: float, max_new_tokens
 
 def read_log(path) -> list[dict]:
     """The measurements in a run's ``validation.jsonl`` (empty when there is none), one per step."""
-    path = Path(path)
-    if not path.is_file():
-        return []
     # one line a step, in step order: the callback measures a step once and a resume first drops the killed run's
     # lines past its checkpoint (dsh.training.train.trim_logs)
-    return [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
+    return read_jsonl(path, what="path") if Path(path).is_file() else []
 
 
 def make_callback(tok, questions, task: str, every: int, temperature: float, max_new_tokens: int, path,
