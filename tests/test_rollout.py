@@ -52,8 +52,8 @@ def test_packed_logps_equal_trls_padded_ones(tmp_path):
 
     from dsh.llm import models
     from dsh.llm.packing import register
+    from dsh.training.grpo_trainer import EngineGRPOTrainer
     from dsh.training.laptop_base import SHIPPED_BASE
-    from dsh.training.rollout import make_trainer_class
     from dsh.training.train import task_reward
 
     model, tok = models.load(str(SHIPPED_BASE))
@@ -62,7 +62,7 @@ def test_packed_logps_equal_trls_padded_ones(tmp_path):
                       bf16=False, report_to=[], max_completion_length=32, beta=0.0)
     ds = Dataset.from_list([{"prompt": [{"role": "user", "content": "Calculate 7 * 23. Think step by step."}],
                              "answer": "161"}] * 4)
-    trainer = make_trainer_class()(model=model, reward_funcs=[task_reward("laptop_task")], args=args, train_dataset=ds,
+    trainer = EngineGRPOTrainer(model=model, reward_funcs=[task_reward("laptop_task")], args=args, train_dataset=ds,
                                    processing_class=tok)
     torch.manual_seed(0)
     prompt = torch.tensor([[0, 0, 5, 6, 7], [0, 8, 9, 10, 11], [12, 13, 14, 15, 16], [0, 0, 0, 17, 18]])

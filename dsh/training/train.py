@@ -40,7 +40,7 @@ from . import validation
 from .laptop_base import corpus_of
 from .loss_mask import has_segments, token_records
 from .own_attempts import own_attempts
-from .rollout import engine_unsuitable, make_trainer_class
+from .rollout import engine_unsuitable
 
 METHODS = ("sft", "sft_reflection", "dft", "grpo")
 
@@ -622,9 +622,11 @@ def _sft_trainer(cfg: TrainConfig, trl_cfg, model, tok, ds, peft_config, callbac
 
 def _grpo_trainer(cfg: TrainConfig, trl_cfg, model, tok, ds, peft_config, callbacks):
     """TRL's GRPOTrainer with the correctness reward, rollouts from ``cfg.generation_backend``
-    (:func:`dsh.training.rollout.make_trainer_class`)."""
-    trainer = make_trainer_class()(model=model, reward_funcs=[task_reward(cfg.task)], args=trl_cfg, train_dataset=ds,
-                                   processing_class=tok, peft_config=peft_config, callbacks=callbacks)
+    (:class:`dsh.training.grpo_trainer.EngineGRPOTrainer`)."""
+    from .grpo_trainer import EngineGRPOTrainer
+
+    trainer = EngineGRPOTrainer(model=model, reward_funcs=[task_reward(cfg.task)], args=trl_cfg, train_dataset=ds,
+                                processing_class=tok, peft_config=peft_config, callbacks=callbacks)
     trainer.rollout_backend = cfg.generation_backend
     trainer.padding_free = cfg.padding_free
     if cfg.padding_free and getattr(trainer, "ref_model", None) is not None:
