@@ -124,3 +124,41 @@ def test_run_time_sums_the_stages_and_estimates_the_resumed_ones_by_their_method
     assert by["rl2"]["train_s"] == 600.0 and by["rl"]["evaluate_s"] == 10.0      # median of 4, 10, 12
     assert by["base"]["probe_s"] == 5.0 and "train_s" not in by["base"]
     assert got["total_s"] == 100 + 600 + 600 + (4 + 10 + 10 + 12) + 4 * 5
+
+
+def test_a_second_reading_is_compared_stage_by_stage_and_a_moved_rate_shows(tmp_path):
+    """The design folder's reader (no dsh imports) and the calibration read the same well-formed laptop responses
+    alike; a rate moved in one reading shows as its difference."""
+    import gzip
+    import importlib.util
+    import json
+
+    from dsh.measure.stage import calibrate_stage
+    from dsh.task import laptop_task as lt
+
+    spec = importlib.util.spec_from_file_location(
+        "independent_reader", report.Path(__file__).resolve().parents[1] / "book/results/laptop-graded/design/"
+        "independent_reader.py")
+    reader = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(reader)
+    rng = random.Random(0)
+    recs = []
+    for i in range(120):           # reflection traces (wrong attempts resampled) and fallible one-attempt answers
+        p = lt.draw("1x3", rng)
+        t = lt.trace(p, "reflection", seed=i) if i % 2 else lt.fallible_attempt(p, rng, 0.4)
+        recs.append({"question": p.question, "answer": p.answer, "response": t.text, "level": "1x3",
+                     "truncated": False})
+    cal = {"sft_reflection": calibrate_stage(recs, seed=0, n_bootstrap=20, task="laptop_task")}
+    results = {"summary": {"plan": [{"name": "sft_reflection", "kind": "sft_reflection", "seed": 0}]},
+               "calibration": cal}
+    path = tmp_path / "g.jsonl.gz"
+    with gzip.open(path, "wt") as f:
+        for r in recs:
+            f.write(json.dumps(r) + "\n")
+    other = {"sft_reflection": reader.stage_numbers(path)}
+    got = report.reading_agreement(results, other)
+    assert got.loc[0, "levels"] == 1 and got.loc[0, "max |F->T difference|"] == 0
+    assert all(got.loc[0, f"max |{k} difference|"] <= 0.001 for k in report.READ_AGAIN), got.T
+    assert 0 < cal["sft_reflection"]["all"]["by_level"]["1x3"]["p_d_given_wrong"] < 1     # both kinds present
+    other["sft_reflection"]["1x3"]["p_dW"] += 0.2
+    assert report.reading_agreement(results, other).loc[0, "max |p_dW difference|"] >= 0.2

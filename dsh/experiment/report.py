@@ -830,6 +830,31 @@ def run_time(results: dict) -> dict:
     return {"stages": rows, "total_s": round(total, 1), "estimated": estimated}
 
 
+READ_AGAIN = {"accuracy": "observed_accuracy", "p_s": "p_s", "p_dC": "p_d_given_correct", "p_dW": "p_d_given_wrong"}
+
+
+def reading_agreement(results: dict, other: dict) -> pd.DataFrame:
+    """A second reading of the same generations against the calibrations: ``other[stage][level]`` holds a reader's
+    ``n``, ``accuracy``, ``p_s``, ``p_dC``, ``p_dW`` and ``F->T`` (e.g. a reader that imports nothing from dsh). Per
+    stage the largest absolute difference of each rate over its levels (where both readings have one), the largest
+    difference of the F->T count, and the levels compared."""
+    rows = []
+    for x in plan_of(results):
+        theirs = other.get(x["name"])
+        if theirs is None:
+            continue
+        mine = block(results["calibration"][x["name"]])["by_level"]
+        row = {"stage": x["name"], "levels": len(set(mine) & set(theirs))}
+        for k, field in READ_AGAIN.items():
+            d = [abs(theirs[lv][k] - mine[lv][field]) for lv in mine if lv in theirs
+                 and theirs[lv].get(k) is not None and mine[lv].get(field) is not None]
+            row[f"max |{k} difference|"] = round(max(d), 3) if d else None
+        row["max |F->T difference|"] = max((abs(theirs[lv]["F->T"] - mine[lv]["transitions"]["F->T"])
+                                            for lv in mine if lv in theirs), default=None)
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
 def regime_table(results: dict) -> pd.DataFrame:
     """:func:`regime_rows` as a table: one row per seed, the measured values and the points not met."""
     rows = []
