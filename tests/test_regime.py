@@ -162,3 +162,22 @@ def test_a_second_reading_is_compared_stage_by_stage_and_a_moved_rate_shows(tmp_
     assert 0 < cal["sft_reflection"]["all"]["by_level"]["1x3"]["p_d_given_wrong"] < 1     # both kinds present
     other["sft_reflection"]["1x3"]["p_dW"] += 0.2
     assert report.reading_agreement(results, other).loc[0, "max |p_dW difference|"] >= 0.2
+
+
+def test_a_process_names_one_commit_however_the_checkout_moves(monkeypatch):
+    # a long run's records all name the code it loaded, not the HEAD of the moment each is written
+    import subprocess
+
+    from dsh.core import provenance
+
+    provenance.git_commit.cache_clear()
+    first = provenance.git_commit()
+
+    def moved(*a, **k):
+        return subprocess.CompletedProcess(a, 0, stdout="f" * 40 + "\n", stderr="")
+
+    monkeypatch.setattr(provenance.subprocess, "run", moved)
+    assert provenance.git_commit() == first
+    provenance.git_commit.cache_clear()
+    assert provenance.git_commit() == "f" * 40          # a new process would see the new HEAD
+    provenance.git_commit.cache_clear()

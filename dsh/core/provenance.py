@@ -3,6 +3,7 @@ evaluation results, pipeline summaries, ``dsh bench`` and the gpu-small command 
 
 from __future__ import annotations
 
+import functools
 import os
 import platform
 import subprocess
@@ -10,8 +11,11 @@ import time
 from pathlib import Path
 
 
+@functools.cache
 def git_commit() -> str | None:
-    """The checkout's commit, or ``$DSH_COMMIT`` where the tree is a copy without ``.git`` (a GPU host)."""
+    """The commit of the code this process runs: the checkout's HEAD when the process first asks (modules are
+    imported once, so a commit made while a long run goes on is not the code it runs; every record of one run then
+    names the same commit), or ``$DSH_COMMIT`` where the tree is a copy without ``.git`` (a GPU host)."""
     try:
         out = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10,
                              cwd=Path(__file__).resolve().parent).stdout.strip()
