@@ -212,7 +212,6 @@ GRPO_PATHS = ("before issue 28: a round of 32 per step, engine's torch path, pad
 
 def grpo_rows(size: TinySize, workdir: Path, seed: int = 0) -> list:
     """Rows of the GRPO comparison (module docstring)."""
-
     policy = workdir / "grpo_policy"
     train(resolve("sft_reflection", LAPTOP.name, model=str(SHIPPED_BASE), output_dir=str(policy),
                   n_train=8 * size.policy_sft_steps, max_steps=size.policy_sft_steps, task_options={"attempts": "injected"},

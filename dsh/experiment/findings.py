@@ -30,10 +30,6 @@ def _row(group, claim, verdict, number, doc, anchor=""):
     return {"group": group, "claim": claim, "verdict": verdict, "number": number, "doc": doc, "anchor": anchor}
 
 
-def _exact(ok: bool) -> str:
-    return "confirmed" if ok else "erratum"
-
-
 # the formal claims as the first page names them: (claim, its check in dsh.theory.verdicts, chapter, anchor)
 THEORY_CLAIMS = (
     ("Lemma 3.1: the trajectory probability factorizes into pi_sample and pi_d", "lemma_3_1",

@@ -494,6 +494,17 @@ def kl_table(results: dict) -> pd.DataFrame:
     return df
 
 
+def _reward_trend(curve: list[dict]) -> tuple:
+    """A GRPO reward curve's last-fifth-minus-first-fifth contrasts (:func:`dsh.measure.trend.fifths_contrast`) of
+    its mean reward and of its share of zero-variance groups."""
+    return (fifths_contrast([r["reward"] for r in curve]), fifths_contrast([r["frac_reward_zero_std"] for r in curve]))
+
+
+def _first_wrong(level: dict) -> int:
+    """The responses of a calibrated level whose first answer is wrong (answered responses times 1 - p_s)."""
+    return round((level["n"] - level["no_answer"]) * (1 - level["p_s"])) if level.get("p_s") is not None else 0
+
+
 @_results_first
 def reward_trend_table(results: dict) -> pd.DataFrame:
     """Did GRPO learn? Per GRPO stage: its rollouts, the mean reward of the first and the last fifth of its rollout
@@ -506,8 +517,7 @@ def reward_trend_table(results: dict) -> pd.DataFrame:
         c = curves.get(x["name"])
         if not c:
             continue
-        t = fifths_contrast([r["reward"] for r in c])
-        z = fifths_contrast([r["frac_reward_zero_std"] for r in c])
+        t, z = _reward_trend(c)
         row = {"stage": x["name"], "rollouts": (train.get(x["name"]) or {}).get("rollouts"), "rounds": len(c)}
         if t is not None:
             row.update({"reward first fifth": round(t["first"], 3), "reward last fifth": round(t["last"], 3),
@@ -706,10 +716,8 @@ def recovery_table(results: dict, kinds=("sft_reflection", "rl")) -> pd.DataFram
             t = e["transitions"]
             wrong, right = t["F->T"] + t["F->F"], t["T->T"] + t["T->F"]
             lo, hi = wilson_interval(t["F->T"], wrong)
-            answered = e["n"] - e["no_answer"]
-            first_wrong = round(answered * (1 - e["p_s"])) if e.get("p_s") is not None else 0
             rows.append({"kind": x["kind"], "seed": x["seed"], "level": lv, "p_s": e.get("p_s"),
-                         "wrong first attempts": first_wrong, "resamples after a wrong answer": wrong,
+                         "wrong first attempts": _first_wrong(e), "resamples after a wrong answer": wrong,
                          "F->T": t["F->T"],
                          "p(F->T)": t["F->T"] / wrong if wrong else None,
                          "p(F->T) 95%": f"({lo:.2f}, {hi:.2f})" if wrong else "-",
@@ -761,7 +769,7 @@ def regime_rows(results: dict) -> list[dict]:
             pb = [probe.get(sr, {}).get("by_level", {}).get(lv) or {} for lv in g]
             agree = [b.get("verdict_follows_check") for b in pb]
             kappa = [b.get("kappa") for b in pb]
-            wrong = [round((levels[lv]["n"] - levels[lv]["no_answer"]) * (1 - levels[lv]["p_s"])) for lv in g]
+            wrong = [_first_wrong(levels[lv]) for lv in g]
             row.update({"SFT (reflection): graded levels": ", ".join(g) or "-", "outside fine-tuning": len(out),
                         "p_s slope per digit (95 %)": f"{fit['slope']:+.3f} ({fit['ci'][0]:+.3f}, {fit['ci'][1]:+.3f})"
                         if fit else "-",
@@ -778,8 +786,7 @@ def regime_rows(results: dict) -> list[dict]:
         rl = by_kind.get("rl")
         curve = (s.get("reward_curves") or {}).get(rl) if rl else None
         if curve:
-            t = fifths_contrast([r["reward"] for r in curve])
-            z = fifths_contrast([r["frac_reward_zero_std"] for r in curve])
+            t, z = _reward_trend(curve)
             n = ((s.get("training") or {}).get(rl) or {}).get("rollouts")
             row.update({"GRPO: mixed groups, first fifth": round(1 - z["first"], 3) if z else None,
                         "reward rise (95 %)": f"{t['delta']:+.3f} ({t['ci'][0]:+.3f}, {t['ci'][1]:+.3f})" if t else "-",
@@ -806,7 +813,7 @@ def run_time(results: dict) -> dict:
     "estimated": [stages]}`` (the base's own steps included, the base's training not: it is shipped)."""
     s = results["summary"]
     train, times = s.get("training") or {}, s.get("timings_s") or {}
-    plan_ = [x for x in plan_of(results)]
+    plan_ = plan_of(results)
     whole = {}
     for x in plan_:
         t = train.get(x["name"]) or {}
