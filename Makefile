@@ -88,8 +88,8 @@ clean:
 
 # the bundle gpu-small reads on a host without network: the embedded model in parts, its sha, the wheels it lacks
 gpu-bundle: $(STAMP)
-	$(PY) -m dsh.experiment.gpu_bundle --out $(BUNDLE)
+	$(PY) -m dsh.experiment.run.gpu_bundle --out $(BUNDLE)
 
 # the whole gpu-small experiment on a GPU host (system python3 with torch + CUDA; no venv, no network)
 gpu-small:
-	python3 -m dsh.experiment.gpu_small --bundle $(BUNDLE) $(if $(RESULTS),--results $(RESULTS))
+	python3 -m dsh.experiment.run.gpu_small --bundle $(BUNDLE) $(if $(RESULTS),--results $(RESULTS))

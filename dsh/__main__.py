@@ -13,10 +13,10 @@ from . import __version__
 from .core import settings
 from .core.files import atomic_write, read_jsonl, write_jsonl
 from .core.validate import output_path
-from .experiment import bench
-from .experiment.check_probe import ProbeSettings, run_probe
-from .experiment.evaluate import BACKENDS, EvalSettings, evaluate
-from .experiment.presets import DEFAULT, DERIVED, NAMES, get, resolve
+from .experiment.bench import compare as bench
+from .experiment.run.check_probe import ProbeSettings, run_probe
+from .experiment.run.evaluate import BACKENDS, EvalSettings, evaluate
+from .experiment.run.presets import DEFAULT, DERIVED, NAMES, get, resolve
 from .llm.models import EMBEDDED, resolve_model
 from .measure import tasks
 from .measure.calibration import calibrate, format_table, read_records
@@ -157,7 +157,7 @@ def _cmd_evaluate(args) -> int:
 
 
 def _cmd_pipeline(args) -> int:
-    from .experiment.pipeline import run_pipeline
+    from .experiment.run.pipeline import run_pipeline
 
     overrides = settings.assignments("--set", args.set, fixed={"model": "--model", "output_dir": "--runs-dir",
                                                   "method": "--stages (a stage trains by its preset's method)",

@@ -10,8 +10,8 @@ import pandas as pd
 import pytest
 import torch
 
-from dsh.experiment import attribution_study as st
-from dsh.experiment import presets
+from dsh.experiment.run import attribution_study as st
+from dsh.experiment.run import presets
 from dsh.llm import attribution as at
 from dsh.llm.models import load
 from dsh.measure.length_law import bootstrap_coverage, loglog_slope, mutual_inclusion, slope_verdict
@@ -424,7 +424,7 @@ def test_slope_correlation_of_a_committed_study():
 
 
 def test_bad_attribution_overrides_are_one_line_before_any_work(tmp_path):
-    from dsh.experiment import pipeline
+    from dsh.experiment.run import pipeline
 
     for bad, fragment in (({"prompts": 3}, "attribution_overrides must be one of levels"),
                           ({"seed": 3}, "attribution_overrides must be one of levels"),
@@ -442,7 +442,7 @@ def test_bad_attribution_overrides_are_one_line_before_any_work(tmp_path):
 
 
 def test_the_pipeline_step_reuses_a_study_only_of_the_same_method_settings_and_weights(tmp_path):
-    from dsh.experiment.pipeline import Clock, attribution_stage
+    from dsh.experiment.run.pipeline import Clock, attribution_stage
 
     base = str(presets.LAPTOP.model)
     s = st.StudySettings(levels=("1x2",), prompts_per_level=1, group=2, max_new_tokens=60, min_signal=0)
@@ -473,7 +473,7 @@ def test_the_censoring_robust_fit_recovers_a_known_slope_and_its_own_span():
     import math
     import random
 
-    from dsh.experiment.attribution_study import SILENT, robust_fit
+    from dsh.experiment.run.attribution_study import SILENT, robust_fit
 
     rng = random.Random(0)
     rows = []
@@ -502,7 +502,7 @@ def test_the_excess_over_sft_is_one_for_a_kl_to_go_and_zero_for_a_balanced_term(
     whose ratio is the SFT loss's times a constant 0; the decision's per-token k1 per level is read back as given."""
     import random
 
-    from dsh.experiment.attribution_study import decision_kl_by_level, excess_fit
+    from dsh.experiment.run.attribution_study import decision_kl_by_level, excess_fit
 
     rng = random.Random(1)
     rows = []

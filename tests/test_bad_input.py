@@ -16,7 +16,8 @@ import pandas as pd
 import pytest
 
 from dsh.__main__ import main
-from dsh.experiment import attribution_study, evaluate, pipeline, presets, report
+from dsh.experiment import report
+from dsh.experiment.run import attribution_study, evaluate, pipeline, presets
 from dsh.measure import calibration, claims, faithfulness, length_law, stage, trend
 from dsh.task import parse, problems, traces
 from dsh.theory import two_stage
@@ -222,7 +223,7 @@ API_CASES = [
     ("grad_by_level-term", lambda: report.grad_by_level({"trajectories": [{"level": "1x2", "L": 9, "grad": {"reward": {}}}]}, "kl_k3"), "term must be one of reward"),
     ("plot_slopes-empty", lambda: report.plot_slopes({}), "groups must map group labels"),
     ("counts_after-not-a-study", lambda: attribution_study.counts_after({}, 1), "study must be a study record"),
-    ("headline-not-results", lambda: report.headline(3), "results must be a results folder loaded by dsh.experiment.pipeline.load_results"),
+    ("headline-not-results", lambda: report.headline(3), "results must be a results folder loaded by dsh.experiment.run.pipeline.load_results"),
     ("long_table-not-results", lambda: report.long_table({"summary": {}}), "results must be a results folder"),
     ("claims_table-not-verdicts", lambda: report.claims_table([{"claim": "x"}]), "verdicts must be the list claims() returns"),
     ("load_attribution-missing", lambda: report.load_attribution("/nonexistent/results"), "results_dir must be an existing folder"),
@@ -308,7 +309,7 @@ def test_a_model_whose_weights_do_not_cover_its_parameters_is_refused(tmp_path):
     line naming the missing tensors, before generating or training anything (evaluate writes no output)."""
     import struct
 
-    from dsh.experiment import evaluate as E
+    from dsh.experiment.run import evaluate as E
 
     d = _copy_base(tmp_path)
     hdr = json.dumps({"__metadata__": {"format": "pt"}}).encode()
@@ -317,7 +318,7 @@ def test_a_model_whose_weights_do_not_cover_its_parameters_is_refused(tmp_path):
     with pytest.raises(ValueError, match=r"^model .*: its weights do not match its parameters: \d+ missing \(e.g. ") as e:
         E.evaluate(str(d), str(out), E.EvalSettings(levels=["1x2"], n_per_level=1, max_new_tokens=8), progress=False)
     assert "\n" not in str(e.value) and not out.exists()
-    from dsh.experiment import presets
+    from dsh.experiment.run import presets
     from dsh.training import train
 
     cfg = presets.LAPTOP.train_config("sft", model=str(d), output_dir=str(tmp_path / "run"), max_steps=1, n_train=4)
@@ -339,7 +340,7 @@ def test_a_truncated_weights_file_is_one_line(tmp_path):
 
 
 def _eval_args(tmp_path, **kw):
-    from dsh.experiment import evaluate as E
+    from dsh.experiment.run import evaluate as E
     from dsh.training.laptop_base import SHIPPED_BASE
 
     settings = E.EvalSettings(levels=["1x2"], n_per_level=2, max_new_tokens=8, temperature=0.0)
@@ -387,7 +388,7 @@ def test_resume_refuses_a_run_of_other_settings_and_takes_a_path_as_its_folder(t
     compared as the folder it names, so a relative and an absolute path of the same base are the same model."""
     import shutil
 
-    from dsh.experiment import presets
+    from dsh.experiment.run import presets
     from dsh.training import train
 
     base = tmp_path / "base"
@@ -414,7 +415,7 @@ def test_resume_and_the_pipeline_compare_the_starting_model_by_content(tmp_path)
     weights in the same folder are refused by both, naming the model and both digests."""
     import shutil
 
-    from dsh.experiment import pipeline, presets
+    from dsh.experiment.run import pipeline, presets
     from dsh.llm.models import model_digest
     from dsh.training import train
 
@@ -440,7 +441,7 @@ def test_resume_and_the_pipeline_compare_the_starting_model_by_content(tmp_path)
 
 @pytest.mark.slow
 def test_train_resume_refuses_a_folder_that_is_not_a_dsh_run_and_deletes_only_its_own_checkpoints(tmp_path, capsys):
-    from dsh.experiment import presets
+    from dsh.experiment.run import presets
     from dsh.training import train
 
     other = tmp_path / "notes"
@@ -469,7 +470,7 @@ def _base():
 
 def test_levels_as_one_string_are_a_comma_separated_list():
     """--eval-set levels=1x1 and levels=1x1,2x2 (strings from the command line) are accepted."""
-    from dsh.experiment.evaluate import EvalSettings
+    from dsh.experiment.run.evaluate import EvalSettings
 
     assert EvalSettings(levels="1x1").checked().levels == ("1x1",)
     assert EvalSettings(levels="1x1, 2x2").checked().levels == ("1x1", "2x2")
@@ -580,7 +581,7 @@ def test_a_failed_evaluation_leaves_no_settings_record_that_blocks_the_next(tmp_
 
     from safetensors.torch import load_file, save_file
 
-    from dsh.experiment import evaluate as E
+    from dsh.experiment.run import evaluate as E
 
     bad = tmp_path / "nan-base"
     shutil.copytree(_base(), bad)
@@ -601,7 +602,7 @@ def test_clear_run_removes_only_what_train_wrote(tmp_path):
     """Issue 34: chapter 04's papermill parameter fresh=True removed its run folder whole, a user's file included.
     train.clear_run (what the chapter calls) removes a real run (checkpoints kept, so every kind of file train writes
     is there) and refuses, byte-identical, a run folder holding a user's file, and a folder that is not a dsh run."""
-    from dsh.experiment import presets
+    from dsh.experiment.run import presets
     from dsh.training import train
 
     run = tmp_path / "run"

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from dsh.experiment import bench, bench_tiny
+from dsh.experiment.bench import compare as bench
+from dsh.experiment.bench import tiny as bench_tiny
 
 pytestmark = pytest.mark.slow   # loads or trains the embedded model (make check leaves it out)
 

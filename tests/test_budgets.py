@@ -2,7 +2,7 @@
 
 import pytest
 
-from dsh.experiment import pipeline, presets
+from dsh.experiment.run import pipeline, presets
 from dsh.training import budgets
 
 

@@ -8,7 +8,7 @@ import sys
 import pytest
 
 import dsh
-from dsh.experiment import simulated
+from dsh.experiment.report import simulated
 from dsh.measure import calibration
 from dsh.task import synthetic
 

@@ -1,4 +1,4 @@
-"""The check probe (dsh.experiment.check_probe): balanced items, the prefix the model goes on from, the reading of
+"""The check probe (dsh.experiment.run.check_probe): balanced items, the prefix the model goes on from, the reading of
 its first check, the counts against a recount by another route, the pipeline's reuse and its refusals."""
 
 import gzip
@@ -7,9 +7,9 @@ import re
 
 import pytest
 
-from dsh.experiment import check_probe as cp
-from dsh.experiment import presets
-from dsh.experiment.pipeline import Clock, probe_stage
+from dsh.experiment.run import check_probe as cp
+from dsh.experiment.run import presets
+from dsh.experiment.run.pipeline import Clock, probe_stage
 from dsh.task import laptop_task as lt
 
 

@@ -7,7 +7,7 @@ import copy
 
 import pytest
 
-from dsh.experiment.simulated import synthetic_results
+from dsh.experiment.report.simulated import synthetic_results
 from dsh.measure import claims
 from dsh.measure.stage import calibrate_stage
 from dsh.task.synthetic import synthetic_records

@@ -9,7 +9,7 @@ import pytest
 import torch
 from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
 
-from dsh.experiment import evaluate
+from dsh.experiment.run import evaluate
 from dsh.llm import models
 from dsh.llm.engine import Engine, kv_bytes_per_token, supports
 from dsh.task import problems, records

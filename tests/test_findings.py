@@ -6,7 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from dsh.experiment import findings, pipeline, report
+from dsh.experiment import report
+from dsh.experiment.report import findings
+from dsh.experiment.run import pipeline
 
 ROOT = Path(__file__).resolve().parent.parent
 LAPTOP = ROOT / "book" / "results" / "laptop"
@@ -112,12 +114,12 @@ def test_a_changed_result_changes_the_empirical_verdicts(lap):
             cfg["temperature"] = same["summary"]["eval"]["temperature"]
     assert report.rl_sampling_mismatch(same) is None
     better = copy.deepcopy(same)
-    for x in report.plan_of(better):
+    for x in pipeline.plan_of(better):
         if x["kind"] == "rl":
             for s in better["calibration"][x["name"]]["all"]["by_level"].values():
                 s["observed_accuracy"] = 1.0
     worse = copy.deepcopy(same)
-    for x in report.plan_of(worse):
+    for x in pipeline.plan_of(worse):
         if x["kind"] == "rl":
             for s in worse["calibration"][x["name"]]["all"]["by_level"].values():
                 s["observed_accuracy"] = max(0.0, s["observed_accuracy"] - 0.2)
@@ -194,14 +196,14 @@ def test_bad_input_is_named(call, message):
 def test_the_rl_arms_beta_is_read_from_the_results_when_they_record_it(lap):
     """The RL arm joins the KL ablation at the beta it trained with: the summary's configs (pipeline summaries
     record them; the committed results do), else the preset's beta."""
-    assert {lap["summary"]["configs"][x["name"]]["beta"] for x in report.plan_of(lap) if x["kind"] == "rl"} == {0.001}
+    assert {lap["summary"]["configs"][x["name"]]["beta"] for x in pipeline.plan_of(lap) if x["kind"] == "rl"} == {0.001}
     arms = dict(report.kl_arms(lap))
     assert arms[0.001] == "rl" and set(arms.values()) == {"rl", "rl_beta0", "rl_beta0.1"}
     unrecorded = copy.deepcopy(lap)
     del unrecorded["summary"]["configs"]
     assert dict(report.kl_arms(unrecorded)) == arms
     recorded = copy.deepcopy(lap)
-    recorded["summary"]["configs"] = {x["name"]: {"beta": 0.05} for x in report.plan_of(lap) if x["kind"] == "rl"}
+    recorded["summary"]["configs"] = {x["name"]: {"beta": 0.05} for x in pipeline.plan_of(lap) if x["kind"] == "rl"}
     assert dict(report.kl_arms(recorded)) == {0.0: "rl_beta0", 0.05: "rl", 0.1: "rl_beta0.1"}
     recorded["summary"]["configs"]["rl-s1"] = {"beta": 0.2}
     with pytest.raises(ValueError, match=r"the RL stages trained with different betas \(\[0.05, 0.2\]\)"):
@@ -213,14 +215,14 @@ def test_the_probe_row_on_graded_levels_follows_the_probe(lap):
     a cell whose kappa falls below 0.8 turns "holds" into "cannot tell" (not every seed) or "fails" (none)."""
     assert findings.probe_on_graded_levels(lap) is None
     g = copy.deepcopy(lap)
-    for x in report.plan_of(g):
+    for x in pipeline.plan_of(g):
         if x["kind"] == "sft_reflection":
             for lv in ("1x2", "1x3"):
                 g["calibration"][x["name"]]["all"]["by_level"][lv]["p_s"] = 0.5
     row = findings.probe_on_graded_levels(g)
     assert row["verdict"] == "holds" and "6 (seed, level) cells" in row["number"]
     bad = copy.deepcopy(g)
-    for x in report.plan_of(bad):
+    for x in pipeline.plan_of(bad):
         if x["kind"] == "sft_reflection":
             for lv in ("1x2", "1x3"):
                 bad["probe"][x["name"]]["by_level"][lv]["kappa"] = 0.5

@@ -1,4 +1,4 @@
-"""The one command of the GPU experiment (python3 -m dsh.experiment.gpu_small), run on CPU at ci size: the bundle
+"""The one command of the GPU experiment (python3 -m dsh.experiment.run.gpu_small), run on CPU at ci size: the bundle
 set-up, every stage, the results folder's format, resuming, and bad input."""
 
 import gzip
@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from dsh.experiment import pipeline, presets, report
+from dsh.experiment import report
+from dsh.experiment.run import pipeline, presets
 from dsh.llm import models
 
 pytestmark = pytest.mark.slow   # loads or trains the embedded model (make check leaves it out)
@@ -36,7 +37,7 @@ def _bundle(root: Path) -> Path:
 def _run(*args, env=None):
     env = {**os.environ, "DSH_CACHE": str(models.cache_dir()), **(env or {})}   # the converted model, reused
     env["PATH"] = str(Path(sys.executable).parent) + os.pathsep + env.get("PATH", "")
-    return subprocess.run([sys.executable, "-m", "dsh.experiment.gpu_small", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "dsh.experiment.run.gpu_small", *args], capture_output=True, text=True,
                           env=env, timeout=1200)
 
 
@@ -136,7 +137,7 @@ def test_stage_table_shows_each_stage_its_own_budget():
 
 def test_the_bundle_script_makes_what_gpu_small_reads(tmp_path):
     """The offline bundle was hand-built by a script outside the repository."""
-    from dsh.experiment import gpu_bundle, gpu_small
+    from dsh.experiment.run import gpu_bundle, gpu_small
     from dsh.llm.models import embedded_gguf_path
 
     got = gpu_bundle.make_bundle(tmp_path / "b", part_mb=20, wheels=False)

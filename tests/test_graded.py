@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from dsh.experiment import presets
+from dsh.experiment.run import presets
 from dsh.measure import tasks
 from dsh.task import laptop_task as lt
 from dsh.task.problems import Problem
@@ -160,7 +160,7 @@ def test_the_design_table_shows_every_candidate_and_the_rules_choice():
 def test_the_graded_preset_studies_attribution_as_its_committed_rule_says():
     # design/ATTRIBUTION_RULE.md, committed before any study of a graded model ran: the laptop run's models and
     # repeats, sampled at the evaluation's temperature and token limit, the laptop studies' levels, groups and rounds
-    from dsh.experiment.attribution_study import StudySettings
+    from dsh.experiment.run.attribution_study import StudySettings
 
     rule = (ROOT / "book/results/laptop-graded/design/ATTRIBUTION_RULE.md").read_text()
     g, lap = presets.get("laptop-graded"), presets.get("laptop")

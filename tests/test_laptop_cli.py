@@ -83,7 +83,8 @@ def test_the_second_run_reuses_resumes_and_finishes(killed_and_resumed):
 
 def test_the_results_folder_is_every_presets(killed_and_resumed):
     root, _, _, again = killed_and_resumed
-    from dsh.experiment import pipeline, report
+    from dsh.experiment import report
+    from dsh.experiment.run import pipeline
 
     res = root / "results"
     assert sorted(p.name for p in (res / "generations").iterdir()) == sorted(f"{s}.jsonl.gz" for s in STAGES)
@@ -107,7 +108,7 @@ def test_the_results_folder_is_every_presets(killed_and_resumed):
     assert studies["rl-s0"]["weights"] != studies["rl-s0"]["reference_weights"]
     assert "[dsh pipeline] attribution rl-s0-t1: " in again.stdout
     configs = loaded["summary"]["configs"]          # each trained stage's configuration, paths from labels
-    from dsh.experiment.presets import LAPTOP
+    from dsh.experiment.run.presets import LAPTOP
 
     assert sorted(configs) == sorted(STAGES[1:]) and configs["rl-s0"]["beta"] == LAPTOP.training["grpo"]["beta"]
     assert configs["rl-s0"]["model"] == "<runs_dir>/sft_reflection-s0" and configs["rl-s0"]["max_steps"] == 3

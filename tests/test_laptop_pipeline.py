@@ -1,4 +1,4 @@
-"""The laptop preset's plan (every stage x seed, both ablations, run by dsh.experiment.pipeline like every preset),
+"""The laptop preset's plan (every stage x seed, both ablations, run by dsh.experiment.run.pipeline like every preset),
 budgets that hold the traces, bad input refused before any work."""
 
 import json
@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from dsh.experiment import presets
-from dsh.experiment.attribution_study import MIN_SPAN
-from dsh.experiment.pipeline import plan, reward_curve, stages_needed
+from dsh.experiment.run import presets
+from dsh.experiment.run.attribution_study import MIN_SPAN
+from dsh.experiment.run.pipeline import plan, reward_curve, stages_needed
 from dsh.task import laptop_task as lt
 
 ROOT = Path(__file__).resolve().parent.parent

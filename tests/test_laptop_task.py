@@ -169,7 +169,7 @@ def test_a_check_that_restates_another_number_adds_no_candidate():
 def test_no_test_question_is_in_a_fine_tuning_set_in_either_order():
     """Every fine-tuning set of the laptop preset (each method, the preset's sizes, seeds 0-2) leaves out the test
     questions in both operand orders (the reversed question writes the same scratchpad and answer)."""
-    from dsh.experiment import presets
+    from dsh.experiment.run import presets
     from dsh.measure import tasks
 
     test = lt.held_out()

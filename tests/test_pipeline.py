@@ -6,7 +6,9 @@ import math
 import pytest
 
 from dsh.core.paper import paper_results
-from dsh.experiment import pipeline, report, simulated
+from dsh.experiment import report
+from dsh.experiment.report import simulated
+from dsh.experiment.run import pipeline
 from dsh.measure.calibration import Z95
 
 pytestmark = pytest.mark.slow   # loads or trains the embedded model (make check leaves it out)

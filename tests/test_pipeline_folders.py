@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from dsh.core.files import exclusive, read_jsonl
-from dsh.experiment import folders, pipeline
+from dsh.experiment.run import folders, pipeline
 from dsh.measure.stage import calibrate_stage
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -4,6 +4,7 @@ ingredient is broken; the slope of p_s on difficulty (dsh.measure.trend.level_sl
 
 import copy
 import random
+from pathlib import Path
 
 import pytest
 
@@ -99,7 +100,7 @@ def test_level_slope_recovers_a_known_slope_and_covers_it():
 
 
 def test_the_first_page_sentence_names_each_point_not_met_with_its_seeds():
-    from dsh.experiment import findings
+    from dsh.experiment.report import findings
 
     assert findings.regime_sentence(_results()) == f"Design points met on every seed: {len(report.REGIME_POINTS)} " \
                                                    f"of {len(report.REGIME_POINTS)}."
@@ -137,7 +138,7 @@ def test_a_second_reading_is_compared_stage_by_stage_and_a_moved_rate_shows(tmp_
     from dsh.task import laptop_task as lt
 
     spec = importlib.util.spec_from_file_location(
-        "independent_reader", report.Path(__file__).resolve().parents[1] / "book/results/laptop-graded/design/"
+        "independent_reader", Path(__file__).resolve().parents[1] / "book/results/laptop-graded/design/"
         "independent_reader.py")
     reader = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(reader)

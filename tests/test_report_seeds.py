@@ -7,7 +7,8 @@ import re
 
 import pytest
 
-from dsh.experiment import pipeline, presets, report
+from dsh.experiment import report
+from dsh.experiment.run import pipeline, presets
 from dsh.measure import tasks
 from dsh.measure.stage import calibrate_stage
 from dsh.task import laptop_task as lt

@@ -3,7 +3,7 @@
 import pytest
 from transformers import AutoConfig
 
-from dsh.experiment import presets
+from dsh.experiment.run import presets
 from dsh.llm import models, scale
 from dsh.training import train
 

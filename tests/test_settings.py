@@ -8,7 +8,7 @@ import pytest
 
 from dsh.__main__ import main
 from dsh.core import settings
-from dsh.experiment import attribution_study, evaluate, pipeline, presets
+from dsh.experiment.run import attribution_study, evaluate, pipeline, presets
 from dsh.training.train import TrainConfig
 
 

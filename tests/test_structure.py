@@ -11,7 +11,7 @@ from pathlib import Path
 import jupytext
 import pytest
 
-from dsh.experiment import presets
+from dsh.experiment.run import presets
 
 ROOT = Path(__file__).resolve().parent.parent
 MODULES = sorted((ROOT / "dsh").rglob("*.py"))
@@ -45,7 +45,7 @@ def test_each_preset_name_and_evaluation_default_is_spelled_in_one_module():
                 where.setdefault(c.value, set()).add(path.name)
     assert where.get("ci") == where.get("gpu-small") == where.get("paper") == {"presets.py"}, where
     assert where.get(8192) <= {"evaluate.py", "peaks.py"}, where   # dsh.llm.peaks: a matrix size, not a default
-    # the chapters take preset objects and settings from dsh.experiment.presets outside their parameters cell
+    # the chapters take preset objects and settings from dsh.experiment.run.presets outside their parameters cell
     for md in sorted((ROOT / "chapters").glob("*.md")):
         for cell in jupytext.read(md).cells:
             if cell.cell_type != "code" or "parameters" in cell.metadata.get("tags", []):
@@ -146,6 +146,34 @@ def test_each_layer_imports_only_the_layers_below_it_and_no_import_closes_a_cycl
     assert layer_violations(ROOT) == []
 
 
+# the experiment layer's sub-packages, by role: running makes what reporting and benchmarking read
+ROLES = {"run": set(), "report": {"run"}, "bench": {"run"}}
+
+
+def test_the_experiment_layer_is_split_by_role_and_running_imports_neither_report_nor_bench():
+    assert sorted(p.name for p in (ROOT / "dsh" / "experiment").iterdir() if p.is_dir() and p.name != "__pycache__") \
+        == sorted(ROLES)
+    assert not list((ROOT / "dsh" / "experiment").glob("[!_]*.py"))
+    bad = []
+    for m, deps in import_graph(ROOT).items():
+        parts = m.split(".")
+        if parts[:2] != ["dsh", "experiment"] or len(parts) < 3:
+            continue
+        for d in deps:
+            q = d.split(".")
+            if q[:2] == ["dsh", "experiment"] and len(q) > 2 and q[2] != parts[2] and q[2] not in ROLES[parts[2]]:
+                bad.append(f"{m} imports {d}")
+    assert bad == []
+
+
+def test_no_module_is_over_500_lines_and_no_function_over_80():
+    long_files = [f"{p.relative_to(ROOT)}: {n}" for p in MODULES if (n := len(p.read_text().splitlines())) > 500]
+    long_functions = [f"{p.relative_to(ROOT)}:{f.lineno} {f.name}: {f.end_lineno - f.lineno + 1}"
+                      for p in MODULES for f in ast.walk(ast.parse(p.read_text()))
+                      if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef)) and f.end_lineno - f.lineno + 1 > 80]
+    assert long_files == [] and long_functions == [], (long_files, long_functions)
+
+
 def test_the_layer_check_catches_an_upward_import_a_cycle_and_a_module_outside_the_layers(tmp_path):
     pkg = tmp_path / "dsh"
     for layer in LAYERS:
@@ -230,7 +258,7 @@ def test_the_lazy_import_check_catches_a_light_module_imported_inside_a_function
     assert lazy_light_imports(tmp_path) == ["dsh.core.a imports dsh.core.v inside a function"]
 
 
-@pytest.mark.parametrize("code", ["import dsh", "import dsh.experiment.gpu_small",
+@pytest.mark.parametrize("code", ["import dsh", "import dsh.experiment.run.gpu_small",
                                   "import runpy, sys\nsys.argv = ['dsh', '--help']\ntry:\n"
                                   "    runpy.run_module('dsh', run_name='__main__')\nexcept SystemExit:\n    pass"])
 def test_import_dsh_and_the_cli_help_do_not_import_torch(code):
@@ -283,6 +311,7 @@ def test_the_readme_layout_names_every_module_in_its_layer():
     rows = {m.group(1): m.group(2) for m in re.finditer(r"^- `dsh/(\w+)/`: (.*)$", layout, re.M)}
     assert set(rows) == set(LAYERS), set(rows) ^ set(LAYERS)
     for layer in LAYERS:
-        on_disk = {p.stem for p in (ROOT / "dsh" / layer).glob("*.py") if p.stem != "__init__"}
-        named = set(re.findall(r"`(\w+)` \(", rows[layer]))
+        on_disk = {p.relative_to(ROOT / "dsh" / layer).with_suffix("").as_posix()
+                   for p in (ROOT / "dsh" / layer).rglob("*.py") if p.stem != "__init__"}
+        named = set(re.findall(r"`(\w+(?:/\w+)*)` \(", rows[layer]))
         assert named == on_disk, (layer, named ^ on_disk)

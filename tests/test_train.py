@@ -12,8 +12,8 @@ import pytest
 import torch
 
 from dsh.core.paper import paper_results
-from dsh.experiment import evaluate, presets
-from dsh.experiment.paper_mapping import paper_mapping
+from dsh.experiment.report.paper_mapping import paper_mapping
+from dsh.experiment.run import evaluate, presets
 from dsh.llm import models
 from dsh.measure import calibration
 from dsh.training import train
@@ -202,7 +202,7 @@ def test_evaluate_resumes_and_feeds_calibrate(ci_runs, tmp_path):
     (dict(model="/no/such/model"), "does not exist"),
     (dict(settings=evaluate.EvalSettings(levels=["3x3", "three"])), "^level must look like '3x5'"),
     (dict(settings=evaluate.EvalSettings(n_per_level=0)), "^n_per_level must be"),
-    (dict(settings={"n_per_level": 1}), "^settings must be a dsh.experiment.evaluate.EvalSettings"),
+    (dict(settings={"n_per_level": 1}), "^settings must be a dsh.experiment.run.evaluate.EvalSettings"),
     (dict(backend="tgi"), "^backend must be one of auto, dsh, hf, vllm"),
 ])
 def test_evaluate_bad_input_writes_nothing(tmp_path, kwargs, msg):

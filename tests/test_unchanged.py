@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from dsh.experiment import presets
+from dsh.experiment.run import presets
 from dsh.task import problems, records, traces
 from dsh.theory import toy, toy_grpo
 
@@ -119,7 +119,7 @@ def test_every_preset_config_and_plan_is_as_before_the_layout_move():
             for y in x:
                 changed_on_purpose(y)
 
-    from dsh.experiment.presets import LAPTOP_REFLECTION
+    from dsh.experiment.run.presets import LAPTOP_REFLECTION
 
     changed_on_purpose(want)
     want["eval/laptop"]["batch_size"] = 256

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from dsh.__main__ import main
-from dsh.experiment import folders, pipeline, presets
+from dsh.experiment.run import folders, pipeline, presets
 from dsh.training import train as train_module
 from dsh.training.laptop_base import SHIPPED_BASE
 

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from dsh.__main__ import build_parser, main
-from dsh.experiment import evaluate as evaluate_module
-from dsh.experiment import presets
+from dsh.experiment.run import evaluate as evaluate_module
+from dsh.experiment.run import presets
 from dsh.llm import models
 from dsh.training import train as train_module
 from dsh.training.laptop_base import SHIPPED_BASE
@@ -55,7 +55,7 @@ def test_sigterm_stops_evaluate_as_ctrl_c_does(tmp_path):
     the first record (in a process of its own: the handler is the command's)."""
     out = tmp_path / "g.jsonl"
     code = ("import os, signal, sys\n"
-            "from dsh.experiment import evaluate\n"
+            "from dsh.experiment.run import evaluate\n"
             "def stopped(*a, **k):\n"
             "    os.kill(os.getpid(), signal.SIGTERM)\n"
             "    raise AssertionError('SIGTERM did not stop the command')\n"

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from dsh.experiment import presets
+from dsh.experiment.run import presets
 from dsh.llm.models import load
 from dsh.measure import tasks
 from dsh.task import laptop_task as lt

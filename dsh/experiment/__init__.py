@@ -1,5 +1,4 @@
-"""Experiments: the presets (:mod:`~dsh.experiment.presets`), evaluation (:mod:`~dsh.experiment.evaluate`), the
-pipeline of every preset, the laptop experiment included (:mod:`~dsh.experiment.pipeline`), its report
-(:mod:`~dsh.experiment.report`), the paper's hyperparameters next to TRL's (:mod:`~dsh.experiment.paper_mapping`),
-throughput (:mod:`~dsh.experiment.bench`), the one-command GPU run (:mod:`~dsh.experiment.gpu_small`). The top layer
-below the CLI."""
+"""Experiments, the top layer below the CLI, by role: running them (:mod:`dsh.experiment.run`: presets, evaluation,
+the pipeline of every preset, the check probe, the attribution studies, the one-command GPU run), reporting them
+(:mod:`dsh.experiment.report`: tables, figures, verdicts, the first page's table) and benchmarking dsh's paths
+(:mod:`dsh.experiment.bench`). ``report`` and ``bench`` read what ``run`` makes; ``run`` imports neither."""

@@ -1,5 +1,5 @@
 """The machine's peaks, measured where the benchmarks run: the matmul peak, the copy bandwidth and the read bandwidth,
-each the best of several tries (``dsh bench`` and :mod:`dsh.experiment.bench_tiny` put every speed beside them;
+each the best of several tries (``dsh bench`` and :mod:`dsh.experiment.bench.tiny` put every speed beside them;
 :mod:`dsh.llm.roofline` turns them into the least time of a sampling workload)."""
 
 from __future__ import annotations

@@ -92,7 +92,7 @@ def draw_problems(level, count: int, seed: int = 0, exclude=frozenset(), distinc
 
 def test_problems(levels=TEST_LEVELS, n_per_level: int = N_TEST, seed: int = 0) -> list[Problem]:
     """The held-out test problems: ``n_per_level`` distinct problems per level, in level order (the draw that
-    :func:`make_splits` holds out of training and that ``dsh.experiment.evaluate`` asks). Drawn without
+    :func:`make_splits` holds out of training and that ``dsh.experiment.run.evaluate`` asks). Drawn without
     replacement, so no question is counted twice in a level's accuracy."""
     return [p for lv in levels for p in draw_problems(lv, n_per_level, seed=seed + TEST_STREAM, distinct=True)]
 

@@ -2,7 +2,7 @@
 
 "confirmed": the claim holds as printed; "erratum": it does not as printed (the chapter explains and sizes the
 difference). The chapters call these with their own model and parameters and assert the verdict their text states;
-the first page (:func:`dsh.experiment.findings.theory_findings`) calls the same functions on the default finite MDP.
+the first page (:func:`dsh.experiment.report.findings.theory_findings`) calls the same functions on the default finite MDP.
 Each returns ``{"verdict", "number"}`` and the raw quantities the number reports.
 """
 

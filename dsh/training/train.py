@@ -1,6 +1,6 @@
 """Training: SFT, SFT with reflection, DFT and GRPO through TRL, one trainer per method.
 
-``TrainConfig`` holds every knob (a dataclass, as TRL's configs); :mod:`dsh.experiment.presets` supplies each
+``TrainConfig`` holds every knob (a dataclass, as TRL's configs); :mod:`dsh.experiment.run.presets` supplies each
 preset's values; the task it names (:mod:`dsh.measure.tasks`) writes the training data and gives the GRPO reward;
 :func:`to_trl_config` maps a TrainConfig to TRL's
 ``SFTConfig`` / ``GRPOConfig`` without loading a model; :func:`train` runs it and leaves a run directory:

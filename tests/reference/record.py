@@ -29,7 +29,7 @@ def sha(obj) -> str:
 
 def data_values() -> dict:
     from dsh import data
-    from dsh.experiment import presets
+    from dsh.experiment.run import presets
     out = {}
     for seed in (0, 7):
         splits = data.make_splits(n_train=40, n_test=3, seed=seed)
@@ -68,7 +68,7 @@ def toy_values() -> dict:
 
 def training_losses() -> dict:
     from dsh.training import train
-    from dsh.experiment import presets
+    from dsh.experiment.run import presets
     out = {}
     with tempfile.TemporaryDirectory() as tmp:
         for m in ("sft", "sft_reflection", "dft"):   # the ci runs of tests/test_train.py's fixture

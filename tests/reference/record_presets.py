@@ -15,8 +15,8 @@ import dataclasses
 import json
 import sys
 
-from dsh.experiment import pipeline, presets
-from dsh.experiment.paper_mapping import paper_mapping
+from dsh.experiment.report.paper_mapping import paper_mapping
+from dsh.experiment.run import pipeline, presets
 
 
 def _j(x):

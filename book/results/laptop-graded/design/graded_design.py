@@ -62,7 +62,7 @@ def base_accuracy(model_dir):
 
 
 def sft(eps, ft, base_dir):
-    from dsh.experiment import presets
+    from dsh.experiment.run import presets
     from dsh.training.train import train
     run = RUNS / f"sft_reflection-{eps}-{ft}"
     if not (run / "final" / "model.safetensors").is_file():
@@ -74,7 +74,7 @@ def sft(eps, ft, base_dir):
 
 
 def measure_sft(model_dir, ft, max_new_tokens=768):
-    from dsh.experiment.check_probe import ProbeSettings, summarize
+    from dsh.experiment.run.check_probe import ProbeSettings, summarize
     from dsh.llm.complete import complete
     from dsh.llm.models import load
     from dsh.measure import tasks
@@ -192,8 +192,8 @@ def run_round2():
 
 
 def run_grpo(eps, ft):
-    from dsh.experiment import presets
-    from dsh.experiment.pipeline import reward_curve
+    from dsh.experiment.run import presets
+    from dsh.experiment.run.pipeline import reward_curve
     from dsh.measure.trend import fifths_contrast
     from dsh.training.train import train
     d = load_out()

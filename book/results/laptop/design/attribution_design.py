@@ -4,7 +4,7 @@ For the committed runs of SFT (reflection) and RL (seed 0): each model's own sam
 (1) and at the GRPO rollouts' (2), 8 and 12 questions a level of the ladder 1x1 ... 1x8, a group of 8 samples a
 question: the median attempt length a level (what the length law's span can be) and the samples with a reward signal
 (a group whose rewards differ) and those of them with a decision to split (what the surrogate reward's split rests
-on, by the split's rules of :data:`dsh.experiment.attribution_study.METHOD`; one round of questions each). Run
+on, by the split's rules of :data:`dsh.experiment.run.attribution_study.METHOD`; one round of questions each). Run
 from the repository root with the
 runs folder of the committed results:
 
@@ -20,7 +20,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from dsh.core.provenance import git_commit
-from dsh.experiment.attribution_study import METHOD, StudySettings, sample_groups
+from dsh.experiment.run.attribution_study import METHOD, StudySettings, sample_groups
 from dsh.llm.attribution import segment_laptop
 from dsh.llm.models import load, weights_digest
 

@@ -1,7 +1,7 @@
 """The attribution studies under the split's two rules (issue 31), written to attribution_methods.json beside this
 file: method 1 (commit c02b641: a decision only where a verdict follows an answer; an attempt ran up to the next
 ``The answer is N.``, stray check text included) and method 2 (the studies committed now:
-:data:`dsh.experiment.attribution_study.METHOD`; an unchecked answer that stops has the end of turn as pi_d's STOP,
+:data:`dsh.experiment.run.attribution_study.METHOD`; an unchecked answer that stops has the end of turn as pi_d's STOP,
 an attempt that holds a verdict is left out, rounds of new questions until 200 trajectories carry a reward signal).
 Both sets are read from git, per study: trajectories with a decision, those with a reward signal, and the slopes
 with their intervals of the reward, the KL terms and the immediate KL against the decision. Run from the

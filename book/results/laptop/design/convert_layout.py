@@ -11,8 +11,8 @@ import subprocess
 from pathlib import Path
 
 from dsh.core.files import read_jsonl
-from dsh.experiment.pipeline import design_checks
-from dsh.experiment.presets import stage_label
+from dsh.experiment.run.pipeline import design_checks
+from dsh.experiment.run.presets import stage_label
 from dsh.measure.stage import calibrate_stage
 
 ROOT = Path("book/results/laptop")

@@ -5,7 +5,7 @@ The pipeline's GRPO runs keep no checkpoints. This script trains the seed-0 GRPO
 beta 0.001 and the KL ablation's beta 0 and 0.1, each from the committed SFT (reflection) model of seed 0) with the
 pipeline's own configuration, a checkpoint kept at every validation step (80, 160, 240; the final model is step 320),
 and checks that each final model is the committed one, byte for byte (sha256 of the weights): the checkpoints lie on
-the committed run's path. At each checkpoint the attribution study (:mod:`dsh.experiment.attribution_study`, 6
+the committed run's path. At each checkpoint the attribution study (:mod:`dsh.experiment.run.attribution_study`, 6
 questions a level) measures the split of every term against the run's reference, and the run's own validation log
 gives p_s, p_dC, p_dW at the same steps. Run from the repository root with the runs folder of the committed results
 and a scratch folder (the re-trained runs stay there, and a later run of the script studies their checkpoints
@@ -21,8 +21,8 @@ import time
 from pathlib import Path
 
 from dsh.core.provenance import git_commit
-from dsh.experiment.attribution_study import StudySettings, run_study
-from dsh.experiment.pipeline import plan
+from dsh.experiment.run.attribution_study import StudySettings, run_study
+from dsh.experiment.run.pipeline import plan
 from dsh.llm.models import weights_digest
 from dsh.training.train import train
 

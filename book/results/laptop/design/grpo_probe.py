@@ -14,7 +14,7 @@ import sys
 import time
 from pathlib import Path
 
-from dsh.experiment import presets
+from dsh.experiment.run import presets
 from dsh.training.train import train
 
 LOGS = Path(__file__).parent / "logs"

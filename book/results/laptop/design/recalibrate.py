@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 
 from dsh.core.files import read_jsonl
-from dsh.experiment.pipeline import design_checks
+from dsh.experiment.run.pipeline import design_checks
 from dsh.measure.stage import calibrate_stage
 
 ROOT = Path("book/results/laptop")

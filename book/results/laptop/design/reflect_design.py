@@ -15,7 +15,7 @@ import sys
 import time
 from pathlib import Path
 
-from dsh.experiment import presets
+from dsh.experiment.run import presets
 from dsh.llm.complete import complete
 from dsh.llm.models import load
 from dsh.task import laptop_task as lt

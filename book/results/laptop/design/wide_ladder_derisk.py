@@ -25,8 +25,8 @@ import time
 from pathlib import Path
 
 from dsh.core.provenance import git_commit
-from dsh.experiment.attribution_study import METHOD, StudySettings, full_attempt_lengths, sample_groups
-from dsh.experiment.pipeline import plan
+from dsh.experiment.run.attribution_study import METHOD, StudySettings, full_attempt_lengths, sample_groups
+from dsh.experiment.run.pipeline import plan
 from dsh.llm.attribution import segment_laptop
 from dsh.llm.models import load, weights_digest
 from dsh.training.train import train

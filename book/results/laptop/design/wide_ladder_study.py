@@ -13,7 +13,7 @@ import json
 import sys
 from pathlib import Path
 
-from dsh.experiment.attribution_study import StudySettings, run_study
+from dsh.experiment.run.attribution_study import StudySettings, run_study
 from dsh.llm.models import weights_digest
 from dsh.training.laptop_base import SHIPPED_BASE
 

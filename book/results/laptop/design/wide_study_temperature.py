@@ -23,8 +23,8 @@ import numpy as np
 import torch
 
 from dsh.core.provenance import git_commit
-from dsh.experiment import attribution_study as st
-from dsh.experiment.presets import get
+from dsh.experiment.run import attribution_study as st
+from dsh.experiment.run.presets import get
 from dsh.llm.attribution import _token_logps
 from dsh.llm.models import load, weights_digest
 

@@ -2,7 +2,7 @@
 
 Stages follow the paper's Table 1: Base, SFT (no reflection), SFT (reflection), RL (GRPO from the
 SFT-reflection model), plus DFT; a seeded preset (``laptop``) runs each training stage once per seed and its
-ablations on some of them (:meth:`dsh.experiment.presets.Preset.plan_stages`). Each stage is a
+ablations on some of them (:meth:`dsh.experiment.run.presets.Preset.plan_stages`). Each stage is a
 ``dsh.training.train`` run under ``runs_dir`` (weights; not for committing); evaluation and calibration (with
 the preset's task, :mod:`dsh.measure.tasks`) go to ``results_dir`` (small artifacts the book renders:
 generations, calibration, GRPO reward curves, provenance). A stage whose run already finished with the same
@@ -14,7 +14,7 @@ cannot extrapolate to operand lengths it never saw (the book's appendix "Enginee
 of lean digit-level SFT over 2..5 x 2..9 digits (the test range and neighbours, test problems held out),
 stopped early so that accuracy still decays with length like the paper's base model; the paper's stages
 then run on 4x5 + 5x4 from that Base. Token budgets come from :mod:`dsh.training.budgets`; every run checks its
-own design goals (:func:`design_checks`). ``python3 -m dsh.experiment.gpu_small`` runs it as one command on a GPU host.
+own design goals (:func:`design_checks`). ``python3 -m dsh.experiment.run.gpu_small`` runs it as one command on a GPU host.
 """
 
 from __future__ import annotations
@@ -25,16 +25,16 @@ import os
 import time
 from pathlib import Path
 
-from ..core import settings as typed_settings
-from ..core import validate as v
-from ..core.files import exclusive, read_jsonl, write_jsonl_gz, write_text
-from ..core.provenance import git_commit, hardware, portable, provenance
-from ..llm.models import fetched, model_digest, resolve_model, weights_digest
-from ..measure.stage import calibrate_stage, preferred
-from ..task.problems import level_index
-from ..task.records import by_question
-from ..training import validation
-from ..training.train import METHODS, resume_mismatch, train
+from ...core import settings as typed_settings
+from ...core import validate as v
+from ...core.files import exclusive, read_jsonl, write_jsonl_gz, write_text
+from ...core.provenance import git_commit, hardware, portable, provenance
+from ...llm.models import fetched, model_digest, resolve_model, weights_digest
+from ...measure.stage import calibrate_stage, preferred
+from ...task.problems import level_index
+from ...task.records import by_question
+from ...training import validation
+from ...training.train import METHODS, resume_mismatch, train
 from . import folders
 from .attribution_study import METHOD, StudySettings, resume_point, run_study, study_objectives
 from .check_probe import check_levels, run_probe
@@ -50,8 +50,8 @@ def run_matches(run: Path, cfg) -> bool:
 
 def plan(preset, runs_dir: str, model: str | None = None, overrides: dict | None = None,
          starts: dict | None = None, seeds=None, ablation_seeds=None) -> dict:
-    """The TrainConfig of every training stage of ``preset`` (a name or a :class:`dsh.experiment.presets.Preset`;
-    its stages over ``seeds`` and ``ablation_seeds``, :meth:`~dsh.experiment.presets.Preset.plan_stages`), each
+    """The TrainConfig of every training stage of ``preset`` (a name or a :class:`dsh.experiment.run.presets.Preset`;
+    its stages over ``seeds`` and ``ablation_seeds``, :meth:`~dsh.experiment.run.presets.Preset.plan_stages`), each
     starting from the run of the stage it follows, or from ``starts[stage]`` (a model) where given, the first
     ones from ``model`` (default the preset's). ``overrides`` apply to every stage after the stage's own; a
     seeded stage keeps its seed. Validated; nothing loaded or written."""
@@ -115,7 +115,7 @@ def method_plan(preset, method: str = "all", runs_root: str = "runs", model: str
 
 
 def stages_needed(stages, chosen, starts: dict | None = None) -> list[str]:
-    """The ``chosen`` stages of ``stages`` (a plan: :meth:`~dsh.experiment.presets.Preset.plan_stages`) and every
+    """The ``chosen`` stages of ``stages`` (a plan: :meth:`~dsh.experiment.run.presets.Preset.plan_stages`) and every
     stage they start from, transitively (a stage in ``starts`` starts from the model given there instead), in the
     plan's order."""
     by_name = {s.name: s for s in stages}
@@ -138,13 +138,13 @@ def run_pipeline(preset: str = DEFAULT, results_dir: str | None = None, runs_dir
     run the preset's gradient-attribution study on its attribution stages (:func:`attribution_stage`).
 
     ``stages``: only these (and every stage they start from); ``seeds``, ``ablation_seeds``: the training seeds
-    (default the preset's; :meth:`~dsh.experiment.presets.Preset.plan_stages`); ``seed``: the evaluation's (the
+    (default the preset's; :meth:`~dsh.experiment.run.presets.Preset.plan_stages`); ``seed``: the evaluation's (the
     same test questions and sampling streams for every stage; only :data:`TEST_SEED`, the seed whose test questions
     every training set leaves out). Weights and the working (resumable) generation files go to ``runs_dir``;
     ``results_dir`` receives the small artifacts the book renders (:data:`RESULTS_LAYOUT`). Both folders are claimed
-    for this run (:mod:`dsh.experiment.folders`): a folder of another run is refused unless ``fresh`` (then what the
+    for this run (:mod:`dsh.experiment.run.folders`): a folder of another run is refused unless ``fresh`` (then what the
     pipeline wrote there is removed first), a folder with anything else in it always, before any work.
-    ``attribution_overrides``: fields of the study's :class:`~dsh.experiment.attribution_study.StudySettings` that
+    ``attribution_overrides``: fields of the study's :class:`~dsh.experiment.run.attribution_study.StudySettings` that
     replace the preset's (a smaller study; its seed is the step's: 0, and 1 for the repeats). Each step's
     time is printed as it ends (``progress``). Returns the summary that is also written to
     ``results_dir/summary.json``."""
@@ -333,7 +333,7 @@ def evaluate_model(model: str, gen: Path, settings, seed: int, name: str, clock:
 
 
 def probe_settings(p, settings, seed: int):
-    """The preset's check probe (:mod:`dsh.experiment.check_probe`) as this evaluation asks it: at most the
+    """The preset's check probe (:mod:`dsh.experiment.run.check_probe`) as this evaluation asks it: at most the
     evaluation's questions a level, its temperature and seed."""
     return dataclasses.replace(p.probe, n_per_level=min(p.probe.n_per_level, settings.n_per_level),
                                temperature=settings.temperature, seed=seed).checked()
@@ -361,7 +361,7 @@ def probe_stage(model: str, out: Path, p, settings, seed: int, clock: Clock, nam
 
 def study_settings(p, overrides: dict | None = None, name: str = "attribution_overrides"):
     """The preset's attribution study with ``overrides`` (None when the preset has none), checked: a field that
-    :class:`~dsh.experiment.attribution_study.StudySettings` lacks, or a bad value, is named in one line (the
+    :class:`~dsh.experiment.run.attribution_study.StudySettings` lacks, or a bad value, is named in one line (the
     overrides called ``name`` there)."""
     if overrides is not None and not isinstance(overrides, dict):
         raise ValueError(f"{name} must be a dict of StudySettings fields, got {overrides!r}")
@@ -387,7 +387,7 @@ def attribution_stage(model: str, reference: str, folder: Path, name: str, setti
     """The gradient-attribution study of one stage's model against ``reference`` into
     ``folder/<name>.json`` (``<name>-t<seed>.json`` for a trajectory seed other than 0), reused when that file
     holds a study with the same settings and method of the same weights, the model's and the reference's; continued
-    from its rounds when they are this study's first (:func:`~dsh.experiment.attribution_study.resume_point`: an
+    from its rounds when they are this study's first (:func:`~dsh.experiment.run.attribution_study.resume_point`: an
     earlier method's or a smaller ``max_rounds``)."""
     out = study_path(folder, name, settings.seed)
     t0 = time.time()
@@ -485,8 +485,8 @@ def _record(root: Path, rel: str) -> dict:
 
 def _check_consistent(root: Path, summary: dict, calib: dict) -> None:
     """Refuse a results folder whose stages disagree with its summary's evaluation (levels, questions a level), whose
-    summary disagrees with the run that claimed the folder (:mod:`dsh.experiment.folders`), or whose job records
-    disagree with its files or its summary (commit, settings; :func:`dsh.experiment.folders.check_jobs`), naming the
+    summary disagrees with the run that claimed the folder (:mod:`dsh.experiment.run.folders`), or whose job records
+    disagree with its files or its summary (commit, settings; :func:`dsh.experiment.run.folders.check_jobs`), naming the
     stage: the files of two runs mixed in one folder."""
     claimed = folders.claimed_identity(root)
     if claimed is not None and (claimed["eval"] != summary.get("eval") or claimed["stages"] != summary["stages"]

@@ -23,11 +23,11 @@ import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..core import validate as v
-from ..core.files import exclusive, read_jsonl, write_jsonl, write_text
-from ..llm.complete import complete, complete_hf, complete_vllm
-from ..llm.models import EMBEDDED, fetched, load, resolve_model, vllm_available
-from ..task.problems import MAX_PROBLEMS, N_TEST, TEST_LEVELS, parse_level, test_problems
+from ...core import validate as v
+from ...core.files import exclusive, read_jsonl, write_jsonl, write_text
+from ...llm.complete import complete, complete_hf, complete_vllm
+from ...llm.models import EMBEDDED, fetched, load, resolve_model, vllm_available
+from ...task.problems import MAX_PROBLEMS, N_TEST, TEST_LEVELS, parse_level, test_problems
 
 BACKENDS = ("auto", "dsh", "hf", "vllm")
 MAX_RESPONSE_TOKENS = 8192    # the paper's maximum response length (Appendix "Model and Training Details")
@@ -37,7 +37,7 @@ MAX_RESPONSE_TOKENS = 8192    # the paper's maximum response length (Appendix "M
 class EvalSettings:
     """The evaluation protocol (paper, Appendix "Evaluation Protocol"): ``n_per_level`` questions per level,
     one sample each at ``temperature``, at most ``max_new_tokens`` new tokens (a preset may give a
-    :class:`dsh.experiment.presets.Budget` instead, derived from its traces), ``batch_size`` rows decoded at once.
+    :class:`dsh.experiment.run.presets.Budget` instead, derived from its traces), ``batch_size`` rows decoded at once.
     The defaults are the paper's; :func:`evaluate` and ``dsh evaluate`` take theirs from here."""
 
     levels: tuple = tuple(f"{m}x{n}" for m, n in TEST_LEVELS)
@@ -76,7 +76,7 @@ def evaluate(model: str = EMBEDDED, out: str = "generations.jsonl", settings: Ev
     limit, rows decoded at once: on a GPU capped to what the KV cache can hold) and append it to ``out``
     (resumable)."""
     if not isinstance(settings, EvalSettings):
-        raise ValueError(f"settings must be a dsh.experiment.evaluate.EvalSettings; got {type(settings).__name__}")
+        raise ValueError(f"settings must be a dsh.experiment.run.evaluate.EvalSettings; got {type(settings).__name__}")
     settings = settings.checked()
     v.length("seed", seed)
     v.choice("backend", backend, BACKENDS)
@@ -197,7 +197,7 @@ def _evaluate(loc, out, problems, settings: EvalSettings, seed, backend, progres
         def run(write):
             complete_vllm(loc, questions, s.max_new_tokens, s.temperature, seed, keys, write, progress)
     else:
-        from ..llm.engine import supports
+        from ...llm.engine import supports
 
         model, tok = load(loc)          # a model that does not load fails here, before the output is touched
         why = supports(model)

@@ -13,7 +13,7 @@ in one process, so that every ratio compares two numbers measured in the same ru
 - GRPO: seconds per optimizer step, split into rollout generation and update, for rollouts through
   the engine against TRL's own ``model.generate`` path, same configuration otherwise.
 
-- tiny: the laptop experiment's paths on the CPU (:mod:`dsh.experiment.bench_tiny`): sampling against the roofline
+- tiny: the laptop experiment's paths on the CPU (:mod:`dsh.experiment.bench.tiny`): sampling against the roofline
   measured in the same run, GRPO rollouts per second against the configuration before issue 28, evaluation time,
   training tokens/s against the 6N bound.
 
@@ -31,17 +31,17 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from ..core import validate as v
-from ..core.files import write_text
-from ..core.provenance import provenance
-from ..llm.models import EMBEDDED, load, resolve_model, vllm_available
-from ..llm.peaks import matmul_peak, memory_bandwidth
-from ..llm.peaks import sync as _sync
-from ..task.problems import TEST_LEVELS, test_problems
-from ..task.records import chat_prompt
-from ..training.train import train
-from . import bench_tiny
-from .presets import CI, GPU_SMALL, resolve
+from ...core import validate as v
+from ...core.files import write_text
+from ...core.provenance import provenance
+from ...llm.models import EMBEDDED, load, resolve_model, vllm_available
+from ...llm.peaks import matmul_peak, memory_bandwidth
+from ...llm.peaks import sync as _sync
+from ...task.problems import TEST_LEVELS, test_problems
+from ...task.records import chat_prompt
+from ...training.train import train
+from ..run.presets import CI, GPU_SMALL, resolve
+from . import tiny as bench_tiny
 
 PARTS = ("generation", "sft", "grpo", "tiny")
 
@@ -61,7 +61,7 @@ class BenchSize:
     grpo_steps: int
     grpo_overrides: tuple       # (key, value) pairs over the preset's GRPO configuration
     preset: str                 # whose SFT / GRPO configuration is measured
-    tiny: str = "cpu"           # the tiny part's size (dsh.experiment.bench_tiny.TINY_SIZES)
+    tiny: str = "cpu"           # the tiny part's size (dsh.experiment.bench.tiny.TINY_SIZES)
 
 
 SIZES = {
@@ -115,7 +115,7 @@ def bench_generation(model, tok, size: BenchSize, device_info: dict, seed: int =
     """Rows of the generation comparison (module docstring); the first row is the library default."""
     import torch
 
-    from ..llm.engine import Engine, kv_bytes_per_token
+    from ...llm.engine import Engine, kv_bytes_per_token
 
     dev = next(model.parameters()).device
     levels = [f"{m}x{n}" for m, n in TEST_LEVELS]

@@ -14,12 +14,13 @@ import html
 
 import numpy as np
 
-from dsh.core import validate as v
-from dsh.experiment import report
-from dsh.experiment.attribution_study import IDENTITY_RTOL, MIN_SPAN, MIN_TRAJECTORIES, reward_identity, robust_fit
-from dsh.experiment.presets import stage_label
-from dsh.measure.claims import GRADED, NOT_TESTABLE, block, claim_kl_keeps_decision, graded, sign_verdict
-from dsh.theory import verdicts
+from ...core import validate as v
+from ...measure.claims import GRADED, NOT_TESTABLE, block, claim_kl_keeps_decision, graded, sign_verdict
+from ...theory import verdicts
+from .. import report
+from ..run.attribution_study import IDENTITY_RTOL, MIN_SPAN, MIN_TRAJECTORIES, reward_identity, robust_fit
+from ..run.pipeline import plan_of
+from ..run.presets import stage_label
 
 VERDICTS = ("confirmed", "erratum", "holds", "fails", "cannot tell", NOT_TESTABLE)
 
@@ -85,7 +86,7 @@ def graded_levels(results: dict, kind: str) -> str:
     """One phrase on a stage kind's levels over the seeds: how many levels have p_s in the graded band and the range
     of its per-level p_s (the first page shows it beside each verdict)."""
     counts, ps = [], []
-    for x in report.plan_of(results):
+    for x in plan_of(results):
         if x["kind"] != kind:
             continue
         levels = block(results["calibration"][x["name"]])["by_level"].values()
@@ -98,7 +99,7 @@ def graded_levels(results: dict, kind: str) -> str:
 
 
 def empirical_findings(results: dict, group: str = "laptop", anchor: str = "laptop-results") -> list[dict]:
-    """The paper's empirical claims on a results folder (:func:`dsh.experiment.pipeline.load_results`): Table 1's
+    """The paper's empirical claims on a results folder (:func:`dsh.experiment.run.pipeline.load_results`): Table 1's
     reading (RL more accurate than SFT with reflection, levels weighted equally), the calibration figure (claim (i))
     and claims (i')-(iii), each per training seed by :func:`dsh.experiment.report.claims_by_seed` and the seeds'
     verdicts combined, each with the graded levels it could be judged on (:func:`graded_levels`); ``group`` and
@@ -204,7 +205,7 @@ def probe_on_graded_levels(results: dict) -> dict | None:
     folder has no probe or no graded level (its claims are then "not testable here" anyway)."""
     probe = results.get("probe") or {}
     cells = []
-    for x in report.plan_of(results):
+    for x in plan_of(results):
         if x["kind"] != "sft_reflection" or x["name"] not in probe:
             continue
         for lv, e in block(results["calibration"][x["name"]])["by_level"].items():
@@ -243,7 +244,7 @@ def regime_sentence(results: dict) -> str:
 
 def _reward_identity_rows(studies: dict) -> list[dict]:
     """Theorem 3.1 in the trained models, as the identity it states (every token's score weighted by the same
-    advantage: :func:`dsh.experiment.attribution_study.reward_identity`), over every study: "confirmed" when no
+    advantage: :func:`dsh.experiment.run.attribution_study.reward_identity`), over every study: "confirmed" when no
     trajectory's parts deviate beyond the float32 tolerance; no row without studies."""
     got = {n: reward_identity(s) for n, s in studies.items()}
     got = {n: x for n, x in got.items() if x["trajectories"]}
@@ -266,7 +267,7 @@ KL_TERMS = ("kl_immediate", "kl_k3", "kl_reward")
 def identified_fits(studies: dict, n_boot: int = 400) -> list[dict]:
     """Theorem 3.2's length-law fits (the KL terms against the decision) of the studies of trajectory seed 0 (each
     model once) with >= 200 trajectories, each fit on >= 200 of them, with what decides whether it is identified: its
-    own span (the per-level median L of the levels it uses, :func:`dsh.experiment.attribution_study.robust_fit`)
+    own span (the per-level median L of the levels it uses, :func:`dsh.experiment.run.attribution_study.robust_fit`)
     >= 5x, a censoring-robust slope (silent decisions counted as +inf), and the plain fit's verdict (silent ones left
     out) equal to the robust one's. Each: study, term, plain and robust verdicts, span, and ``identified`` or why not."""
     out = []

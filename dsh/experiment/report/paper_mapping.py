@@ -3,9 +3,9 @@ resolves to, with what does not map said plainly (chapter 04 shows it)."""
 
 from __future__ import annotations
 
-from ..core.paper import paper_results
-from ..training.train import to_trl_config
-from .presets import PAPER
+from ...core.paper import paper_results
+from ...training.train import to_trl_config
+from ..run.presets import PAPER
 
 
 def paper_mapping() -> list[dict]:

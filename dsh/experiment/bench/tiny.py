@@ -38,18 +38,18 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..core.files import read_jsonl
-from ..llm import kernels
-from ..llm.models import load
-from ..llm.peaks import matmul_peak, memory_bandwidth, read_bandwidth
-from ..llm.roofline import model_shape, roofline, sampling_work
-from ..task import laptop_task as lt
-from ..task.records import chat_prompt
-from ..training.laptop_base import SHIPPED_BASE
-from ..training.pretrain import PretrainConfig, encode, pretrain
-from ..training.train import build_dataset, train
-from .evaluate import evaluate
-from .presets import LAPTOP, resolve
+from ...core.files import read_jsonl
+from ...llm import kernels
+from ...llm.models import load
+from ...llm.peaks import matmul_peak, memory_bandwidth, read_bandwidth
+from ...llm.roofline import model_shape, roofline, sampling_work
+from ...task import laptop_task as lt
+from ...task.records import chat_prompt
+from ...training.laptop_base import SHIPPED_BASE
+from ...training.pretrain import PretrainConfig, encode, pretrain
+from ...training.train import build_dataset, train
+from ..run.evaluate import evaluate
+from ..run.presets import LAPTOP, resolve
 
 
 @dataclass(frozen=True)
@@ -115,7 +115,7 @@ def _run_generate(model, tok, prompts, rows, max_new, seed):
 
 
 def _run_engine(model, tok, prompts, rows, max_new, seed, attention):
-    from ..llm.engine import Engine
+    from ...llm.engine import Engine
 
     eng = Engine(model, [tok.eos_token_id], slots=rows, max_len=max(map(len, prompts)) + max_new, attention=attention)
     eng.generate(prompts[:rows], 8, seed=seed + 1)                 # warm-up (compiles the kernels once)
@@ -134,7 +134,7 @@ def step_matmul_rate(model, rows: int, repeats: int = 20) -> float:
     1024^3 peak because their inner dimension is the model's width."""
     import torch
 
-    from ..llm.kernel_engine import fused_projections
+    from ...llm.kernel_engine import fused_projections
 
     F = torch.nn.functional
     layer = model.model.layers[0]

@@ -1,7 +1,7 @@
 """The whole small-scale experiment as one command on a bare GPU host without network.
 
     make gpu-small BUNDLE=.gpu                       # or:
-    python3 -m dsh.experiment.gpu_small --bundle .gpu --results book/results/gpu-small-h100
+    python3 -m dsh.experiment.run.gpu_small --bundle .gpu --results book/results/gpu-small-h100
 
 ``BUNDLE`` is a folder holding the embedded model and the wheels the host lacks, as the project's bundle
 script lays them out: the GGUF file itself (``*.gguf``) or its parts (``a/part-*``, ``b/part-*``, joined in
@@ -34,7 +34,7 @@ import sys
 import time
 from pathlib import Path
 
-from ..core import validate as v
+from ...core import validate as v
 from .presets import CI, GPU_SMALL, PRESETS
 
 REPO = Path(__file__).resolve().parent.parent.parent
@@ -118,7 +118,7 @@ def folder_mb(path: Path) -> float:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python3 -m dsh.experiment.gpu_small", description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="python3 -m dsh.experiment.run.gpu_small", description=__doc__.split("\n\n")[0])
     ap.add_argument("--bundle", required=True, help="folder with the model (*.gguf or part-*) and whl/")
     ap.add_argument("--results", default=f"book/results/{GPU_SMALL.name}-h100", help="results folder (committed)")
     ap.add_argument("--work", default=os.environ.get("DSH_WORK", "/tmp/dsh-gpu-small"),
@@ -167,7 +167,7 @@ def main(argv=None) -> int:
         print(f"[gpu-small] dsh pipeline failed (exit {rc}) after {wall:.0f} s", flush=True)
         return rc
     summary = json.loads((results / "summary.json").read_text())
-    prov = {"command": "python3 -m dsh.experiment.gpu_small " + " ".join(argv if argv is not None else sys.argv[1:]),
+    prov = {"command": "python3 -m dsh.experiment.run.gpu_small " + " ".join(argv if argv is not None else sys.argv[1:]),
             "preset": args.preset, "command_wall_s": round(wall, 1), "setup_s": round(setup_s, 1),
             "pipeline_wall_s": summary["wall_s"], "timings_s": summary["timings_s"], "gpu": _gpu(),
             "hardware": summary["hardware"], "commit": summary["commit"], "wheels": info["installed_wheels"],

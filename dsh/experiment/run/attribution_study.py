@@ -27,15 +27,15 @@ from pathlib import Path
 
 import numpy as np
 
-from ..core import validate as v
-from ..core.files import write_text
-from ..core.provenance import git_commit, portable
-from ..llm.complete import complete
-from ..llm.models import load, resolve_model, weights_digest
-from ..measure import tasks
-from ..measure.length_law import cluster_draws, cluster_median, joint_cluster_slopes, loglog_slope, slope_verdict, usable
-from ..task import laptop_task as lt
-from ..task.problems import level_index, parse_level
+from ...core import validate as v
+from ...core.files import write_text
+from ...core.provenance import git_commit, portable
+from ...llm.complete import complete
+from ...llm.models import load, resolve_model, weights_digest
+from ...measure import tasks
+from ...measure.length_law import cluster_draws, cluster_median, joint_cluster_slopes, loglog_slope, slope_verdict, usable
+from ...task import laptop_task as lt
+from ...task.problems import level_index, parse_level
 
 OBJECTIVES = ("reward", "kl_reward", "kl_k3", "sft", "dft")
 KL_OBJECTIVES = ("kl_reward", "kl_k3")
@@ -126,7 +126,7 @@ def sample_groups(model, tok, settings: StudySettings, round_no: int = 0) -> lis
 def _segment(tok, sample):
     """:func:`dsh.llm.attribution.segment_laptop` of a sample and None, or None and why the split leaves it out
     (the error's first clause; "empty response" for a response with no text, the model's end of turn first)."""
-    from ..llm.attribution import segment_laptop
+    from ...llm.attribution import segment_laptop
 
     if not sample["response"]:
         return None, "empty response"
@@ -322,7 +322,7 @@ def attribute_groups(model, ref_model, tok, samples, objectives, temperature: fl
     of the parts of the summed reward gradient. Trajectories with no decision (cut before a verdict) are left out
     (counted). Also the mean k1 by position along the first attempt (sum and count per position). Log-probabilities
     at ``temperature`` (the sampling's, as GRPO scores its rollouts)."""
-    from ..llm.attribution import all_part_gradients, token_kl
+    from ...llm.attribution import all_part_gradients, token_kl
 
     rows, groups, pos_sum, pos_n = [], {}, np.zeros(POSITIONS), np.zeros(POSITIONS)
     skipped, why = 0, {}

@@ -24,14 +24,14 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from ..core import validate as v
-from ..core.agreement import cell, cohen_kappa
-from ..core.files import write_jsonl_gz, write_text
-from ..core.provenance import git_commit
-from ..llm.complete import complete
-from ..llm.models import load, resolve_model, weights_digest  # noqa: F401 - weights_digest: also this module's
-from ..task import laptop_task as lt
-from ..task.problems import MAX_PROBLEMS
+from ...core import validate as v
+from ...core.agreement import cell, cohen_kappa
+from ...core.files import write_jsonl_gz, write_text
+from ...core.provenance import git_commit
+from ...llm.complete import complete
+from ...llm.models import load, resolve_model, weights_digest  # noqa: F401 - weights_digest: also this module's
+from ...task import laptop_task as lt
+from ...task.problems import MAX_PROBLEMS
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """The presets, in one place: a :class:`Preset` holds everything a preset means - the stages of its pipeline and
 what each starts from, per-method training overrides, its evaluation settings and the traces its token budgets
-are derived from. The CLI, :mod:`dsh.experiment.pipeline`, :mod:`dsh.experiment.gpu_small`,
-:mod:`dsh.experiment.bench` and the chapters take preset names, choices and defaults from here (``NAMES``,
+are derived from. The CLI, :mod:`dsh.experiment.run.pipeline`, :mod:`dsh.experiment.run.gpu_small`,
+:mod:`dsh.experiment.bench.compare` and the chapters take preset names, choices and defaults from here (``NAMES``,
 ``DEFAULT``, :func:`get`).
 
 - ``ci``: minutes on 2 CPU cores with the embedded model: a handful of steps on short problems.
@@ -21,15 +21,15 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 
-from ..core import settings
-from ..core import validate as v
-from ..llm.models import EMBEDDED, GRADED_BASE
-from ..llm.scale import GpuBudget, batch_for
-from ..task import laptop_task
-from ..task.problems import TEST_LEVELS
-from ..training.budgets import preset_specs, tokens
-from ..training.laptop_base import SHIPPED_BASE
-from ..training.train import FIELDS, METHODS, TrainConfig
+from ...core import settings
+from ...core import validate as v
+from ...llm.models import EMBEDDED, GRADED_BASE
+from ...llm.scale import GpuBudget, batch_for
+from ...task import laptop_task
+from ...task.problems import TEST_LEVELS
+from ...training.budgets import preset_specs, tokens
+from ...training.laptop_base import SHIPPED_BASE
+from ...training.train import FIELDS, METHODS, TrainConfig
 from .attribution_study import StudySettings
 from .check_probe import ProbeSettings
 from .evaluate import MAX_RESPONSE_TOKENS, EvalSettings
@@ -104,16 +104,16 @@ def _seeds(name: str, seeds) -> tuple:
 @dataclass(frozen=True)
 class Preset:
     """Everything a preset means. ``training[method]``: overrides of :class:`dsh.training.train.TrainConfig`;
-    ``stages``: the pipeline; ``evaluation``: :class:`dsh.experiment.evaluate.EvalSettings` (its ``max_new_tokens`` may
+    ``stages``: the pipeline; ``evaluation``: :class:`dsh.experiment.run.evaluate.EvalSettings` (its ``max_new_tokens`` may
     be a :class:`Budget`); ``traces``: ``{budget name: TraceSpec}`` that :mod:`dsh.training.budgets` derives budgets
     from; ``batch_from_memory``: a :class:`dsh.llm.scale.GpuBudget` that micro-batch and accumulation are derived
     from (:func:`dsh.llm.scale.batch_for`), None to take them as given;
-    ``one_call``: sized for one 10-minute GPU call (``python -m dsh.experiment.gpu_small`` runs it);
+    ``one_call``: sized for one 10-minute GPU call (``python -m dsh.experiment.run.gpu_small`` runs it);
     ``model``: the model the first stages start from; ``seeds``: the training seeds every training stage runs
     with (None: one run, the stages' names carry no seed); ``ablations``: more stages (templates like ``stages``)
     run with ``ablation_seeds`` (:meth:`plan_stages`); ``probe``: the check probe every evaluated model also answers
-    (:mod:`dsh.experiment.check_probe`; None: none); ``attribution``: the gradient-attribution study
-    (:mod:`dsh.experiment.attribution_study`) the pipeline runs on the models of ``attribution_stages`` (each against
+    (:mod:`dsh.experiment.run.check_probe`; None: none); ``attribution``: the gradient-attribution study
+    (:mod:`dsh.experiment.run.attribution_study`) the pipeline runs on the models of ``attribution_stages`` (each against
     the model its training started from), and once more with another seed of trajectories on those of
     ``attribution_repeats`` (None: no study)."""
 

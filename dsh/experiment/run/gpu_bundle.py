@@ -1,8 +1,8 @@
-"""The offline bundle that :mod:`dsh.experiment.gpu_small` reads on a GPU host without network, made on a machine
+"""The offline bundle that :mod:`dsh.experiment.run.gpu_small` reads on a GPU host without network, made on a machine
 with the project's environment:
 
     make gpu-bundle BUNDLE=.gpu                      # or:
-    python -m dsh.experiment.gpu_bundle --out .gpu
+    python -m dsh.experiment.run.gpu_bundle --out .gpu
 
 It holds the embedded model's GGUF file split into parts of at most ``--part-mb`` MB (``a/part-aa``,
 ``b/part-ab``, ...: one folder a part, so that each can travel in a transfer of its own; ``gpu_small`` joins them in
@@ -21,9 +21,9 @@ import sys
 from importlib import metadata
 from pathlib import Path
 
-from ..core import validate as v
-from ..core.files import atomic_write
-from ..llm.models import embedded_gguf_path
+from ...core import validate as v
+from ...core.files import atomic_write
+from ...llm.models import embedded_gguf_path
 
 REPO = Path(__file__).resolve().parent.parent.parent
 WHEELS = ("trl", "datasets", "gguf", "transformers")     # pinned in requirements.txt
@@ -78,7 +78,7 @@ def make_bundle(out, part_mb: int = 49, wheels: bool = True, python: str = "3.12
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m dsh.experiment.gpu_bundle", description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m dsh.experiment.run.gpu_bundle", description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", required=True, help="the bundle folder to write (new or empty)")
     ap.add_argument("--part-mb", type=int, default=49, help="largest part of the model file in MB (default 49)")
     ap.add_argument("--python", default="3.12", help="the GPU host's Python version for the wheels (default 3.12)")

@@ -25,13 +25,13 @@ import re
 import shutil
 from pathlib import Path
 
-from ..core import validate as v
-from ..core.files import write_text
-from ..core.provenance import git_commit
-from ..training.train import run_foreign_files
+from ...core import validate as v
+from ...core.files import write_text
+from ...core.provenance import git_commit
+from ...training.train import run_foreign_files
 
 CLAIM = ".dsh-pipeline.json"
-# what the pipeline writes in a results folder (provenance.json: its one-command GPU run, dsh.experiment.gpu_small),
+# what the pipeline writes in a results folder (provenance.json: its one-command GPU run, dsh.experiment.run.gpu_small),
 # and the temporary and lock files of its atomic writes
 RESULTS_FILES = re.compile(r"summary\.json|provenance\.json|(calibration|probe|attribution|jobs)/[^/]+\.json"
                            r"|(generations|probe)/[^/]+\.jsonl\.gz")

@@ -3,15 +3,15 @@ look like when the truth is known (chapter 06)."""
 
 from __future__ import annotations
 
-from ..core import validate as v
-from ..measure.stage import calibrate_stage
-from ..task.synthetic import synthetic_records
-from ..theory.two_stage import predicted_accuracy
-from .presets import STAGE_LABELS
+from ...core import validate as v
+from ...measure.stage import calibrate_stage
+from ...task.synthetic import synthetic_records
+from ...theory.two_stage import predicted_accuracy
+from ..run.presets import STAGE_LABELS
 
 
 def synthetic_results(truths: dict, n: int = 200, seed: int = 0, n_bootstrap: int = 100) -> dict:
-    """A results folder's contents (as :func:`dsh.experiment.pipeline.load_results` returns them) for a simulated
+    """A results folder's contents (as :func:`dsh.experiment.run.pipeline.load_results` returns them) for a simulated
     experiment: ``truths[stage][level] = (p_s, p_dC, p_dW)``, ``n`` responses per level. The tables and figures
     of :mod:`dsh.experiment.report` drawn from it show what they look like when the truth is known."""
     if not isinstance(truths, dict) or not truths:

@@ -1,0 +1,199 @@
+"""The graded experiment's design points (:data:`REGIME_POINTS`) measured per training seed, the pipeline's run time
+when it ran in pieces, a second reading of the same generations set against the calibrations, and the design
+tables of the graded experiment."""
+
+from __future__ import annotations
+
+import statistics
+
+import pandas as pd
+
+from ...measure.claims import block, graded
+from ...measure.trend import level_slope
+from ...task.problems import parse_level
+from ..run.pipeline import plan_of
+from .frame import first_wrong, reward_trend, seeds_of
+
+REGIME_POINTS = {   # the points the graded experiment was built to meet (chapter 07), each per training seed
+    "base": "the base answers >= 5 % right on every level",
+    "graded": "SFT (reflection): p_s in 0.2-0.8 on >= 4 levels, >= 2 outside the fine-tuning levels",
+    "falling": "SFT (reflection)'s p_s falls with the multiplicand's digits (slope's 95 % interval below 0)",
+    "probe": "the check probe after SFT (reflection) gives agreement >= 0.9 and kappa >= 0.8 on its graded levels",
+    "wrong first": "SFT (reflection) has >= 30 wrong first attempts on each of its graded levels",
+    "mixed": "GRPO: >= 50 % of groups with mixed rewards in the first fifth of its rounds",
+    "rise": "GRPO: the reward rises (the last fifth minus the first, 95 % interval above 0)",
+    "rollouts": "GRPO: >= 10,000 rollouts",
+    "truncated": "no stage has more than 5 % of its evaluation responses at the token limit",
+}
+
+
+def regime_rows(results: dict) -> list[dict]:
+    """Per training seed, what :data:`REGIME_POINTS` asks of the graded experiment, measured: the base's lowest
+    per-level accuracy; SFT (reflection)'s graded levels (p_s in the band of :func:`dsh.measure.claims.graded`),
+    those outside its fine-tuning levels, and the slope of its p_s on the multiplicand's digits with its interval
+    (:func:`dsh.measure.trend.level_slope`); the check probe's lowest agreement and kappa on the graded levels and
+    their fewest wrong first attempts; GRPO's share of mixed-reward groups in the first fifth of its rounds, the rise
+    of its reward (:func:`dsh.measure.trend.fifths_contrast`) and its rollouts; the largest share of evaluation
+    responses at the token limit over the seed's stages and the base. Each row says which points it meets (``met``:
+    {point: bool, or None where the stage is missing})."""
+    s, cal, probe = results["summary"], results["calibration"], results.get("probe") or {}
+    plan_ = plan_of(results)
+    trunc = {k: (t or {}).get("eval") for k, t in (s.get("truncation") or {}).items()}
+    base = [x["name"] for x in plan_ if x["kind"] == "base"]
+    base_acc = min((e["observed_accuracy"] for b in base for e in block(cal[b])["by_level"].values()), default=None)
+    rows = []
+    for seed in seeds_of(results):
+        by_kind = {x["kind"]: x["name"] for x in plan_ if x["seed"] == seed}
+        row = {"seed": seed, "base: lowest accuracy": base_acc}
+        met = {"base": None if base_acc is None else base_acc >= 0.05}
+        sr = by_kind.get("sft_reflection")
+        if sr:
+            levels = block(cal[sr])["by_level"]
+            ft = set((s.get("configs") or {}).get(sr, {}).get("train_levels") or ())
+            g = [lv for lv, e in levels.items() if graded(e)]
+            out = [lv for lv in g if lv not in ft]
+            have = [(lv, e) for lv, e in levels.items() if e.get("p_s") is not None]
+            fit = level_slope([max(parse_level(lv)) for lv, _ in have], [e["p_s"] for _, e in have],
+                              [e["n"] - e["no_answer"] for _, e in have])
+            pb = [probe.get(sr, {}).get("by_level", {}).get(lv) or {} for lv in g]
+            agree = [b.get("verdict_follows_check") for b in pb]
+            kappa = [b.get("kappa") for b in pb]
+            wrong = [first_wrong(levels[lv]) for lv in g]
+            row.update({"SFT (reflection): graded levels": ", ".join(g) or "-", "outside fine-tuning": len(out),
+                        "p_s slope per digit (95 %)": f"{fit['slope']:+.3f} ({fit['ci'][0]:+.3f}, {fit['ci'][1]:+.3f})"
+                        if fit else "-",
+                        "probe: lowest agreement / kappa": f"{min(agree):.2f} / {min(kappa):.2f}"
+                        if g and None not in agree and None not in kappa else "-",
+                        "fewest wrong first attempts": min(wrong) if wrong else None})
+            met.update({"graded": len(g) >= 4 and len(out) >= 2,
+                        "falling": bool(fit) and fit["ci"][1] < 0,
+                        "probe": bool(g) and None not in agree and None not in kappa
+                        and min(agree) >= 0.9 and min(kappa) >= 0.8,
+                        "wrong first": bool(wrong) and min(wrong) >= 30})
+        else:
+            met.update(dict.fromkeys(("graded", "falling", "probe", "wrong first")))
+        rl = by_kind.get("rl")
+        curve = (s.get("reward_curves") or {}).get(rl) if rl else None
+        if curve:
+            t, z = reward_trend(curve)
+            n = ((s.get("training") or {}).get(rl) or {}).get("rollouts")
+            row.update({"GRPO: mixed groups, first fifth": round(1 - z["first"], 3) if z else None,
+                        "reward rise (95 %)": f"{t['delta']:+.3f} ({t['ci'][0]:+.3f}, {t['ci'][1]:+.3f})" if t else "-",
+                        "rollouts": n})
+            met.update({"mixed": bool(z) and 1 - z["first"] >= 0.5, "rise": bool(t) and t["ci"][0] > 0,
+                        "rollouts": n is not None and n >= 10_000})
+        else:
+            met.update(dict.fromkeys(("mixed", "rise", "rollouts")))
+        mine = [trunc.get(x["name"]) for x in plan_ if x["seed"] in (seed, None)]
+        mine = [x for x in mine if x is not None]
+        row["most truncated"] = max(mine) if mine else None
+        met["truncated"] = None if not mine else max(mine) <= 0.05
+        row["met"] = met
+        rows.append(row)
+    return rows
+
+
+def run_time(results: dict) -> dict:
+    """How long a results folder's pipeline took, stage by stage, when it ran in several pieces (stopped and
+    resumed: a reused step's time is 0 in the summary's ``timings_s``, and a training resumed from a checkpoint
+    records only its last piece). Per stage: its method, the training's own wall time (``training[stage]["wall_s"]``)
+    unless it was resumed, then the median of its method's stages trained in one piece (``estimated``); its
+    evaluation and probe as timed (the median of the other stages' where reused). ``{"stages": [...], "total_s",
+    "estimated": [stages]}`` (the base's own steps included, the base's training not: it is shipped)."""
+    s = results["summary"]
+    train, times = s.get("training") or {}, s.get("timings_s") or {}
+    plan_ = plan_of(results)
+    whole = {}
+    for x in plan_:
+        t = train.get(x["name"]) or {}
+        if x.get("method") and t.get("wall_s") is not None and not t.get("resumed_from"):
+            whole.setdefault(x["method"], []).append(t["wall_s"])
+    steps = {k: [x for n, x in times.items() if n.startswith(k + "_") and x > 0] for k in ("evaluate", "probe")}
+    rows, estimated = [], []
+    for x in plan_:
+        t, row = train.get(x["name"]) or {}, {"stage": x["name"], "method": x.get("method")}
+        if x.get("method"):
+            one_piece = t.get("wall_s") is not None and not t.get("resumed_from")
+            if not one_piece:
+                estimated.append(x["name"])
+            row["train_s"] = t["wall_s"] if one_piece else (statistics.median(whole[x["method"]])
+                                                            if whole.get(x["method"]) else None)
+        for k in ("evaluate", "probe"):
+            got = times.get(f"{k}_{x['name']}") or 0.0
+            row[f"{k}_s"] = got if got > 0 or not steps[k] else statistics.median(steps[k])
+        rows.append(row)
+    total = sum(r.get("train_s") or 0.0 for r in rows) + sum(r["evaluate_s"] + r["probe_s"] for r in rows)
+    return {"stages": rows, "total_s": round(total, 1), "estimated": estimated}
+
+
+READ_AGAIN = {"accuracy": "observed_accuracy", "p_s": "p_s", "p_dC": "p_d_given_correct", "p_dW": "p_d_given_wrong"}
+
+
+def reading_agreement(results: dict, other: dict) -> pd.DataFrame:
+    """A second reading of the same generations against the calibrations: ``other[stage][level]`` holds a reader's
+    ``n``, ``accuracy``, ``p_s``, ``p_dC``, ``p_dW`` and ``F->T`` (e.g. a reader that imports nothing from dsh). Per
+    stage the largest absolute difference of each rate over its levels (where both readings have one), the largest
+    difference of the F->T count, and the levels compared."""
+    rows = []
+    for x in plan_of(results):
+        theirs = other.get(x["name"])
+        if theirs is None:
+            continue
+        mine = block(results["calibration"][x["name"]])["by_level"]
+        row = {"stage": x["name"], "levels": len(set(mine) & set(theirs))}
+        for k, field in READ_AGAIN.items():
+            d = [abs(theirs[lv][k] - mine[lv][field]) for lv in mine if lv in theirs
+                 and theirs[lv].get(k) is not None and mine[lv].get(field) is not None]
+            row[f"max |{k} difference|"] = round(max(d), 3) if d else None
+        row["max |F->T difference|"] = max((abs(theirs[lv]["F->T"] - mine[lv]["transitions"]["F->T"])
+                                            for lv in mine if lv in theirs), default=None)
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def regime_table(results: dict) -> pd.DataFrame:
+    """:func:`regime_rows` as a table: one row per seed, the measured values and the points not met."""
+    rows = []
+    for r in regime_rows(results):
+        miss = [k for k, ok in r["met"].items() if ok is False]
+        rows.append({**{k: x for k, x in r.items() if k != "met"}, "points not met": ", ".join(miss) or "-"})
+    return pd.DataFrame(rows)
+
+
+def graded_design_tables(design: dict) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The graded experiment's design table (``book/results/laptop-graded/design/graded_design.json``): one row per
+    SFT (reflection) candidate and design round (the round, the new-token limit, slip rate, fine-tuning levels, the
+    base's lowest accuracy, p_s per level, the graded levels and those outside the fine-tuning levels, the check
+    probe's lowest agreement and kappa on them, the share truncated, the expected share of mixed-reward groups, the
+    rule's points met, chosen or not) and one per GRPO candidate (learning rate, mixed groups in the first fifth, the
+    reward's rise with its 95 % interval)."""
+    if not isinstance(design, dict) or "sft_candidates" not in design:
+        raise ValueError("design must be graded_design.json's contents (a dict with sft_candidates)")
+    choice = design.get("sft_choice") or {}
+    rows = []
+    rounds = [(1, e) for e in design["sft_candidates"].values()] + [(2, e) for e in (design.get("round2") or {}).values()]
+    for rnd, e in rounds:
+        j, lv = e["judged"], e["levels"]
+        probe = [(lv[x]["probe_agreement"], lv[x]["probe_kappa"]) for x in j["graded"]]
+        rows.append({"round": rnd, "new tokens": e.get("max_new_tokens", 768), "slip rate": e["slip_rate"],
+                     "fine-tuning levels": e["ft"] + ": " + ", ".join(
+                         x for x in e["ft_levels"] if x.startswith("1x")),
+                     "base: lowest accuracy": round(min(e["base_accuracy"].values()), 2),
+                     "p_s by level": " ".join(f"{lv[x]['p_s']:.2f}" for x in lv),
+                     "graded (outside)": f"{len(j['graded'])} ({len(j['graded_outside'])})",
+                     "probe on graded: agreement / kappa": (
+                         f"{min(a for a, _ in probe):.2f} / {min(k for _, k in probe):.2f}" if probe else "-"),
+                     "truncated": round(e["truncated"], 3), "mixed groups (expected)": round(j["expected_mixed_groups"], 2),
+                     "points met": ", ".join(k.split("_")[0] for k, x in j["points"].items() if x) or "none",
+                     "chosen": (choice.get("slip_rate"), choice.get("ft"), choice.get("round", 1)) ==
+                               (e["slip_rate"], e["ft"], rnd)})
+    grpo = []
+    pick = design.get("grpo_choice") or {}
+    for e in (design.get("grpo_candidates") or {}).values():
+        lo, hi = e["reward_rise_ci"]
+        grpo.append({"learning rate": e["lr"], "rounds": e["rounds"],
+                     "mixed groups, first fifth": round(e["mixed_first_fifth"], 2),
+                     "reward first / last fifth": f"{e['reward_first']:.3f} / {e['reward_last']:.3f}",
+                     "rise (95 % interval)": f"{e['reward_rise']:+.3f} ({lo:+.3f}, {hi:+.3f})",
+                     "qualifies": e["qualifies"], "chosen": pick.get("lr") == e["lr"]})
+    return pd.DataFrame(rows), pd.DataFrame(grpo)
