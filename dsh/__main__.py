@@ -30,7 +30,9 @@ from .theory.two_stage import predicted_accuracy, simulate
 from .training import budgets
 from .training.budgets import N_PER_LEVEL
 from .training.laptop_base import GRADED_SLIP_RATE, BaseSpec, build_base, graded_spec
-from .training.train import METHODS, clear_run, fields_help, to_trl_config, train
+from .training.run_dir import clear_run
+from .training.train import train
+from .training.train_config import METHODS, fields_help, to_trl_config
 
 
 def _cmd_accuracy(args) -> int:

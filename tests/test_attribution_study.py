@@ -10,6 +10,7 @@ import pandas as pd
 import pytest
 import torch
 
+from dsh.experiment.run import attribution_fits as af
 from dsh.experiment.run import attribution_study as st
 from dsh.experiment.run import presets
 from dsh.llm import attribution as at
@@ -210,7 +211,7 @@ def test_rounds_add_new_questions_until_every_fit_holds_enough_trajectories(base
     assert alone["trajectories"] == rows0 == [t for t in got["trajectories"] if t["prompt"] < 2]
     # the rule counts what the fits take: every objective against the decision and the stage, no group fit
     counts = st.fit_counts(got["trajectories"], objectives)
-    f = st.fits(got["trajectories"], got["groups"], objectives)
+    f = af.fits(got["trajectories"], got["groups"], objectives)
     assert set(counts) == {f"{o} / {a}" for o in objectives for a in ("decision", "stage")}
     assert all(counts[k] == f[k]["n"] for k in counts)
     assert st.counted_terms(("reward", "kl_k3"))[-2:] == ["kl_immediate / decision", "kl_immediate / stage"]
@@ -413,14 +414,14 @@ def test_slope_correlation_of_a_committed_study():
     from pathlib import Path
 
     study = json.loads((Path(__file__).parents[1] / "book/results/laptop-wide/attribution/sft-s0.json").read_text())
-    c = st.slope_correlation(study, n_boot=300)
+    c = af.slope_correlation(study, n_boot=300)
     fitted = {tuple(k.split(" / ")) for k, f in study["fits"].items() if f["slope"] is not None}
     assert set(c.index) == set(c.columns) == fitted
     assert np.allclose(c.to_numpy(), c.to_numpy().T) and np.allclose(np.diag(c), 1)
     assert sum(t["checks"] > 0 for t in study["trajectories"]) == 2
     assert c.loc[("sft", "decision"), ("sft", "stage")] > 0.99
     with pytest.raises(ValueError, match="study must be a study record"):
-        st.slope_correlation({"fits": {}})
+        af.slope_correlation({"fits": {}})
 
 
 def test_bad_attribution_overrides_are_one_line_before_any_work(tmp_path):
@@ -473,7 +474,7 @@ def test_the_censoring_robust_fit_recovers_a_known_slope_and_its_own_span():
     import math
     import random
 
-    from dsh.experiment.run.attribution_study import SILENT, robust_fit
+    from dsh.experiment.run.attribution_fits import SILENT, robust_fit
 
     rng = random.Random(0)
     rows = []
@@ -502,7 +503,7 @@ def test_the_excess_over_sft_is_one_for_a_kl_to_go_and_zero_for_a_balanced_term(
     whose ratio is the SFT loss's times a constant 0; the decision's per-token k1 per level is read back as given."""
     import random
 
-    from dsh.experiment.run.attribution_study import decision_kl_by_level, excess_fit
+    from dsh.experiment.run.attribution_fits import decision_kl_by_level, excess_fit
 
     rng = random.Random(1)
     rows = []

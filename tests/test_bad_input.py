@@ -21,6 +21,7 @@ from dsh.experiment.run import attribution_study, evaluate, pipeline, presets
 from dsh.measure import calibration, claims, faithfulness, length_law, stage, trend
 from dsh.task import parse, problems, traces
 from dsh.theory import two_stage
+from dsh.training import run_dir
 from dsh.training import train as train_module
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -242,9 +243,9 @@ API_CASES = [
     ("reproduction_count-not-tables", lambda: report.reproduction_count(None), "tables must be a non-empty list"),
     ("fifths_contrast-not-a-list", lambda: trend.fifths_contrast(None), "values must be a list of numbers"),
     ("stage_label-not-a-kind", lambda: presets.stage_label(3), "kind must be a stage kind"),
-    ("to_trl_config-not-a-config", lambda: train_module.to_trl_config({"method": "sft"}), "cfg must be a dsh.training.train.TrainConfig"),
-    ("build_dataset-not-a-config", lambda: train_module.build_dataset(None), "cfg must be a dsh.training.train.TrainConfig"),
-    ("check_run_dir-not-a-config", lambda: train_module.check_run_dir("runs/x"), "cfg must be a dsh.training.train.TrainConfig"),
+    ("to_trl_config-not-a-config", lambda: train_module.to_trl_config({"method": "sft"}), "cfg must be a dsh.training.train_config.TrainConfig"),
+    ("build_dataset-not-a-config", lambda: train_module.build_dataset(None), "cfg must be a dsh.training.train_config.TrainConfig"),
+    ("check_run_dir-not-a-config", lambda: train_module.check_run_dir("runs/x"), "cfg must be a dsh.training.train_config.TrainConfig"),
     ("verdicts-not-a-dict", lambda: claims.verdicts([]), "cal must map stage kinds to their calibration"),
     ("calibrate_stage-a-path", lambda: stage.calibrate_stage("generations.jsonl"), "records must be a list of records"),
     ("faithfulness-summarize-not-records", lambda: faithfulness.summarize([3]), "records must be a list of records"),
@@ -389,7 +390,6 @@ def test_resume_refuses_a_run_of_other_settings_and_takes_a_path_as_its_folder(t
     import shutil
 
     from dsh.experiment.run import presets
-    from dsh.training import train
 
     base = tmp_path / "base"
     shutil.copytree(_base(), base)
@@ -399,14 +399,14 @@ def test_resume_refuses_a_run_of_other_settings_and_takes_a_path_as_its_folder(t
     (run / "run_config.json").write_text(json.dumps({"dsh": json.loads(json.dumps(dataclasses.asdict(cfg), default=str)),
                                                      "resolved_model": str(base)}))
     monkeypatch.chdir(tmp_path)
-    assert train.check_run_dir(dataclasses.replace(cfg, model="base")) == run          # the same folder, relative
+    assert run_dir.check_run_dir(dataclasses.replace(cfg, model="base")) == run          # the same folder, relative
     for change, said in ((dict(method="dft"), "method: 'sft' -> 'dft'"), (dict(learning_rate=1e-3), "learning_rate"),
                          (dict(model=str(_base())), "model: ")):
         with pytest.raises(ValueError, match=r"^output_dir .* holds a run with other settings \(.*" + re.escape(said)):
-            train.check_run_dir(dataclasses.replace(cfg, **change))
+            run_dir.check_run_dir(dataclasses.replace(cfg, **change))
     (run / "run_config.json").write_text("not json")
     with pytest.raises(ValueError, match=r"holds a run with other settings \(run_config.json unreadable\)"):
-        train.check_run_dir(cfg)
+        run_dir.check_run_dir(cfg)
 
 
 def test_resume_and_the_pipeline_compare_the_starting_model_by_content(tmp_path):
@@ -417,7 +417,6 @@ def test_resume_and_the_pipeline_compare_the_starting_model_by_content(tmp_path)
 
     from dsh.experiment.run import pipeline, presets
     from dsh.llm.models import model_digest
-    from dsh.training import train
 
     base, copy, run = tmp_path / "base", tmp_path / "elsewhere" / "copy", tmp_path / "run"
     shutil.copytree(_base(), base)
@@ -427,7 +426,7 @@ def test_resume_and_the_pipeline_compare_the_starting_model_by_content(tmp_path)
     (run / "run_config.json").write_text(json.dumps({"dsh": json.loads(json.dumps(dataclasses.asdict(cfg), default=str)),
                                                      "resolved_model": str(base), "model_digest": model_digest(base)}))
     assert model_digest(copy) == model_digest(base) and model_digest(copy).startswith("sha256:")
-    assert train.check_run_dir(dataclasses.replace(cfg, model=str(copy))) == run
+    assert run_dir.check_run_dir(dataclasses.replace(cfg, model=str(copy))) == run
     assert pipeline.run_matches(run, dataclasses.replace(cfg, model=str(copy), resume=False))
     weights = base / "model.safetensors"
     data = bytearray(weights.read_bytes())
@@ -435,7 +434,7 @@ def test_resume_and_the_pipeline_compare_the_starting_model_by_content(tmp_path)
     weights.write_bytes(bytes(data))
     with pytest.raises(ValueError, match=r"holds a run with other settings \(model: .*base' \(sha256:.*\) -> .*base' "
                                          r"\(sha256:"):
-        train.check_run_dir(cfg)
+        run_dir.check_run_dir(cfg)
     assert not pipeline.run_matches(run, dataclasses.replace(cfg, resume=False))
 
 
@@ -600,7 +599,7 @@ def test_a_failed_evaluation_leaves_no_settings_record_that_blocks_the_next(tmp_
 @pytest.mark.slow
 def test_clear_run_removes_only_what_train_wrote(tmp_path):
     """Issue 34: chapter 04's papermill parameter fresh=True removed its run folder whole, a user's file included.
-    train.clear_run (what the chapter calls) removes a real run (checkpoints kept, so every kind of file train writes
+    run_dir.clear_run (what the chapter calls) removes a real run (checkpoints kept, so every kind of file train writes
     is there) and refuses, byte-identical, a run folder holding a user's file, and a folder that is not a dsh run."""
     from dsh.experiment.run import presets
     from dsh.training import train
@@ -619,18 +618,18 @@ def test_clear_run_removes_only_what_train_wrote(tmp_path):
     before = snapshot(run)
     with pytest.raises(ValueError, match=r"^run folder .*run holds files dsh train did not write \(important\.txt\); "
                                          r"move them or choose another folder; nothing was removed$"):
-        train.clear_run(run)
+        run_dir.clear_run(run)
     assert snapshot(run) == before
     (run / "important.txt").unlink()
-    train.clear_run(run)
+    run_dir.clear_run(run)
     assert not run.exists()
-    train.clear_run(run)                                  # nothing there: nothing to do
+    run_dir.clear_run(run)                                  # nothing there: nothing to do
     other = tmp_path / "mine"
     (other / "final").mkdir(parents=True)
     (other / "notes.txt").write_text("x")
     with pytest.raises(ValueError, match=r"^run folder .*mine is not a dsh run \(no run_config\.json; it holds final, "
                                          r"notes\.txt\); nothing was removed$"):
-        train.clear_run(other)
+        run_dir.clear_run(other)
     assert (other / "notes.txt").read_text() == "x" and (other / "final").is_dir()
 
 

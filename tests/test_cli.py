@@ -98,7 +98,7 @@ def test_train_without_model_starts_from_the_presets_model(capsys):
 
 def test_train_help_shows_every_fields_default():
     """A field with a default factory (task_options) was listed as '<dataclasses._MISSING_TYPE object ...>'."""
-    from dsh.training.train import fields_help
+    from dsh.training.train_config import fields_help
 
     text = fields_help()
     assert "MISSING" not in text and "task_options (default {})" in text

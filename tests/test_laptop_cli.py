@@ -33,7 +33,7 @@ def _env():
 
 
 def _checkpointed(run: Path) -> bool:
-    """A complete checkpoint: dsh writes its totals last (dsh.training.train.TOTALS)."""
+    """A complete checkpoint: dsh writes its totals last (dsh.training.run_dir.TOTALS)."""
     return any((c / "trainer_state.json").is_file() and (c / "dsh_totals.json").is_file()
                for c in run.glob("checkpoint-*"))
 

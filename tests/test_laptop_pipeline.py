@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from dsh.experiment.run import presets
-from dsh.experiment.run.attribution_study import MIN_SPAN
+from dsh.experiment.run.attribution_fits import MIN_SPAN
 from dsh.experiment.run.pipeline import plan, reward_curve, stages_needed
 from dsh.task import laptop_task as lt
 

@@ -10,7 +10,7 @@ from dsh.measure import tasks
 from dsh.task import laptop_task as lt
 from dsh.task.problems import Problem
 from dsh.training.loss_mask import has_segments, token_record, token_records
-from dsh.training.train import TrainConfig
+from dsh.training.train_config import TrainConfig
 
 
 def _cfg(loss="no_wrong_attempts", **kw):
@@ -61,7 +61,8 @@ def test_trl_trains_on_the_learned_tokens_only(tmp_path):
     import torch
     from datasets import Dataset
 
-    from dsh.training.train import TRAINERS, to_trl_config
+    from dsh.training.train import TRAINERS
+    from dsh.training.train_config import to_trl_config
 
     tok = build_tokenizer()
     task = tasks.get("laptop_task")

@@ -5,7 +5,7 @@ from transformers import AutoConfig
 
 from dsh.experiment.run import presets
 from dsh.llm import models, scale
-from dsh.training import train
+from dsh.training import train_config
 
 
 def test_embedded_shape_is_the_models_config():
@@ -16,7 +16,7 @@ def test_embedded_shape_is_the_models_config():
     assert scale.EMBEDDED_SHAPE.kv_bytes_per_token() == 30 * 2 * 3 * 64 * 2   # ~23 KB in bf16
 
 
-@pytest.mark.parametrize("method", train.METHODS)
+@pytest.mark.parametrize("method", train_config.METHODS)
 def test_every_gpu_small_preset_fits_80_gb_at_its_longest_sequences(method):
     cfg = presets.resolve(method, "gpu-small", output_dir="/tmp/never-written")
     mem = scale.training_memory(cfg)

@@ -9,7 +9,7 @@ import pytest
 from dsh.__main__ import main
 from dsh.core import settings
 from dsh.experiment.run import attribution_study, evaluate, pipeline, presets
-from dsh.training.train import TrainConfig
+from dsh.training.train_config import TrainConfig
 
 
 @pytest.mark.parametrize("text,value", [("true", True), ("True", True), ("1", True), ("yes", True), ("ON", True),

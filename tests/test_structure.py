@@ -297,7 +297,7 @@ def test_ruff_is_clean():
 def test_every_train_config_field_has_help_and_train_help_lists_it():
     import dataclasses
 
-    from dsh.training.train import FIELDS, TrainConfig
+    from dsh.training.train_config import FIELDS, TrainConfig
     assert all(len(f.metadata.get("help", "")) > 5 for f in dataclasses.fields(TrainConfig))
     r = subprocess.run([sys.executable, "-m", "dsh", "train", "--help"], cwd=ROOT, capture_output=True, text=True,
                        timeout=120)

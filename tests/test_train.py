@@ -16,7 +16,7 @@ from dsh.experiment.report.paper_mapping import paper_mapping
 from dsh.experiment.run import evaluate, presets
 from dsh.llm import models
 from dsh.measure import calibration
-from dsh.training import train
+from dsh.training import run_dir, train, train_config
 
 pytestmark = pytest.mark.slow   # loads or trains the embedded model (make check leaves it out)
 
@@ -38,8 +38,8 @@ def test_unknown_names_fail_before_loading():
 
 def test_paper_preset_matches_the_papers_tables():
     hp = paper_results()["hyperparameters"]
-    sft = train.to_trl_config(presets.resolve("sft_reflection", "paper", output_dir="/tmp/never-written"))
-    grpo = train.to_trl_config(presets.resolve("grpo", "paper", output_dir="/tmp/never-written"))
+    sft = train_config.to_trl_config(presets.resolve("sft_reflection", "paper", output_dir="/tmp/never-written"))
+    grpo = train_config.to_trl_config(presets.resolve("grpo", "paper", output_dir="/tmp/never-written"))
     assert sft.learning_rate == hp["sft"]["learning_rate"]
     assert sft.per_device_train_batch_size * sft.gradient_accumulation_steps == hp["sft"]["batch_size"]
     assert sft.num_train_epochs == hp["sft"]["epochs"]
@@ -163,7 +163,7 @@ def test_resume_after_kill_reaches_the_same_final_step(tmp_path):
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, start_new_session=True)
     deadline = time.time() + 600
-    while time.time() < deadline and not (run / "checkpoint-2" / train.TOTALS).exists():   # checkpoint complete
+    while time.time() < deadline and not (run / "checkpoint-2" / run_dir.TOTALS).exists():   # checkpoint complete
         time.sleep(0.5)
         assert p.poll() is None, "training ended before it could be interrupted"
     os.killpg(p.pid, signal.SIGKILL)

@@ -1,6 +1,6 @@
 """The tasks an experiment can run, each one object that says everything the stack above asks of it: which
 problems train and which test questions are held out, how a training trace is written, the reward, and how the
-faithfulness of a decision to its check is measured. :class:`dsh.training.train.TrainConfig`'s ``task`` names one;
+faithfulness of a decision to its check is measured. :class:`dsh.training.train_config.TrainConfig`'s ``task`` names one;
 training data, the GRPO reward, ``calibrate_stage`` and the report ask it (:func:`get`) instead of branching on
 its name.
 

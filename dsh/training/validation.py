@@ -49,7 +49,7 @@ def measure(model, tok, questions, task: str, temperature: float, max_new_tokens
 def read_log(path) -> list[dict]:
     """The measurements in a run's ``validation.jsonl`` (empty when there is none), one per step."""
     # one line a step, in step order: the callback measures a step once and a resume first drops the killed run's
-    # lines past its checkpoint (dsh.training.train.trim_logs)
+    # lines past its checkpoint (dsh.training.run_dir.trim_logs)
     return read_jsonl(path, what="path") if Path(path).is_file() else []
 
 

@@ -12,7 +12,7 @@ from ...core import validate as v
 from ...core.files import read_jsonl
 from ...measure.length_law import TOLERANCE, cluster_median, mutual_inclusion
 from ...task.problems import level_index
-from ..run.attribution_study import PREDICTED_SLOPE, carries, excess_fit, reward_identity, robust_fit, study_record
+from ..run.attribution_fits import PREDICTED_SLOPE, carries, excess_fit, reward_identity, robust_fit, study_record
 from .frame import levels_sorted
 
 
@@ -146,7 +146,7 @@ def reproduction_count(tables, correlations=None, draws: int = 100_000, seed: in
     and the chance that every slope is reproduced (``p_all``). Without ``correlations`` the slopes count as
     independent: the range is the normal approximation to a sum of Bernoulli draws, sum p +- 1.96 sqrt(sum p (1 - p)),
     and ``p_all`` the product of the chances. ``correlations``: one entry per table, the correlation of its first
-    study's slopes and of its second's (a pair of :func:`dsh.experiment.run.attribution_study.slope_correlation` frames,
+    study's slopes and of its second's (a pair of :func:`dsh.experiment.run.attribution_fits.slope_correlation` frames,
     or one frame for both), indexed by ``(term, against)`` as the table is; then the difference of each pair of runs
     is drawn ``draws`` times, normal with those correlations and the intervals' widths (tables independent of each
     other), a slope counting as reproduced when the difference lies within both intervals' half-widths
@@ -333,10 +333,10 @@ def _ci(x) -> str:
 def baseline_table(studies: dict, terms=("kl_immediate", "kl_k3", "kl_reward"), n_boot: int = 400) -> pd.DataFrame:
     """Theorem 3.2 in each study, read as its predictions are made: per study and KL term, the fit's own span (the
     per-level median L of the levels it uses), the plain slope (silent decisions left out) and the censoring-robust
-    one (per-level medians, silent = +inf: :func:`dsh.experiment.run.attribution_study.robust_fit`) with their verdicts
+    one (per-level medians, silent = +inf: :func:`dsh.experiment.run.attribution_fits.robust_fit`) with their verdicts
     against 1, and the slope in excess of the SFT loss's on the same trajectories (the balanced-weight baseline:
-    :func:`dsh.experiment.run.attribution_study.excess_fit`; none for the immediate KL, not a gradient); and per study the
-    Theorem 3.1 identity (:func:`dsh.experiment.run.attribution_study.reward_identity`)."""
+    :func:`dsh.experiment.run.attribution_fits.excess_fit`; none for the immediate KL, not a gradient); and per study the
+    Theorem 3.1 identity (:func:`dsh.experiment.run.attribution_fits.reward_identity`)."""
     rows = []
     for name, st in _studies("studies", studies, ("trajectories", "fits")).items():
         ident = reward_identity(st)
@@ -356,7 +356,7 @@ def baseline_table(studies: dict, terms=("kl_immediate", "kl_k3", "kl_reward"), 
 
 def premise_table(by_level: dict) -> pd.DataFrame:
     """Theorem 3.2's premise per study and level: the decision's and the attempt's median per-token k1 with 95 %
-    intervals, from ``{study: dsh.experiment.run.attribution_study.decision_kl_by_level(study)}``."""
+    intervals, from ``{study: dsh.experiment.run.attribution_fits.decision_kl_by_level(study)}``."""
     if not isinstance(by_level, dict):
         raise ValueError("by_level must map study names to decision_kl_by_level's result")
     rows = []

@@ -18,7 +18,7 @@ from ...core import validate as v
 from ...measure.claims import GRADED, NOT_TESTABLE, block, claim_kl_keeps_decision, graded, sign_verdict
 from ...theory import verdicts
 from .. import report
-from ..run.attribution_study import IDENTITY_RTOL, MIN_SPAN, MIN_TRAJECTORIES, reward_identity, robust_fit
+from ..run.attribution_fits import IDENTITY_RTOL, MIN_SPAN, MIN_TRAJECTORIES, reward_identity, robust_fit
 from ..run.pipeline import plan_of
 from ..run.presets import stage_label
 
@@ -244,7 +244,7 @@ def regime_sentence(results: dict) -> str:
 
 def _reward_identity_rows(studies: dict) -> list[dict]:
     """Theorem 3.1 in the trained models, as the identity it states (every token's score weighted by the same
-    advantage: :func:`dsh.experiment.run.attribution_study.reward_identity`), over every study: "confirmed" when no
+    advantage: :func:`dsh.experiment.run.attribution_fits.reward_identity`), over every study: "confirmed" when no
     trajectory's parts deviate beyond the float32 tolerance; no row without studies."""
     got = {n: reward_identity(s) for n, s in studies.items()}
     got = {n: x for n, x in got.items() if x["trajectories"]}
@@ -267,7 +267,7 @@ KL_TERMS = ("kl_immediate", "kl_k3", "kl_reward")
 def identified_fits(studies: dict, n_boot: int = 400) -> list[dict]:
     """Theorem 3.2's length-law fits (the KL terms against the decision) of the studies of trajectory seed 0 (each
     model once) with >= 200 trajectories, each fit on >= 200 of them, with what decides whether it is identified: its
-    own span (the per-level median L of the levels it uses, :func:`dsh.experiment.run.attribution_study.robust_fit`)
+    own span (the per-level median L of the levels it uses, :func:`dsh.experiment.run.attribution_fits.robust_fit`)
     >= 5x, a censoring-robust slope (silent decisions counted as +inf), and the plain fit's verdict (silent ones left
     out) equal to the robust one's. Each: study, term, plain and robust verdicts, span, and ``identified`` or why not."""
     out = []

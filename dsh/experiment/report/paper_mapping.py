@@ -4,7 +4,7 @@ resolves to, with what does not map said plainly (chapter 04 shows it)."""
 from __future__ import annotations
 
 from ...core.paper import paper_results
-from ...training.train import to_trl_config
+from ...training.train_config import to_trl_config
 from ..run.presets import PAPER
 
 

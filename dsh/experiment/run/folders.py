@@ -28,7 +28,7 @@ from pathlib import Path
 from ...core import validate as v
 from ...core.files import write_text
 from ...core.provenance import git_commit
-from ...training.train import run_foreign_files
+from ...training.run_dir import run_foreign_files
 
 CLAIM = ".dsh-pipeline.json"
 # what the pipeline writes in a results folder (provenance.json: its one-command GPU run, dsh.experiment.run.gpu_small),

@@ -34,7 +34,9 @@ from ...measure.stage import calibrate_stage, preferred
 from ...task.problems import level_index
 from ...task.records import by_question
 from ...training import validation
-from ...training.train import METHODS, resume_mismatch, train
+from ...training.run_dir import resume_mismatch
+from ...training.train import train
+from ...training.train_config import METHODS
 from . import folders
 from .attribution_study import METHOD, StudySettings, resume_point, run_study, study_objectives
 from .check_probe import check_levels, run_probe
@@ -44,7 +46,7 @@ from .presets import DEFAULT, PRESETS, get
 
 def run_matches(run: Path, cfg) -> bool:
     """Whether the run directory ``run`` was trained with ``cfg`` (its output folder and resume flag aside; the
-    starting model compared by content: :func:`dsh.training.train.resume_mismatch`)."""
+    starting model compared by content: :func:`dsh.training.run_dir.resume_mismatch`)."""
     return not resume_mismatch(run, cfg)
 
 

@@ -29,7 +29,7 @@ from ...task import laptop_task
 from ...task.problems import TEST_LEVELS
 from ...training.budgets import preset_specs, tokens
 from ...training.laptop_base import SHIPPED_BASE
-from ...training.train import FIELDS, METHODS, TrainConfig
+from ...training.train_config import FIELDS, METHODS, TrainConfig
 from .attribution_study import StudySettings
 from .check_probe import ProbeSettings
 from .evaluate import MAX_RESPONSE_TOKENS, EvalSettings
@@ -103,7 +103,7 @@ def _seeds(name: str, seeds) -> tuple:
 
 @dataclass(frozen=True)
 class Preset:
-    """Everything a preset means. ``training[method]``: overrides of :class:`dsh.training.train.TrainConfig`;
+    """Everything a preset means. ``training[method]``: overrides of :class:`dsh.training.train_config.TrainConfig`;
     ``stages``: the pipeline; ``evaluation``: :class:`dsh.experiment.run.evaluate.EvalSettings` (its ``max_new_tokens`` may
     be a :class:`Budget`); ``traces``: ``{budget name: TraceSpec}`` that :mod:`dsh.training.budgets` derives budgets
     from; ``batch_from_memory``: a :class:`dsh.llm.scale.GpuBudget` that micro-batch and accumulation are derived

@@ -23,6 +23,7 @@ import numpy as np
 import torch
 
 from dsh.core.provenance import git_commit
+from dsh.experiment.run import attribution_fits as af
 from dsh.experiment.run import attribution_study as st
 from dsh.experiment.run.presets import get
 from dsh.llm.attribution import _token_logps
@@ -61,7 +62,7 @@ for stage in STAGES:
         print(stage, temp, {k: round(v, 2) if isinstance(v, float) else v for k, v in row.items() if k != "medians"},
               flush=True)
 spans = {t: min(out["stages"][s]["temperatures"][str(t)]["span"] for s in STAGES) for t in TEMPERATURES}
-out["chosen"] = max(t for t in TEMPERATURES if spans[t] >= st.MIN_SPAN)
+out["chosen"] = max(t for t in TEMPERATURES if spans[t] >= af.MIN_SPAN)
 out["date"] = time.strftime("%Y-%m-%d %H:%M:%S")
 Path(__file__).with_suffix(".json").write_text(json.dumps(out, indent=1) + "\n")
 print("chosen temperature", out["chosen"])
