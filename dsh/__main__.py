@@ -4,15 +4,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import shutil
 import sys
-import tempfile
-from pathlib import Path
 
 from . import __version__
 from .core import settings
-from .core.files import atomic_write, read_jsonl, write_jsonl
-from .core.validate import output_path
+from .core.files import read_jsonl
 from .experiment.bench import compare as bench
 from .experiment.run.check_probe import ProbeSettings, run_probe
 from .experiment.run.evaluate import BACKENDS, EvalSettings, evaluate
@@ -20,12 +16,11 @@ from .experiment.run.presets import DEFAULT, DERIVED, NAMES, get, resolve
 from .llm.models import EMBEDDED, resolve_model
 from .measure import tasks
 from .measure.calibration import calibrate, format_table, read_records
+from .task.data_files import write_data
 from .task.laptop_task import TEST_LEVELS
 from .task.parse import DEFAULT_MARKERS
-from .task.problems import N_TEST, N_TRAIN, make_splits
-from .task.records import prompt_records, sft_records
+from .task.problems import N_TEST, N_TRAIN
 from .task.traces import GRANULARITIES, STYLES, TraceConfig
-from .task.verl import write_parquet
 from .theory.two_stage import predicted_accuracy, simulate
 from .training import budgets
 from .training.budgets import N_PER_LEVEL
@@ -55,7 +50,7 @@ def _cmd_simulate(args) -> int:
 
 
 def _cmd_table(args) -> int:
-    from .theory.symbolic import comparison_table
+    from .theory.implicit_rewards import comparison_table
 
     table = comparison_table()
     if args.json:
@@ -91,30 +86,8 @@ def _cmd_calibrate(args) -> int:
 def _cmd_data(args) -> int:
     cfg = TraceConfig(granularity=args.granularity, style=args.style, retry_fraction=args.retry_fraction,
                       max_attempts=args.max_attempts)
-
-    out = output_path("out", args.out, kind="folder")
-    if args.verl:
-        import pyarrow  # noqa: F401 - the parquet files need it: a missing one is named before any work
-    splits = make_splits(n_train=args.n_train, n_test=args.n_test, seed=args.seed)
-    names = [f"train_{args.style}_{args.granularity}.jsonl", "test.jsonl"]
-    names += ["verl_train.parquet", "verl_test.parquet"] if args.verl else []
-    for n in names:
-        output_path("out", out / n)
-    with tempfile.TemporaryDirectory(prefix=".dsh-data-") as tmp:
-        tmp = Path(tmp)             # written aside first: a file already in out is replaced only by its own bytes
-        write_jsonl(sft_records(splits["train"], cfg, args.seed), tmp / names[0])
-        write_jsonl(prompt_records(splits["test"]), tmp / names[1])
-        if args.verl:
-            write_parquet(splits["train"], tmp / names[2], "train")
-            write_parquet(splits["test"], tmp / names[3], "test")
-        other = [n for n in names if (out / n).exists() and (out / n).read_bytes() != (tmp / n).read_bytes()]
-        if other:
-            raise ValueError(f"out {out} holds {', '.join(other)} with other contents than dsh data writes for these "
-                             f"settings; move them or choose another out; nothing was changed")
-        for n in names:
-            if not (out / n).exists():
-                atomic_write(out / n, lambda t, n=n: shutil.copyfile(tmp / n, t))
-            print(out / n)
+    for path in write_data(args.out, cfg, args.n_train, args.n_test, args.seed, args.verl):
+        print(path)
     return 0
 
 

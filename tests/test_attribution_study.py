@@ -12,7 +12,7 @@ import torch
 
 from dsh.experiment.run import attribution_fits as af
 from dsh.experiment.run import attribution_study as st
-from dsh.experiment.run import presets
+from dsh.experiment.run import presets, steps
 from dsh.llm import attribution as at
 from dsh.llm.models import load
 from dsh.measure.length_law import bootstrap_coverage, loglog_slope, mutual_inclusion, slope_verdict
@@ -439,11 +439,11 @@ def test_bad_attribution_overrides_are_one_line_before_any_work(tmp_path):
     with pytest.raises(ValueError, match="preset 'ci' runs no attribution study"):
         pipeline.run_pipeline("ci", results_dir=str(tmp_path / "r"), runs_dir=str(tmp_path / "w"),
                               attribution_overrides={"group": 3}, progress=False)
-    assert pipeline.study_settings(presets.LAPTOP, {"levels": "1x3"}).levels == ("1x3",)
+    assert steps.study_settings(presets.LAPTOP, {"levels": "1x3"}).levels == ("1x3",)
 
 
 def test_the_pipeline_step_reuses_a_study_only_of_the_same_method_settings_and_weights(tmp_path):
-    from dsh.experiment.run.pipeline import Clock, attribution_stage
+    from dsh.experiment.run.steps import Clock, attribution_stage
 
     base = str(presets.LAPTOP.model)
     s = st.StudySettings(levels=("1x2",), prompts_per_level=1, group=2, max_new_tokens=60, min_signal=0)

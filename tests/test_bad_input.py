@@ -17,11 +17,11 @@ import pytest
 
 from dsh.__main__ import main
 from dsh.experiment import report
-from dsh.experiment.run import attribution_study, evaluate, pipeline, presets
+from dsh.experiment.run import attribution_study, evaluate, pipeline, presets, steps
 from dsh.measure import calibration, claims, faithfulness, length_law, stage, trend
 from dsh.task import parse, problems, traces
 from dsh.theory import two_stage
-from dsh.training import run_dir
+from dsh.training import run_dir, train_config
 from dsh.training import train as train_module
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -243,9 +243,9 @@ API_CASES = [
     ("reproduction_count-not-tables", lambda: report.reproduction_count(None), "tables must be a non-empty list"),
     ("fifths_contrast-not-a-list", lambda: trend.fifths_contrast(None), "values must be a list of numbers"),
     ("stage_label-not-a-kind", lambda: presets.stage_label(3), "kind must be a stage kind"),
-    ("to_trl_config-not-a-config", lambda: train_module.to_trl_config({"method": "sft"}), "cfg must be a dsh.training.train_config.TrainConfig"),
+    ("to_trl_config-not-a-config", lambda: train_config.to_trl_config({"method": "sft"}), "cfg must be a dsh.training.train_config.TrainConfig"),
     ("build_dataset-not-a-config", lambda: train_module.build_dataset(None), "cfg must be a dsh.training.train_config.TrainConfig"),
-    ("check_run_dir-not-a-config", lambda: train_module.check_run_dir("runs/x"), "cfg must be a dsh.training.train_config.TrainConfig"),
+    ("check_run_dir-not-a-config", lambda: run_dir.check_run_dir("runs/x"), "cfg must be a dsh.training.train_config.TrainConfig"),
     ("verdicts-not-a-dict", lambda: claims.verdicts([]), "cal must map stage kinds to their calibration"),
     ("calibrate_stage-a-path", lambda: stage.calibrate_stage("generations.jsonl"), "records must be a list of records"),
     ("faithfulness-summarize-not-records", lambda: faithfulness.summarize([3]), "records must be a list of records"),
@@ -415,7 +415,7 @@ def test_resume_and_the_pipeline_compare_the_starting_model_by_content(tmp_path)
     weights in the same folder are refused by both, naming the model and both digests."""
     import shutil
 
-    from dsh.experiment.run import pipeline, presets
+    from dsh.experiment.run import presets
     from dsh.llm.models import model_digest
 
     base, copy, run = tmp_path / "base", tmp_path / "elsewhere" / "copy", tmp_path / "run"
@@ -427,7 +427,7 @@ def test_resume_and_the_pipeline_compare_the_starting_model_by_content(tmp_path)
                                                      "resolved_model": str(base), "model_digest": model_digest(base)}))
     assert model_digest(copy) == model_digest(base) and model_digest(copy).startswith("sha256:")
     assert run_dir.check_run_dir(dataclasses.replace(cfg, model=str(copy))) == run
-    assert pipeline.run_matches(run, dataclasses.replace(cfg, model=str(copy), resume=False))
+    assert steps.run_matches(run, dataclasses.replace(cfg, model=str(copy), resume=False))
     weights = base / "model.safetensors"
     data = bytearray(weights.read_bytes())
     data[-1] ^= 1                                        # one bit of one weight: another model under the same path
@@ -435,7 +435,7 @@ def test_resume_and_the_pipeline_compare_the_starting_model_by_content(tmp_path)
     with pytest.raises(ValueError, match=r"holds a run with other settings \(model: .*base' \(sha256:.*\) -> .*base' "
                                          r"\(sha256:"):
         run_dir.check_run_dir(cfg)
-    assert not pipeline.run_matches(run, dataclasses.replace(cfg, resume=False))
+    assert not steps.run_matches(run, dataclasses.replace(cfg, resume=False))
 
 
 @pytest.mark.slow

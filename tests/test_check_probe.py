@@ -9,7 +9,7 @@ import pytest
 
 from dsh.experiment.run import check_probe as cp
 from dsh.experiment.run import presets
-from dsh.experiment.run.pipeline import Clock, probe_stage
+from dsh.experiment.run.steps import Clock, probe_stage
 from dsh.task import laptop_task as lt
 
 

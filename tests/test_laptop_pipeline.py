@@ -9,7 +9,8 @@ import pytest
 
 from dsh.experiment.run import presets
 from dsh.experiment.run.attribution_fits import MIN_SPAN
-from dsh.experiment.run.pipeline import plan, reward_curve, stages_needed
+from dsh.experiment.run.pipeline import plan, stages_needed
+from dsh.experiment.run.steps import reward_curve
 from dsh.task import laptop_task as lt
 
 ROOT = Path(__file__).resolve().parent.parent

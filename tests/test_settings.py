@@ -8,7 +8,7 @@ import pytest
 
 from dsh.__main__ import main
 from dsh.core import settings
-from dsh.experiment.run import attribution_study, evaluate, pipeline, presets
+from dsh.experiment.run import attribution_study, evaluate, pipeline, presets, steps
 from dsh.training.train_config import TrainConfig
 
 
@@ -92,12 +92,12 @@ def test_report_to_is_a_list_of_integrations(capsys):
 def test_eval_and_attribution_settings_are_typed():
     s = presets.LAPTOP.eval_settings(levels="1x2,1x3", n_per_level="3", temperature="0.5")
     assert s.levels == ("1x2", "1x3") and s.n_per_level == 3 and s.temperature == 0.5
-    study = pipeline.study_settings(presets.LAPTOP, {"levels": "1x2", "prompts_per_level": "2", "group": "4"})
+    study = steps.study_settings(presets.LAPTOP, {"levels": "1x2", "prompts_per_level": "2", "group": "4"})
     assert study.levels == ("1x2",) and study.prompts_per_level == 2 and study.group == 4
     with pytest.raises(ValueError, match=r"^n_per_level must be an integer; got '1e3'$"):
         presets.LAPTOP.eval_settings(n_per_level="1e3")
     with pytest.raises(ValueError, match=r"^prompts_per_level must be an integer; got '1e9'$"):
-        pipeline.study_settings(presets.LAPTOP, {"prompts_per_level": "1e9"})
+        steps.study_settings(presets.LAPTOP, {"prompts_per_level": "1e9"})
 
 
 def test_papermill_overrides_are_read_by_the_same_types():

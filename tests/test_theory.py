@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 import sympy as sp
 
+from dsh.theory import implicit_rewards as ir
 from dsh.theory import symbolic as th
 
 
@@ -104,24 +105,24 @@ def test_attribution_properties_on_constructed_cases():
     """The classifier behind the comparison table on Q-values built to have each property (not the paper's):
     an entangled pair, a policy-free pair with a length, and a pair sharing one statistic."""
     p, q, L1, L2 = sp.symbols("p q L_1 L_2", positive=True)
-    entangled = th.ImplicitQ(((1 / q + 1 / p,), (1 / p,)), (L2 / p, sp.Integer(0)), frozenset({p}), frozenset({q}),
+    entangled = ir.ImplicitQ(((1 / q + 1 / p,), (1 / p,)), (L2 / p, sp.Integer(0)), frozenset({p}), frozenset({q}),
                              frozenset({L1, L2}))
-    out = th.attribution_properties(entangled)
+    out = ir.attribution_properties(entangled)
     assert out["Q_d depends on pi_sample"] and out["Q_sample depends on pi_d"]
     assert out["Gradient attribution"] == "Imbalanced"
-    lengthy = th.ImplicitQ(((L1 + L2,), (L2,)), (L2, sp.Integer(0)), frozenset({p}), frozenset({q}), frozenset({L1, L2}))
-    out = th.attribution_properties(lengthy)
+    lengthy = ir.ImplicitQ(((L1 + L2,), (L2,)), (L2, sp.Integer(0)), frozenset({p}), frozenset({q}), frozenset({L1, L2}))
+    out = ir.attribution_properties(lengthy)
     assert not out["Q_d depends on pi_sample"] and out["Q_d depends on future lengths L_k'"]
     assert out["Gradient attribution"] == "Improved"
-    shared = th.ImplicitQ(((th.gamma * th.A,), (th.A,)), (th.A, th.A), frozenset({p}), frozenset({q}), frozenset({L1}))
-    assert th.attribution_properties(shared)["Gradient attribution"] == "Balanced"
+    shared = ir.ImplicitQ(((th.gamma * th.A,), (th.A,)), (th.A, th.A), frozenset({p}), frozenset({q}), frozenset({L1}))
+    assert ir.attribution_properties(shared)["Gradient attribution"] == "Balanced"
 
 
 def test_bad_arguments():
     with pytest.raises(ValueError, match="^T must be an integer >= 1"):
         th.lengths_symbols(0)
     with pytest.raises(ValueError, match=r"^lengths\[i\] must be an integer >= 1"):
-        th.sft_q_values((2, -1))
+        ir.sft_q_values((2, -1))
     with pytest.raises(ValueError, match="^T must be"):
         th.ratio_factorization(0)
 
@@ -163,7 +164,7 @@ def test_valid_property_table_cells_recomputed_independently():
     from dsh.theory import mdp as M
     from dsh.theory import sft_pg as S
 
-    rows = {(r["property"], r["method"]): r for r in th.valid_property_table(3)}
+    rows = {(r["property"], r["method"]): r for r in ir.valid_property_table(3)}
     rl, sft = "RL (surrogate reward)", "SFT"
     q_d = lambda ps: _rl_value(ps, 0.9, 0.6, 2, 3)                       # Q_d(W_1, RESAMPLE)
     q_c = lambda pdc: pdc + (1 - pdc) * _rl_value(0.5, pdc, 0.6, 2, 3)   # Q_sample(s_0, C)
@@ -177,7 +178,7 @@ def test_valid_property_table_cells_recomputed_independently():
         return gamma * v2
     assert q_d_discounted(1.0, 3, 4) == q_d_discounted(1.0, 9, 2) and q_d_discounted(0.9, 3, 4) != q_d_discounted(0.9, 9, 2)
     assert rows[("Q_d depends on future lengths L_k'", rl)]["value"] == "No"
-    sym = th.rl_conditional_q(3)["q_decision"][0]
+    sym = ir.rl_conditional_q(3)["q_decision"][0]
     subs = {th.p_s: 0.5, th.p_dC: 0.9, th.p_dW: 0.6, th.gamma: 0.9, th.lengths_symbols(3)[1]: 3, th.lengths_symbols(3)[2]: 4}
     assert abs(float(sym.subs(subs)) - q_d_discounted(0.9, 3, 4)) < 1e-12
     prefix_q = lambda p1, q1, L1, p2, L2: (1 / (p1 ** L1 * q1), 1 / (p1 ** L1 * q1 * p2))   # Q_d(s_1), Q(token_2,1)

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from dsh.__main__ import main
-from dsh.experiment.run import folders, pipeline, presets
-from dsh.training import train as train_module
+from dsh.experiment.run import folders, pipeline, presets, steps
+from dsh.training import run_dir, train_config
 from dsh.training.laptop_base import SHIPPED_BASE
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -130,9 +130,9 @@ def test_clear_run_refuses_a_users_file_in_final_and_a_user_made_checkpoint(tmp_
     before = snapshot(tmp_path)
     with pytest.raises(ValueError, match=r"holds files dsh train did not write \(checkpoint-7/notes\.md, "
                                          r"final/mine\.txt\); move them or choose another folder; nothing was removed$"):
-        train_module.clear_run(run)
+        run_dir.clear_run(run)
     assert snapshot(tmp_path) == before
-    assert train_module.run_foreign_files(trained(tmp_path / "clean")) == []     # what train writes is its own
+    assert run_dir.run_foreign_files(trained(tmp_path / "clean")) == []     # what train writes is its own
 
 
 def test_base_refuses_a_users_files_in_its_saving_and_work_folders(tmp_path, capsys):
@@ -206,16 +206,16 @@ def test_a_resumed_grpo_run_logs_the_validation_curve_of_the_uninterrupted_run(t
 def test_weights_swapped_into_a_finished_stages_final_are_refused(tmp_path):
     cfg = presets.LAPTOP.train_config("sft", model=str(SHIPPED_BASE), output_dir=str(tmp_path / "run"), max_steps=1,
                                       n_train=8)
-    clock = pipeline.Clock(False)
-    first = pipeline.train_stage(cfg, "sft", clock)
+    clock = steps.Clock(False)
+    first = steps.train_stage(cfg, "sft", clock)
     assert first["final_weights"].startswith("sha256:")
-    assert pipeline.train_stage(cfg, "sft", clock) == first            # reused as it is
+    assert steps.train_stage(cfg, "sft", clock) == first            # reused as it is
     weights = tmp_path / "run" / "final" / "model.safetensors"
     data = bytearray(weights.read_bytes())
     data[-1] ^= 1                                                       # other weights, the same size
     weights.write_bytes(bytes(data))
     with pytest.raises(ValueError, match=r"run/final holds other weights than its training wrote .*--fresh$"):
-        pipeline.train_stage(cfg, "sft", clock)
+        steps.train_stage(cfg, "sft", clock)
 
 
 # ---------------------------------------------------------------- 4. one line, not a traceback
@@ -332,7 +332,7 @@ def test_chapter_sizes_are_bounded_in_the_functions_they_call():
     with pytest.raises(ValueError, match=r"^the MDP has more than 200000 trajectories"):
         mdp.FiniteTwoStageMDP(vocab_size=10 ** 9, attempt_length=10 ** 9)
     with pytest.raises(ValueError, match=r"^n_train must be an integer of at most 1,000,000 \(training problems"):
-        train_module.TrainConfig(n_train=10 ** 12)
+        train_config.TrainConfig(n_train=10 ** 12)
 
 
 @pytest.mark.parametrize("argv,fragment", [

@@ -14,6 +14,7 @@ from dsh.experiment.run import evaluate as evaluate_module
 from dsh.experiment.run import presets
 from dsh.llm import models
 from dsh.training import train as train_module
+from dsh.training import train_config
 from dsh.training.laptop_base import SHIPPED_BASE
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -125,7 +126,7 @@ def test_the_gpu_extra_is_declared():
 
 def test_a_run_shorter_than_its_logging_interval_logs_its_loss():
     cfg = presets.resolve("sft", "laptop", max_steps=3, logging_steps=10)
-    assert train_module.to_trl_config(cfg).logging_steps == 3
+    assert train_config.to_trl_config(cfg).logging_steps == 3
 
 
 def test_calibrate_reads_a_laptop_results_folder_with_its_tasks_reading(capsys):

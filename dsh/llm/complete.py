@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from ..core import validate as v
 from ..task.records import chat_prompt
+from .streams import stream_key
 
 
 @dataclass(frozen=True)
@@ -114,8 +115,6 @@ def complete_vllm(loc: str, questions, max_new_tokens: int, temperature: float =
     """:class:`Completion` of each question through vLLM (the model folder ``loc``), each with its own seed (the
     engine's stream key of ``seed`` and its key), so that a completion does not depend on its batch."""
     from vllm import LLM, SamplingParams
-
-    from .engine import stream_key
 
     questions = list(questions)
     keys = list(range(len(questions))) if keys is None else list(keys)

@@ -155,7 +155,7 @@ void silu_mul(const float *restrict gu, float *restrict out, int64_t B, int64_t 
   }
 }
 
-/* dsh.llm.engine's counted randomness (_mix31, counted_uniform): the same integers, the same float32 uniforms. */
+/* dsh.llm.streams (_mix31, counted_uniform): the same integers, the same float32 uniforms. */
 static inline int64_t mix31(int64_t x) {
   static const int64_t mult[3] = {0x2C1B3C6D, 0x297A2D39, 0x3C6EF372};
   for (int k = 0; k < 3; ++k) x = ((x ^ (x >> 16)) * mult[k]) & 0x7FFFFFFF;

@@ -45,34 +45,10 @@ from ..core import validate as v
 from . import kernels
 from .kernel_engine import KernelDecoder, attention_shape
 from .scale import ModelShape
+from .streams import counted_uniform, stream_key
 
 SUPPORTED_MODEL_TYPES = ("llama", "qwen2", "mistral", "qwen3")
 ATTENTION = ("auto", "kernels", "torch")
-
-
-_M31 = 0x7FFFFFFF
-
-
-def _mix31(x):
-    """A bijective integer hash on [0, 2^31) (xor-shift-multiply rounds; products stay below 2^62, so int64
-    arithmetic never overflows), for tensors of int64 or Python ints."""
-    for mult in (0x2C1B3C6D, 0x297A2D39, 0x3C6EF372):
-        x = ((x ^ (x >> 16)) * mult) & _M31
-    return x ^ (x >> 15)
-
-
-def stream_key(seed: int, key: int) -> int:
-    """The random stream of a row: a hash of the sampling seed and the row's key."""
-    return _mix31((_mix31(seed & _M31) ^ (key & _M31)) & _M31)
-
-
-def counted_uniform(key, step, index):
-    """Uniforms in (0, 1), one per (row, vocabulary index): a hash of the row's stream ``key [R]``, its token
-    index ``step [R]`` and ``index [V]``; the same arguments give the same numbers on any device and in any
-    batch (24 bits each)."""
-    h = _mix31((_mix31(key & _M31) ^ (step & _M31)) & _M31)
-    h = _mix31((h[:, None] ^ index[None, :]) & _M31)
-    return ((h >> 7).float() + 0.5) / float(1 << 24)
 
 
 def supports(model) -> str | None:
@@ -124,6 +100,26 @@ def fit_slots(model, wanted: int, max_len: int, memory_fraction: float = 0.5) ->
         return wanted
     free, _ = torch.cuda.mem_get_info(p.device)
     return max(1, min(wanted, int(free * memory_fraction // (max_len * kv_bytes_per_token(model)))))
+
+
+def checked_request(prompts, max_new_tokens, temperature, seed, keys, max_len: int) -> tuple:
+    """``(prompts, max_new_tokens, streams)`` of :meth:`Engine.generate`'s arguments, checked: non-empty prompts of
+    token ids that fit ``max_len`` with their new tokens, one integer key per prompt (default: its position) turned
+    into its random stream (:func:`dsh.llm.streams.stream_key`; seed None: drawn from torch's generator)."""
+    prompts = [list(map(int, p)) for p in prompts]
+    max_new_tokens = v.positive_int("max_new_tokens", max_new_tokens)
+    v.temperature("temperature", temperature)
+    if any(len(p) == 0 for p in prompts):
+        raise ValueError("prompts must be non-empty lists of token ids")
+    too_long = [i for i, p in enumerate(prompts) if len(p) + max_new_tokens > max_len]
+    if too_long:
+        raise ValueError(f"max_len={max_len} is too small for prompt {too_long[0]} "
+                         f"({len(prompts[too_long[0]])} tokens) + max_new_tokens={max_new_tokens}")
+    keys = list(range(len(prompts))) if keys is None else keys
+    if len(keys) != len(prompts) or not all(isinstance(k, int) and not isinstance(k, bool) for k in keys):
+        raise ValueError("keys must be one integer per prompt")
+    base = v.length("seed", seed) if seed is not None else int(torch.randint(0, 2 ** 31 - 1, ()).item())
+    return prompts, max_new_tokens, [stream_key(base, k) for k in keys]
 
 
 class _Progress:
@@ -423,21 +419,7 @@ class Engine:
         row finishes (rows finish out of order). ``seed``: the base of every row's random stream (None:
         drawn from torch's generator); ``keys``: one integer per prompt naming its stream (default: its
         position), so that a prompt keeps its completion whatever else runs beside it."""
-        prompts = [list(map(int, p)) for p in prompts]
-        max_new_tokens = v.positive_int("max_new_tokens", max_new_tokens)
-        v.temperature("temperature", temperature)
-        if any(len(p) == 0 for p in prompts):
-            raise ValueError("prompts must be non-empty lists of token ids")
-        too_long = [i for i, p in enumerate(prompts) if len(p) + max_new_tokens > self.max_len]
-        if too_long:
-            raise ValueError(f"max_len={self.max_len} is too small for prompt {too_long[0]} "
-                             f"({len(prompts[too_long[0]])} tokens) + max_new_tokens={max_new_tokens}")
-        if keys is None:
-            keys = list(range(len(prompts)))
-        if len(keys) != len(prompts) or not all(isinstance(k, int) and not isinstance(k, bool) for k in keys):
-            raise ValueError("keys must be one integer per prompt")
-        base = v.length("seed", seed) if seed is not None else int(torch.randint(0, 2 ** 31 - 1, ()).item())
-        keys = [stream_key(base, k) for k in keys]
+        prompts, max_new_tokens, keys = checked_request(prompts, max_new_tokens, temperature, seed, keys, self.max_len)
         was_training = self.model.training
         self.model.eval()
         if self._cpu is not None:

@@ -15,7 +15,7 @@ that have finished, or that wait for a refill, take matmul time for nothing. :cl
   every :meth:`generate`, so that a training step before it is seen).
 
 It samples exactly as :class:`dsh.llm.engine.Engine` does: the counted uniforms of (seed, the row's key, the token's
-index, the vocabulary index) (:func:`dsh.llm.engine.counted_uniform`, bit for bit), in the Gumbel-max form of the
+index, the vocabulary index) (:func:`dsh.llm.streams.counted_uniform`, bit for bit), in the Gumbel-max form of the
 draw from softmax(logits / T); greedy is the argmax. A completion depends on its prompt, seed and key only.
 """
 

@@ -6,7 +6,7 @@ against the cache runs as many 1 x D by D x L products, over every row up to the
 near the matmul peak. ``attend`` rotates and stores a decoding position's keys and values, then reads each row's own
 keys and values once, up to its own length (keys transposed within tiles of 16 positions, so that 16 scores are one
 vector product); ``rms_norm``, ``silu_mul`` and ``sample_tokens`` (the counted uniforms of
-:func:`dsh.llm.engine.counted_uniform`, bit for bit, in the Gumbel-max form of the same draw, with the drawn token's
+:func:`dsh.llm.streams.counted_uniform`, bit for bit, in the Gumbel-max form of the same draw, with the drawn token's
 log-probability) replace a dozen small torch operations each. All run over OpenMP threads (the libgomp that torch
 loaded: one thread pool).
 

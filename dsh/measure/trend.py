@@ -1,6 +1,6 @@
 """Did a training curve rise? The mean of its last fifth against its first fifth, with a 95 % interval.
 
-GRPO logs one mean reward per rollout round (:func:`dsh.experiment.run.pipeline.reward_curve`). Within a round the
+GRPO logs one mean reward per rollout round (:func:`dsh.experiment.run.steps.reward_curve`). Within a round the
 rollouts are not independent (a group shares its prompt), so the unit here is the round: the two fifths' round
 means are compared by Welch's two-sample t interval (unequal variances, Welch-Satterthwaite degrees of freedom).
 A fifth holds at least two rounds; a shorter curve has no verdict.

@@ -14,6 +14,7 @@ import torch
 from ..core import validate as v
 from ..core.paper import paper_results
 from . import clipping, sft_pg, toy
+from . import implicit_rewards as ir
 from . import mdp as M
 from . import symbolic as th
 
@@ -146,8 +147,8 @@ def theorem_d2(model, theta, T: int = 3) -> dict:
     trajectory even the best constant times the printed form leaves part of DFT's gradient unexplained ("erratum"
     when more than 0.05)."""
     v.length("T", T, minimum=2)
-    dft = th.dft_q_values(T)
-    paper_qs, paper_qd = th.paper_dft_q_values(T)
+    dft = ir.dft_q_values(T)
+    paper_qs, paper_qd = ir.paper_dft_q_values(T)
     recursion = all(sp.simplify(a[0] - b) == 0 for a, b in zip(dft.q_sample, paper_qs)) and all(
         sp.simplify(a - b) == 0 for a, b in zip(dft.q_decision, paper_qd))
     d = sft_pg.dft_check(model, theta, sft_pg.data_trajectory(model, 0))
@@ -159,9 +160,9 @@ def theorem_d2(model, theta, T: int = 3) -> dict:
 
 def appendix_d(T: int = 3) -> dict:
     """Appendix D's SFT / DFT / RL comparison table: how many of its cells agree with Q-values that represent the
-    gradients (:func:`dsh.theory.symbolic.valid_property_table`)."""
+    gradients (:func:`dsh.theory.implicit_rewards.valid_property_table`)."""
     v.length("T", T, minimum=2)
-    valid = th.valid_property_table(T)
+    valid = ir.valid_property_table(T)
     agree = sum(r["agree"] for r in valid)
     return {"verdict": "confirmed" if agree == len(valid) else "erratum", "agree": agree, "cells": len(valid),
             "number": f"{agree} of {len(valid)} cells agree with Q-values that represent the gradients"}

@@ -138,6 +138,28 @@ def lr_at(step: int, total: int, cfg: PretrainConfig) -> float:
     return cfg.lr * warm * (cfg.min_lr_fraction + (1 - cfg.min_lr_fraction) * 0.5 * (1 + math.cos(math.pi * frac)))
 
 
+def saved_state(out: Path, cfg: PretrainConfig, n_rows: int) -> dict:
+    """The state a run of ``cfg`` on ``n_rows`` rows saved in ``out`` (``state.pt``), read as tensors and plain Python
+    values only (a planted pickle is refused, never run); a file dsh did not write, or a run with other settings, is
+    refused in one line."""
+    import torch
+
+    try:
+        st = torch.load(out / "state.pt", weights_only=True)
+        ok = isinstance(st, dict) and {"model", "optimizer", "step", "tokens", "curve", "seconds", "config",
+                                       "n_rows"} <= set(st)
+    except Exception as e:  # noqa: BLE001 - any unreadable file gets the same one-line refusal
+        ok, why = False, f"{type(e).__name__}"
+    else:
+        why = "not a dsh pretraining state"
+    if not ok:
+        raise ValueError(f"out {out} holds a state.pt that dsh did not write or cannot read ({why}); move it "
+                         f"away or use another folder")
+    if st["config"] != asdict(cfg) or st["n_rows"] != n_rows:
+        raise ValueError(f"out {out} holds a run with other settings; use another folder or delete it")
+    return st
+
+
 def pretrain(model, tok, rows, out, cfg: PretrainConfig = PretrainConfig(), progress: bool = True,
              stop_after: int | None = None, monitor=None, monitor_every: int = 250,
              final_state: bool = True) -> dict | None:
@@ -161,19 +183,7 @@ def pretrain(model, tok, rows, out, cfg: PretrainConfig = PretrainConfig(), prog
     state_path = out / "state.pt"
     step, seen, curve, elapsed, monitor_log = 0, 0, [], 0.0, []
     if state_path.exists():
-        try:        # tensors and plain Python values only: a planted pickle is refused, never run
-            st = torch.load(state_path, weights_only=True)
-            ok = isinstance(st, dict) and {"model", "optimizer", "step", "tokens", "curve", "seconds", "config",
-                                           "n_rows"} <= set(st)
-        except Exception as e:  # noqa: BLE001 - any unreadable file gets the same one-line refusal
-            ok, why = False, f"{type(e).__name__}"
-        else:
-            why = "not a dsh pretraining state"
-        if not ok:
-            raise ValueError(f"out {out} holds a state.pt that dsh did not write or cannot read ({why}); move it "
-                             f"away or use another folder")
-        if st["config"] != asdict(cfg) or st["n_rows"] != len(rows):
-            raise ValueError(f"out {out} holds a run with other settings; use another folder or delete it")
+        st = saved_state(out, cfg, len(rows))
         model.load_state_dict(st["model"])
         opt.load_state_dict(st["optimizer"])
         step, seen, curve, elapsed = st["step"], st["tokens"], st["curve"], st["seconds"]

@@ -15,9 +15,6 @@ from ..llm.models import MODEL_FILES, model_digest, resolve_model
 from .train_config import TrainConfig, checked_config
 
 
-# ------------------------------------------------------------------------------------------------
-# Running
-# ------------------------------------------------------------------------------------------------
 def last_checkpoint(run_dir) -> Path | None:
     """The newest complete checkpoint: one with its trainer_state.json and dsh's totals (:data:`TOTALS`, written
     last; a checkpoint of a run made before they existed does not count, so such a run starts over)."""

@@ -14,8 +14,8 @@ in one process, so that every ratio compares two numbers measured in the same ru
   the engine against TRL's own ``model.generate`` path, same configuration otherwise.
 
 - tiny: the laptop experiment's paths on the CPU (:mod:`dsh.experiment.bench.tiny`): sampling against the roofline
-  measured in the same run, GRPO rollouts per second against the configuration before issue 28, evaluation time,
-  training tokens/s against the 6N bound.
+  measured in the same run, GRPO rollouts per second against the baseline configuration (a round of 32 per step,
+  padded), evaluation time, training tokens/s against the 6N bound.
 
 Sizes follow the device (:data:`SIZES`): ``cpu`` runs in a few minutes (a test runs it), ``gpu`` in
 a few minutes on one H100; ``laptop`` is ``cpu`` with the tiny part at full size (about 10 minutes on 2 cores: the

@@ -15,13 +15,13 @@ baseline in the same run, and against the machine's roofline measured in the sam
   the decoding step's own matrix shapes reach when measured alone at that many rows (:func:`step_matmul_rate`).
 - **GRPO**: a policy that writes reflection traces of the laptop task's length (the shipped base after
   ``policy_sft_steps`` steps of the laptop preset's reflection SFT), then ``grpo_steps`` optimizer steps of the
-  laptop preset's GRPO three ways: the configuration before issue 28 (one rollout round of 32 completions per step
+  laptop preset's GRPO three ways: the baseline configuration (one rollout round of 32 completions per step
   through the engine's torch path, padded batches), TRL's own generation path (``model.generate``) in the
   preset's configuration, and the preset as it is; rollouts per second end to end (trainer wall time) with the
   time split (sampling, reference/old-policy scoring, update); the preset's validation passes (p_s, p_dC, p_dW
   measured along a run) are turned off in all three.
 - **evaluation**: ``dsh evaluate`` of the shipped base on the laptop ladder (the preset's settings) through the
-  engine's torch path at 64 rows (before issue 28) and the preset's path, interleaved; the share of identical
+  engine's torch path at 64 rows (the baseline) and the preset's path, interleaved; the share of identical
   responses (the same counted random streams).
 - **training**: tokens/s of the laptop preset's reflection SFT (padding-free), TRL's ``SFTTrainer`` defaults on the
   same data (padded batches) and ``dsh.training.pretrain``'s plain loop, each against the 6N bound at the matmul peak.
@@ -205,7 +205,7 @@ def add_rooflines(rows: list, peaks: dict) -> None:
 # ------------------------------------------------------------------------------------------------
 # GRPO
 # ------------------------------------------------------------------------------------------------
-GRPO_PATHS = ("before issue 28: a round of 32 per step, engine's torch path, padded",
+GRPO_PATHS = ("the baseline: a round of 32 per step, engine's torch path, padded",
               "TRL's generation (model.generate), the preset's rounds, padding-free",
               "dsh laptop preset: rounds of 256, CPU path, padding-free")
 
@@ -260,7 +260,7 @@ def evaluation_rows(size: TinySize, seed: int = 0) -> list:
     settings = LAPTOP.evaluation
     if size.eval_n_per_level:
         settings = dataclasses.replace(settings, n_per_level=size.eval_n_per_level)
-    runs = (("dsh evaluate before issue 28: engine's torch path, 64 rows", 64, True),
+    runs = (("dsh evaluate, the baseline: engine's torch path, 64 rows", 64, True),
             (f"dsh evaluate, laptop preset: CPU path, {settings.batch_size} rows", settings.batch_size, False))
     out, responses = [], {}
     with tempfile.TemporaryDirectory(prefix="dsh-bench-eval-") as d:

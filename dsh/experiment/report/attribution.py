@@ -18,7 +18,7 @@ from .frame import levels_sorted
 
 def load_attribution(results_dir) -> dict:
     """The gradient-attribution studies of a results folder (``attribution/<stage>.json``, written by the pipeline's
-    attribution step, :func:`dsh.experiment.run.pipeline.attribution_stage`), by file stem; empty when there are none."""
+    attribution step, :func:`dsh.experiment.run.steps.attribution_stage`), by file stem; empty when there are none."""
     return _records_in(results_dir, "attribution")
 
 

@@ -18,13 +18,7 @@ PREDICTED_SLOPE = {"reward": 0.0, "kl_reward": 1.0, "kl_k3": 1.0, "sft": None, "
                    "reward_group": 0.0}
 
 
-#                     with STOP after an unchecked answer, attempts holding a verdict left out, rounds until min_signal
-#                     trajectories carry a reward signal; 3: method 2's split, rounds until every term's fit has
-#                     min_signal trajectories, :func:`enough`). Method 2's rounds are method 3's first rounds
-#                     (:func:`resume_point`).
 MIN_TRAJECTORIES = 200   # a study with fewer trajectories with a decision is reported, not given verdicts
-
-
 MIN_SPAN = 5.0           # the span of per-level median attempt lengths the length law is fitted over
 
 

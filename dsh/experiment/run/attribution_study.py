@@ -47,6 +47,10 @@ POSITIONS = 128     # positions along the first attempt whose mean k1 is kept
 
 
 METHOD = 3          # the split's rules (1: verdicts only, attempts may hold stray verdicts; 2: :func:`segment_laptop`
+#                     with STOP after an unchecked answer, attempts holding a verdict left out, rounds until min_signal
+#                     trajectories carry a reward signal; 3: method 2's split, rounds until every term's fit has
+#                     min_signal trajectories, :func:`enough`). Method 2's rounds are method 3's first rounds
+#                     (:func:`resume_point`).
 
 
 @dataclass(frozen=True)

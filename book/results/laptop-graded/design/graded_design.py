@@ -193,7 +193,7 @@ def run_round2():
 
 def run_grpo(eps, ft):
     from dsh.experiment.run import presets
-    from dsh.experiment.run.pipeline import reward_curve
+    from dsh.experiment.run.steps import reward_curve
     from dsh.measure.trend import fifths_contrast
     from dsh.training.train import train
     d = load_out()
