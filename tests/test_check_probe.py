@@ -10,6 +10,7 @@ import pytest
 from dsh.experiment.run import check_probe as cp
 from dsh.experiment.run import presets
 from dsh.experiment.run.steps import Clock, probe_stage
+from dsh.llm.models import weights_digest
 from dsh.task import laptop_task as lt
 
 
@@ -125,7 +126,7 @@ def test_run_probe_writes_its_records_and_refuses_bad_input(tmp_path):
     assert len(recs) == s["tuned"]["items"] + s["beyond"]["items"] >= 14
     assert all(r["response"] == r["prefix"] + r["continuation"] for r in recs)
     assert cp.summarize(recs, ("1x2",))["by_level"] == s["by_level"]
-    assert s["weights"] == cp.weights_digest(base) and s["settings"]["n_per_level"] == 4
+    assert s["weights"] == weights_digest(base) and s["settings"]["n_per_level"] == 4
     for bad, match in ((dict(out=tmp_path / "p.txt"), "out"), (dict(levels=("1x9",)), "levels"),
                        (dict(levels="1x2"), "levels"),
                        (dict(settings=cp.ProbeSettings(n_per_level=0)), "n_per_level"),

@@ -179,6 +179,33 @@ def test_evaluate_repairs_a_cut_first_record(tmp_path):
     assert main(argv) == 0                      # and the file is taken again
 
 
+def test_an_evaluation_names_its_model_by_content_so_a_moved_copy_resumes_and_other_weights_are_refused(tmp_path, capsys):
+    """The same weights under another path are the same model (the evaluation is taken, nothing rewritten); a model
+    with other weights is refused in one line, the file untouched."""
+    copy, other = tmp_path / "copy", tmp_path / "other"
+    shutil.copytree(SHIPPED_BASE, copy)
+    shutil.copytree(SHIPPED_BASE, other)
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    w = load_file(other / "model.safetensors")
+    name = sorted(w)[0]
+    w[name] = w[name] + torch.ones_like(w[name])
+    save_file(w, other / "model.safetensors", metadata={"format": "pt"})
+    out = tmp_path / "g.jsonl"
+    argv = ["evaluate", "--levels", "1x2", "--n", "2", "--max-new-tokens", "24", "--out", str(out)]
+    assert main([*argv, "--model", str(SHIPPED_BASE)]) == 0
+    whole = out.read_bytes()
+    os.utime(copy / "model.safetensors", (1, 1))                       # another path, another modification time
+    assert main([*argv, "--model", str(copy)]) == 0
+    assert out.read_bytes() == whole
+    capsys.readouterr()
+    assert main([*argv, "--model", str(other)]) == 2
+    err = capsys.readouterr().err
+    assert "holds an evaluation with other model" in err and len(err.strip().splitlines()) == 1, err
+    assert out.read_bytes() == whole
+
+
 # ---------------------------------------------------------------- 3. records that say what happened
 
 def test_a_resumed_grpo_run_logs_the_validation_curve_of_the_uninterrupted_run(tmp_path):

@@ -11,7 +11,7 @@ from pathlib import Path
 from ..core import validate as v
 from ..core.files import write_text
 from ..llm.complete import complete
-from ..llm.models import cache_dir, load, resolve_model
+from ..llm.models import cache_dir, load, resolve_model, weights_digest
 from ..task import laptop_task as lt
 
 ATTEMPT_TOKENS = 160    # new tokens an attempt may take (the laptop base's reports use the same limit)
@@ -25,9 +25,7 @@ def own_attempts(model: str, problems, k: int = 2, seed: int = 0, max_new_tokens
     v.positive_int("k", k)
     v.positive_int("max_new_tokens", max_new_tokens)
     loc = Path(resolve_model(model))
-    h = hashlib.sha256()
-    for f in sorted(loc.glob("*.safetensors")):
-        h.update(f.read_bytes())
+    h = hashlib.sha256(weights_digest(loc).encode())
     h.update(json.dumps([[p.a, p.b] for p in problems] + [k, seed, max_new_tokens]).encode())
     cached = cache_dir() / "laptop-attempts" / f"{h.hexdigest()[:32]}.json"
     if cached.is_file():

@@ -29,7 +29,7 @@ from ...core.agreement import cell, cohen_kappa
 from ...core.files import write_jsonl_gz, write_text
 from ...core.provenance import git_commit
 from ...llm.complete import complete
-from ...llm.models import load, resolve_model, weights_digest  # noqa: F401 - weights_digest: also this module's
+from ...llm.models import load, resolve_model, weights_digest
 from ...task import laptop_task as lt
 from ...task.problems import MAX_PROBLEMS
 

@@ -26,7 +26,7 @@ from pathlib import Path
 from ...core import validate as v
 from ...core.files import exclusive, read_jsonl, write_jsonl, write_text
 from ...llm.complete import complete, complete_hf, complete_vllm
-from ...llm.models import EMBEDDED, fetched, load, resolve_model, vllm_available
+from ...llm.models import EMBEDDED, fetched, load, model_digest, resolve_model, vllm_available
 from ...task.problems import MAX_PROBLEMS, N_TEST, TEST_LEVELS, parse_level, test_problems
 
 BACKENDS = ("auto", "dsh", "hf", "vllm")
@@ -123,23 +123,12 @@ def settings_path(out: Path) -> Path:
     return out.with_name(out.name + ".settings.json")
 
 
-def weights_id(model: str) -> list | None:
-    """Size and modification time of a model folder's weights (``final/model.safetensors`` of a run, or
-    ``model.safetensors``); None for a model name."""
-    for w in (Path(model) / "final" / "model.safetensors", Path(model) / "model.safetensors"):
-        if w.is_file():
-            st = w.stat()
-            return [st.st_size, st.st_mtime_ns]
-    return None
-
-
 def model_identity(model: str, settings, seed: int, backend: str = "auto") -> dict:
-    """What a generations file is made from: the model, its weights (:func:`weights_id`), the evaluation settings
-    (all but ``batch_size``, which does not change a response of the dsh and vLLM backends), the seed and the backend,
-    as JSON reads it back."""
+    """What a generations file is made from: the model by content (:func:`dsh.llm.models.model_digest`: the same
+    weights under any path are the same model), the evaluation settings (all but ``batch_size``, which does not
+    change a response of the dsh and vLLM backends), the seed and the backend, as JSON reads it back."""
     s = {k: x for k, x in dataclasses.asdict(settings).items() if k != "batch_size"}
-    return json.loads(json.dumps({"model": model, "settings": s, "seed": seed, "weights": weights_id(model),
-                                  "backend": backend}))
+    return json.loads(json.dumps({"model": model_digest(model), "settings": s, "seed": seed, "backend": backend}))
 
 
 def check_own_output(out: Path, ident: dict, problems) -> None:
