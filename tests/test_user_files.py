@@ -73,7 +73,8 @@ def _planted_model(tmp_path: Path) -> tuple[Path, Path]:
     return model, sentinel
 
 
-@pytest.mark.parametrize("text", ["False", "no", "off", "none", "maybe"])
+@pytest.mark.parametrize("text", [pytest.param(t, marks=pytest.mark.slow) for t in ("False", "no", "off")]
+                         + ["none", "maybe"])   # the ones that train are slow; the refusals are not
 def test_trust_remote_code_other_than_true_never_runs_a_model_folders_code(tmp_path, text):
     """`--set trust_remote_code=False` was kept as the truthy string "False": transformers imported the folder's
     module. Now False (or, for 'none' and 'maybe', refused in one line); the module never runs, in train and in the

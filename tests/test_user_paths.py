@@ -44,6 +44,7 @@ def test_the_shipped_base_has_a_name(tmp_path, monkeypatch):
     assert models.model_digest("laptop-base") == models.model_digest(SHIPPED_BASE)
 
 
+@pytest.mark.slow
 def test_train_prints_no_library_deprecation_warning():
     r = subprocess.run([sys.executable, "-W", "error::FutureWarning", "-m", "dsh", "train", "--method", "sft",
                         "--dry-run"], capture_output=True, text=True, cwd=ROOT)
