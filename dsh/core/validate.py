@@ -79,6 +79,13 @@ def temperature(name: str, value) -> float:
     return float(value)
 
 
+def within_context(name: str, tokens: int, context: int | None) -> int:
+    """A token limit no larger than a model's context (``context`` None: unknown, not checked)."""
+    if context and tokens > context:
+        raise ValueError(f"{name} must be at most the model's context of {context:,} tokens; got {tokens:,}")
+    return tokens
+
+
 def collection(name: str, value, what: str, nonempty: bool = False) -> list:
     """``value`` as a list, refused in one line (naming ``what`` it must hold) when it is not a collection: a string,
     bytes, a single mapping, a number, None; and, with ``nonempty``, when it is empty."""

@@ -82,10 +82,7 @@ def evaluate(model: str = EMBEDDED, out: str = "generations.jsonl", settings: Ev
     v.choice("backend", backend, BACKENDS)
 
     loc = fetched(model, resolve_model(model))  # a bad or absent model fails here, before anything is written
-    context = model_context(loc)
-    if context and settings.max_new_tokens > context:
-        raise ValueError(f"max_new_tokens must be at most the model's context of {context:,} tokens; "
-                         f"got {settings.max_new_tokens:,}")
+    v.within_context("max_new_tokens", settings.max_new_tokens, model_context(loc))
     out = v.output_path("out", out)
     if Path(loc).exists() and Path(loc).resolve() in (out.resolve(), *out.resolve().parents):
         raise ValueError(f"out must lie outside the model folder {loc}")
