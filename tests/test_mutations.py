@@ -55,7 +55,7 @@ MUTATIONS = [
     ("SFT (D.1): reward P(tau*) instead of 1 / P(tau*)", "dsh/theory/sft_pg.py",
      "return [1.0 / p_star if tr == traj else 0.0] * len(st)", "return [p_star if tr == traj else 0.0] * len(st)",
      ["tests/test_sft_pg.py::test_sft_is_the_policy_gradient_of_the_outcome_reward"]),
-    ("Appendix D table (valid Q): RL's Q_d without the later attempts", "dsh/theory/symbolic.py",
+    ("Appendix D table (valid Q): RL's Q_d without the later attempts", "dsh/theory/implicit_rewards.py",
      "q_decision = [gamma * V[k + 1] for k in range(T - 1)]", "q_decision = [gamma for k in range(T - 1)]",
      ["tests/test_theory.py::test_valid_property_table_cells_recomputed_independently"]),
     ("Theorem 3.2 (unified Phi): the paper's indices instead of Definition 3.1's", "dsh/theory/symbolic.py",

@@ -8,7 +8,7 @@ import pytest
 from dsh.core.paper import paper_results
 from dsh.experiment import report
 from dsh.experiment.report import simulated
-from dsh.experiment.run import pipeline
+from dsh.experiment.run import pipeline, presets, steps
 from dsh.measure.calibration import Z95
 
 pytestmark = pytest.mark.slow   # loads or trains the embedded model (make check leaves it out)
@@ -52,16 +52,20 @@ def test_finished_stages_are_reused_and_mismatches_refused(small_pipeline):
         pipeline.run_pipeline(**{**kw, "overrides": {"max_steps": 3}})     # issue 33: the folder's claim refuses it
 
 
-def test_generations_of_a_changed_model_are_redone(small_pipeline):
+def test_generations_are_kept_for_the_same_weights_and_redone_for_another_model(small_pipeline):
+    """The pipeline's working generations file names its model by content: the same weights (touched, or under
+    another path) keep it; another model's evaluation into it starts it over."""
     root, kw, _ = small_pipeline
     gen = root / "runs" / "generations" / "sft.jsonl"
     gen.write_text(gen.read_text().replace('"level"', '"stale": true, "level"', 1))
     pipeline.run_pipeline(**kw)          # same model, same settings: the file is kept as it is
     assert '"stale": true' in gen.read_text()
-    weights = root / "runs" / "sft" / "final" / "model.safetensors"
-    weights.touch()                               # the stage's model changed
+    (root / "runs" / "sft" / "final" / "model.safetensors").touch()    # a new modification time, the same weights
     pipeline.run_pipeline(**kw)
-    assert '"stale": true' not in gen.read_text() and len(gen.read_text().splitlines()) == 4
+    assert '"stale": true' in gen.read_text()
+    settings = presets.get(kw["preset"]).eval_settings(**kw["eval_overrides"])
+    recs = steps.evaluate_model("embedded", gen, settings, 0, "sft", steps.Clock(False))   # another model
+    assert '"stale": true' not in gen.read_text() and len(recs) == len(gen.read_text().splitlines()) == 4
 
 
 def test_paper_tables_are_consistent_with_their_own_intervals():
