@@ -231,3 +231,22 @@ def test_the_probe_row_on_graded_levels_follows_the_probe(lap):
             for lv in ("1x2", "1x3"):
                 bad["probe"][x["name"]]["by_level"][lv]["kappa"] = 0.5
     assert findings.probe_on_graded_levels(bad)["verdict"] == "fails"
+
+
+def test_the_premise_row_fails_on_levels_apart_cannot_tell_on_one_size_and_skips_a_silent_decision():
+    """Theorem 3.2's premise on the first page: a study whose decision's per-token k1 differs between levels beyond
+    the intervals fails it; the same study with one per-token k1 at every level cannot tell; a study whose decision is
+    silent on most trajectories is not testable."""
+    import json
+
+    study = json.loads((LAPTOP.parent / "laptop-graded" / "attribution" / "rl-s0.json").read_text())
+    row = findings.premise_rows({"rl-s0": study})
+    assert [r["verdict"] for r in row] == ["fails"] and "fails: rl-s0" in row[0]["number"]
+    flat = copy.deepcopy(study)
+    for t in flat["trajectories"]:
+        t["kl"]["decision"] = 0.001 * t["tokens"]["decision"]
+    assert findings.premise_rows({"rl-s0": flat})[0]["verdict"] == "cannot tell"
+    silent = copy.deepcopy(study)
+    silent["fits"]["kl_k3 / decision"]["silent"] = len(silent["trajectories"])
+    assert findings.premise_rows({"rl-s0": silent})[0]["verdict"] == "not testable here"
+    assert findings.premise_rows({"base": study}) == []

@@ -18,7 +18,7 @@ from ...core import validate as v
 from ...measure.claims import GRADED, NOT_TESTABLE, block, claim_kl_keeps_decision, graded, sign_verdict
 from ...theory import verdicts
 from .. import report
-from ..run.attribution_fits import IDENTITY_RTOL, MIN_SPAN, MIN_TRAJECTORIES, reward_identity, robust_fit
+from ..run.attribution_fits import IDENTITY_RTOL, MIN_SPAN, MIN_TRAJECTORIES, decision_kl_by_level, reward_identity, robust_fit
 from ..run.pipeline import plan_of
 from ..run.presets import stage_label
 
@@ -196,6 +196,7 @@ def beyond_findings(results: dict, studies: dict | None = None, wide: dict | Non
     temps = sorted({s["settings"]["temperature"] for s in (wide or {}).values()})
     at = f", sampled at temperature {', '.join(f'{t:g}' for t in temps)}" if temps else ""
     rows += _length_law_rows(wide or {}, f" (stages fine-tuned on 1x1 ... 1x10{at}, attempts spanning >= 5x)", MIN_SPAN)
+    rows += premise_rows(studies or {}) + premise_rows(wide or {}, f" (stages fine-tuned on 1x1 ... 1x10{at})")
     return rows
 
 
@@ -259,6 +260,36 @@ def _reward_identity_rows(studies: dict) -> list[dict]:
                  f"{IDENTITY_RTOL:g} (largest relative deviation {worst:.1e}, float32). The ratio of gradient norms "
                  "grows with L_k under this identity too, since the attempt's side sums L_k scores: no slope is "
                  "judged for it", "08_attribution_in_llms")]
+
+
+def premise_rows(studies: dict, where: str = "") -> list[dict]:
+    """Theorem 3.2's premise in the trained models: the decision's per-token divergence is one size at every level
+    (:func:`dsh.experiment.run.attribution_fits.decision_kl_by_level`, 95 % intervals resampling questions). Per
+    seed-0 study of a trained model on >= 200 trajectories: "not testable here" where the decision carries no
+    gradient on most trajectories (the KL terms' fits count them silent: a STOP the model is certain of), "fails"
+    where two levels' intervals lie apart, "cannot tell" otherwise; the row fails when one study does. No row
+    without studies."""
+    judged = {}
+    for n, s in studies.items():
+        if n == "base" or s["settings"].get("seed", 0) != 0 or len(s["trajectories"]) < MIN_TRAJECTORIES:
+            continue
+        silent = max(s["fits"].get(f"{t} / decision", {}).get("silent", 0) for t in ("kl_k3", "kl_reward"))
+        if silent >= len(s["trajectories"]) / 2:
+            judged[n] = NOT_TESTABLE
+            continue
+        cis = [lv["decision"]["ci"] for lv in decision_kl_by_level(s, n_boot=200).values()]
+        judged[n] = "fails" if any(a[1] < b[0] for a in cis for b in cis) else "cannot tell"
+    if not judged:
+        return []
+    got = set(judged.values())
+    verdict = next(v for v in ("fails", "cannot tell", NOT_TESTABLE) if v in got)
+    number = "; ".join(f"{v}: {', '.join(sorted(n for n, x in judged.items() if x == v))}"
+                       for v in ("fails", "cannot tell", NOT_TESTABLE) if v in got)
+    return [_row("beyond", "Theorem 3.2's premise in the trained models: the decision's per-token KL is one size at "
+                           "every level" + where, verdict,
+                 f"the decision's per-token k1 per level with 95 % intervals, per study: {number} (fails: two levels' "
+                 "intervals apart; not testable here: the decision silent on most trajectories, a STOP the model is "
+                 "certain of)", "08_attribution_in_llms")]
 
 
 KL_TERMS = ("kl_immediate", "kl_k3", "kl_reward")
