@@ -18,7 +18,15 @@ from ...core import validate as v
 from ...measure.claims import GRADED, NOT_TESTABLE, block, claim_kl_keeps_decision, graded, sign_verdict
 from ...theory import verdicts
 from .. import report
-from ..run.attribution_fits import IDENTITY_RTOL, MIN_SPAN, MIN_TRAJECTORIES, decision_kl_by_level, reward_identity, robust_fit
+from ..run.attribution_fits import (
+    IDENTITY_RTOL,
+    MIN_SPAN,
+    MIN_TRAJECTORIES,
+    decision_kl_by_level,
+    levels_apart,
+    reward_identity,
+    robust_fit,
+)
 from ..run.pipeline import plan_of
 from ..run.presets import stage_label
 
@@ -277,8 +285,7 @@ def premise_rows(studies: dict, where: str = "") -> list[dict]:
         if silent >= len(s["trajectories"]) / 2:
             judged[n] = NOT_TESTABLE
             continue
-        cis = [lv["decision"]["ci"] for lv in decision_kl_by_level(s, n_boot=200).values()]
-        judged[n] = "fails" if any(a[1] < b[0] for a in cis for b in cis) else "cannot tell"
+        judged[n] = "fails" if levels_apart(decision_kl_by_level(s, n_boot=200)) else "cannot tell"
     if not judged:
         return []
     got = set(judged.values())
@@ -333,13 +340,15 @@ def _length_law_rows(studies: dict, where: str, min_span: float) -> list[dict]:
     medians = report.attempt_lengths(studied)["span of medians"]
     short = sorted(n for n in studied if medians[n] < min_span)
     studied = {n: s for n, s in studied.items() if n not in short}
-    fits = identified_fits(studied)
-    if not fits:        # every study's attempts span less than the law needs: said, not left out
+    if not studied:     # every study's attempts span less than the law needs: said, not left out
         spans = [medians[n] for n in short]
         return [_row("beyond", "Theorem 3.2 in the trained models: the KL terms' attempt / decision ratio grows like "
                                "L_k (log-log slope 1)" + where, NOT_TESTABLE,
                      f"no study's attempts span {min_span:g}x (per-level median lengths span {min(spans):.1f}x to "
-                     f"{max(spans):.1f}x in {', '.join(short)})", "08_attribution_in_llms")] if short else []
+                     f"{max(spans):.1f}x in {', '.join(short)})", "08_attribution_in_llms")]
+    fits = identified_fits(studied)
+    if not fits:
+        return []
     got = [f["plain"] for f in fits if f["identified"]]
     counts = ", ".join(f"{v} {got.count(v)}" for v in ("holds", "fails", "cannot tell") if got.count(v)) or "none"
     skipped = {}

@@ -214,6 +214,13 @@ def decision_kl_by_level(study: dict, n_boot: int = 1000, seed: int = 0) -> dict
     return out
 
 
+def levels_apart(by_level: dict) -> bool:
+    """Whether two levels of :func:`decision_kl_by_level` have the decision's per-token k1 intervals apart: the premise
+    of one per-token divergence at every level contradicted beyond the intervals."""
+    cis = [lv["decision"]["ci"] for lv in by_level.values()]
+    return any(a[1] < b[0] for a in cis for b in cis)
+
+
 def slope_correlation(study: dict, n_boot: int = 1000, seed: int = 0):
     """The correlation of a study's slopes (every fit of :func:`fits` with a slope, keyed ``(term, against)``): its
     questions resampled jointly for all fits (:func:`dsh.measure.length_law.joint_cluster_slopes`), so that fits
