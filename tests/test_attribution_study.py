@@ -195,6 +195,7 @@ def test_study_on_the_shipped_base_writes_what_it_measured(tmp_path):
     assert not (tmp_path / "b.json").exists()
 
 
+@pytest.mark.slow
 def test_rounds_add_new_questions_until_every_fit_holds_enough_trajectories(base):
     model, tok = base
     one = st.StudySettings(levels=("1x2", "1x3"), prompts_per_level=1, group=3, max_new_tokens=60)
@@ -223,6 +224,7 @@ def test_rounds_add_new_questions_until_every_fit_holds_enough_trajectories(base
     assert st.decision_count(tok, [empty]) == {"decision": 0, "signal": 0, "left_out": {"empty response": 1}}
 
 
+@pytest.mark.slow
 def test_a_study_continued_from_its_first_rounds_equals_one_drawn_whole(tmp_path):
     base = str(presets.LAPTOP.model)
     s = st.StudySettings(levels=("1x2", "1x4"), prompts_per_level=1, group=3, max_new_tokens=80, min_signal=10 ** 6,

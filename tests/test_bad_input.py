@@ -386,10 +386,12 @@ def test_evaluate_never_modifies_an_output_it_did_not_write(tmp_path):
 
 def test_resume_refuses_a_run_of_other_settings_and_takes_a_path_as_its_folder(tmp_path, monkeypatch):
     """Issue 34: a resume continues only the run it finds (method, settings, starting model); the starting model is
-    compared as the folder it names, so a relative and an absolute path of the same base are the same model."""
+    compared by content, so a relative and an absolute path of the same base are the same model; a run that recorded
+    no digest is another run."""
     import shutil
 
     from dsh.experiment.run import presets
+    from dsh.llm.models import model_digest
 
     base = tmp_path / "base"
     shutil.copytree(_base(), base)
@@ -397,13 +399,17 @@ def test_resume_refuses_a_run_of_other_settings_and_takes_a_path_as_its_folder(t
     run.mkdir()
     cfg = presets.LAPTOP.train_config("sft", model=str(base), output_dir=str(run), resume=True)
     (run / "run_config.json").write_text(json.dumps({"dsh": json.loads(json.dumps(dataclasses.asdict(cfg), default=str)),
-                                                     "resolved_model": str(base)}))
+                                                     "resolved_model": str(base), "model_digest": model_digest(base)}))
     monkeypatch.chdir(tmp_path)
     assert run_dir.check_run_dir(dataclasses.replace(cfg, model="base")) == run          # the same folder, relative
-    for change, said in ((dict(method="dft"), "method: 'sft' -> 'dft'"), (dict(learning_rate=1e-3), "learning_rate"),
-                         (dict(model=str(_base())), "model: ")):
+    for change, said in ((dict(method="dft"), "method: 'sft' -> 'dft'"), (dict(learning_rate=1e-3), "learning_rate")):
         with pytest.raises(ValueError, match=r"^output_dir .* holds a run with other settings \(.*" + re.escape(said)):
             run_dir.check_run_dir(dataclasses.replace(cfg, **change))
+    no_digest = json.loads((run / "run_config.json").read_text())
+    del no_digest["model_digest"]
+    (run / "run_config.json").write_text(json.dumps(no_digest))
+    with pytest.raises(ValueError, match=r"holds a run with other settings \(model: .*\(None\) -> 'base'"):
+        run_dir.check_run_dir(dataclasses.replace(cfg, model="base"))
     (run / "run_config.json").write_text("not json")
     with pytest.raises(ValueError, match=r"holds a run with other settings \(run_config.json unreadable\)"):
         run_dir.check_run_dir(cfg)
@@ -441,6 +447,7 @@ def test_resume_and_the_pipeline_compare_the_starting_model_by_content(tmp_path)
 @pytest.mark.slow
 def test_train_resume_refuses_a_folder_that_is_not_a_dsh_run_and_deletes_only_its_own_checkpoints(tmp_path, capsys):
     from dsh.experiment.run import presets
+    from dsh.llm.models import model_digest
     from dsh.training import train
 
     other = tmp_path / "notes"
@@ -455,7 +462,8 @@ def test_train_resume_refuses_a_folder_that_is_not_a_dsh_run_and_deletes_only_it
     (run / "checkpoint-notes").mkdir(parents=True)        # a folder of the user's inside a fresh run
     fresh = dataclasses.replace(cfg, output_dir=str(run))
     (run / "run_config.json").write_text(json.dumps({"dsh": json.loads(json.dumps(dataclasses.asdict(fresh), default=str)),
-                                                     "resolved_model": str(_base())}))
+                                                     "resolved_model": str(_base()),
+                                                     "model_digest": model_digest(_base())}))
     summary = train.train(fresh)
     assert "nothing to resume" in capsys.readouterr().out and summary["global_step"] == 1
     assert (run / "checkpoint-notes").is_dir() and not list(run.glob("checkpoint-[0-9]*"))

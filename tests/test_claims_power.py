@@ -85,7 +85,7 @@ def _stage(truth, seed):
     return calibrate_stage(recs, seed=seed, n_bootstrap=100)
 
 
-@pytest.mark.parametrize("kept", [True, False])
+@pytest.mark.parametrize("kept", [pytest.param(True, marks=pytest.mark.slow), False])
 def test_the_kl_ablation_is_judged_on_the_graded_levels_of_sft_reflection(kept):
     keep, lose = _stage(_ladder(0.95, 0.7), 10), _stage(_ladder(0.95, 0.1), 20)
     cal = {"sft_reflection": _stage(_ladder(0.95, 0.7), 30), "rl_beta0.1": keep if kept else lose,

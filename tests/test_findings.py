@@ -131,6 +131,7 @@ def _law(rows):
     return [r for r in rows if r["claim"].startswith("Theorem 3.2 in the trained models")]
 
 
+@pytest.mark.slow
 def test_the_length_law_verdicts_count_only_identified_fits(lap):
     """The length-law row takes only studies whose per-level median attempt lengths span >= 5x (the committed laptop
     studies, 2.1-2.4x, give none), and counts only identified fits: own span >= 5x, the plain fit's verdict equal to

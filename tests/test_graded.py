@@ -121,6 +121,7 @@ def test_a_graded_base_continues_the_laptop_base_and_says_so(tmp_path):
     assert (tmp_path / "g" / "tokenizer.json").read_text() == (lb.SHIPPED_BASE / "tokenizer.json").read_text()
 
 
+@pytest.mark.slow
 def test_the_shipped_graded_base_is_what_its_command_makes_and_its_corpus_holds_no_test_question():
     from dataclasses import asdict, replace
 

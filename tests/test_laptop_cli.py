@@ -228,8 +228,8 @@ def test_killed_while_writing_results_and_resumed_the_folder_is_the_uninterrupte
 
 def test_a_study_is_added_to_a_finished_folder_by_running_the_pipeline_again(killed_and_resumed, tmp_path):
     """No catch-up command: a finished folder (copied, with its runs) gets a changed study by the same pipeline
-    command with other study settings; every training, evaluation and probe step is reused, the studies are made
-    again with the new settings, and a bad setting is one line before any work."""
+    command with other study settings; every training step and every evaluation job (evaluation, calibration, probe)
+    is reused, the studies are made again with the new settings, and a bad setting is one line before any work."""
     import shutil
 
     root = killed_and_resumed[0]
@@ -242,7 +242,7 @@ def test_a_study_is_added_to_a_finished_folder_by_running_the_pipeline_again(kil
     out = r.stdout + r.stderr
     for stage in STAGES[1:]:
         assert f"train {stage}: reused" in out, out[-3000:]
-    assert "probe sft_reflection-s0: reused" in out
+    assert "sft_reflection-s0: evaluation, calibration and probe reused" in out
     s = json.loads((copy / "results" / "attribution" / "rl-s0.json").read_text())
     assert s["settings"]["levels"] == ["1x3"] and s["reference"] == "<runs_dir>/sft_reflection-s0"
     assert {x["level"] for x in s["trajectories"]} <= {"1x3"}

@@ -49,7 +49,8 @@ def test_plan_has_every_stage_for_every_seed_and_both_ablations():
 
 
 
-@pytest.mark.parametrize("preset", [presets.LAPTOP, presets.LAPTOP_WIDE], ids=["laptop", "laptop-wide"])
+@pytest.mark.parametrize("preset", [presets.LAPTOP, pytest.param(presets.LAPTOP_WIDE, marks=pytest.mark.slow)],
+                         ids=["laptop", "laptop-wide"])
 def test_token_limits_hold_the_longest_traces(preset):
     from dsh.llm.tiny import build_tokenizer
 

@@ -216,6 +216,7 @@ def test_the_summary_is_written_from_the_folders_files_and_each_job_records_them
     record = json.loads((small_results / folders.JOBS / "base.json").read_text())
     assert s["jobs"] == {"base": record}
     assert record["commit"] == s["commit"] and record["eval"] == s["eval"] and record["seed"] == s["seed"] == 0
+    assert record["stage"] == "base" and record["model"].startswith("sha256:") and record["probe"]["seed"] == 0
     assert sorted(record["files"]) == ["calibration/base.json", "generations/base.jsonl.gz", "probe/base.json",
                                        "probe/base.jsonl.gz"]
     assert all(_hashes(small_results)[rel] == h for rel, h in record["files"].items())
@@ -228,13 +229,19 @@ def test_the_summary_is_written_from_the_folders_files_and_each_job_records_them
 def test_the_loader_refuses_a_job_cut_short_another_commits_job_or_a_file_its_job_did_not_write(small_results,
                                                                                                 tmp_path):
     """A job's record is its commit point: a kill before it leaves none; a file swapped in from elsewhere, or a job
-    of another commit or other settings than the summary's, is a folder that mixes two runs."""
+    of other settings than the summary's, is a folder that mixes two runs (a job of another commit is one reused by
+    its key)."""
     folder = _copy(small_results, tmp_path)
     (folder / folders.JOBS / "base.json").unlink()
     with pytest.raises(ValueError, match=r"stage base's job did not finish \(no jobs/base.json\)"):
         pipeline.load_results(folder)
     shutil.rmtree(folder)
-    for key, value in (("commit", "0" * 40), ("eval", {"levels": ["1x2"], "n_per_level": 3}), ("seed", 1)):
+    folder = _copy(small_results, tmp_path)
+    path = folder / folders.JOBS / "base.json"
+    path.write_text(json.dumps({**json.loads(path.read_text()), "commit": "0" * 40}))
+    pipeline.load_results(folder)
+    shutil.rmtree(folder)
+    for key, value in (("eval", {"levels": ["1x2"], "n_per_level": 3}), ("seed", 1)):
         folder = _copy(small_results, tmp_path)
         path = folder / folders.JOBS / "base.json"
         path.write_text(json.dumps({**json.loads(path.read_text()), key: value}))
@@ -263,6 +270,30 @@ def test_a_job_without_its_record_is_redone_and_the_folder_equals_the_first_runs
     assert {k: x for k, x in got.items() if k not in ("summary.json", "probe/base.json")} == \
            {k: x for k, x in want.items() if k not in ("summary.json", "probe/base.json")}
     pipeline.load_results(root / "results")
+
+
+@pytest.mark.slow
+def test_the_same_run_again_reuses_every_step_and_rewrites_nothing(small_results, tmp_path, capsys):
+    """Every step keyed by what it is made from (dsh.core.store): the same run again trains, evaluates, calibrates and
+    probes nothing and leaves every file of both folders as it was, byte for byte and untouched; a job whose record
+    names other weights is redone."""
+    root = tmp_path / "again"
+    shutil.copytree(small_results.parent, root)
+    files = [f for f in root.rglob("*") if f.is_file()]
+    before = {f: (f.read_bytes(), f.stat().st_mtime_ns) for f in files}
+    capsys.readouterr()
+    pipeline.run_pipeline("laptop", results_dir=str(root / "results"), runs_dir=str(root / "runs"), **{**SMALL, "progress": True})
+    said = capsys.readouterr().out
+    assert "base: evaluation, calibration and probe reused" in said and "left as it is" in said, said
+    assert sorted(f for f in root.rglob("*") if f.is_file()) == sorted(files)
+    assert {f: (f.read_bytes(), f.stat().st_mtime_ns) for f in files} == before
+    job = root / "results" / folders.JOBS / "base.json"
+    job.write_text(json.dumps({**json.loads(job.read_text()), "model": "sha256:" + "0" * 64}))
+    pipeline.run_pipeline("laptop", results_dir=str(root / "results"), runs_dir=str(root / "runs"), **{**SMALL, "progress": True})
+    said = capsys.readouterr().out
+    assert "evaluate base:" in said and "reused" not in said.split("evaluate base:")[0].split("\n")[-1]
+    assert json.loads(job.read_text())["model"] == json.loads((small_results / folders.JOBS / "base.json")
+                                                               .read_text())["model"]
 
 
 def _strings(x):
@@ -317,16 +348,17 @@ def test_the_same_runs_folder_by_a_relative_or_an_absolute_path_is_one_run(tmp_p
     assert _hashes(tmp_path / "runs" / "rl-s0") == before and summary["stages"] == ["rl-s0"]
 
 
-def test_a_claim_that_names_its_model_by_path_is_explained(tmp_path):
-    """Claims written before models were named by content hold a path: the refusal says why the model 'differs'."""
-    old = folders.identity("laptop", [], ["base"], "/tmp/p/pl-clone/dsh/assets/laptop-base", {}, {}, 0)
+def test_a_claim_of_other_weights_is_refused_naming_the_model(tmp_path):
+    """A folder claimed for one model (by content) is refused for another, naming the field that differs."""
+    old = folders.identity("laptop", [], ["base"], "sha256:" + "1" * 64, {}, {}, 0)
     new = folders.identity("laptop", [], ["base"], "sha256:" + "0" * 64, {}, {}, 0)
     folders.claim({"results_dir": tmp_path / "r"}, old)
-    with pytest.raises(ValueError, match=r"another model \(its claim names the model by path, as dsh did before it "
-                                         r"named models by content\); run it with the same options"):
+    with pytest.raises(ValueError, match=r"holds a pipeline run with another model; run it with the same options"):
         folders.claim({"results_dir": tmp_path / "r"}, new)
+    assert folders.claim({"results_dir": tmp_path / "r"}, old) == {"results_dir": "resume"}
 
 
+@pytest.mark.slow
 def test_committed_results_hold_no_machine_path():
     """Issue 34: a committed results folder names paths by label (<dsh>, <runs_dir>, <scratch>), never by this
     machine's absolute paths (the design logs under design/ are the design runs' raw output and are left as written)."""

@@ -227,3 +227,20 @@ def test_committed_laptop_calibration_is_calibrate_stage_with_the_laptop_task():
         recs = read_jsonl(root / "generations" / f"{path.stem}.jsonl.gz")
         same(json.loads(path.read_text()), json.loads(json.dumps(calibrate_stage(recs, seed=0, task="laptop_task"))),
              path.stem, False)
+
+
+@pytest.mark.slow
+def test_the_report_and_first_page_give_the_recorded_tables_over_the_committed_results():
+    """The first page's rows and the report's main tables of the laptop and graded results equal those the code gave
+    before the store and the report's refactors (tests/reference/report.json, recorded by
+    tests/reference/record_report.py at the commit it names)."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).parent / "reference"))
+    import record_report
+
+    ref = json.loads((Path(__file__).parent / "reference" / "report.json").read_text())
+    got = json.loads(json.dumps(record_report.tables(), sort_keys=True))
+    assert set(got) == set(ref["tables"])
+    for part in ref["tables"]:
+        assert got[part] == ref["tables"][part], part

@@ -209,6 +209,7 @@ def test_an_evaluation_names_its_model_by_content_so_a_moved_copy_resumes_and_ot
 
 # ---------------------------------------------------------------- 3. records that say what happened
 
+@pytest.mark.slow
 def test_a_resumed_grpo_run_logs_the_validation_curve_of_the_uninterrupted_run(tmp_path):
     """A resumed GRPO stage measured again at its resume step: one more validation point than the uninterrupted run."""
     grpo = ["train", "--preset", "laptop", "--method", "grpo", "--set", "max_steps=3", "--set", "save_steps=1",

@@ -30,6 +30,8 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+from ..core import store
+
 SOURCE = Path(__file__).with_name("cpu_kernels.c")
 TILE = 16                      # positions per key tile (TILE in cpu_kernels.c)
 # tried in order: vectorised expf and OpenMP; OpenMP without libmvec; single-threaded portable C
@@ -92,8 +94,8 @@ def load():
     src = SOURCE.read_bytes()
     errors = []
     for cflags, ldflags in FLAG_SETS:
-        key = hashlib.sha256(b"\0".join([src, cc.encode(), " ".join(cflags + ldflags).encode(),
-                                         _cpu_flags().encode()])).hexdigest()[:16]
+        key = store.key_digest({"source": hashlib.sha256(src).hexdigest(), "cc": cc, "flags": cflags + ldflags,
+                                "cpu": _cpu_flags()})[:16]
         path = cache_dir() / f"dsh_kernels_{key}.so"
         try:
             err = None if path.exists() else _build(cc, cflags, ldflags, path)

@@ -3,6 +3,7 @@ without the truncated responses, decision faithfulness, the truncated share, and
 
 from __future__ import annotations
 
+from ..task.parse import DEFAULT_MARKERS
 from ..task.records import by_question
 from . import tasks
 from .calibration import calibrate, record_list
@@ -18,13 +19,33 @@ def calibrate_stage(records, seed: int = 0, n_bootstrap: int = 100, task: str = 
     (:func:`dsh.task.records.by_question`): the bootstrap's draws do not depend on the order they were written in."""
     t = tasks.get(task)
     records = by_question(record_list(records))     # the order of the questions, not of their completion
-    return {"all": calibrate(records, n_bootstrap=n_bootstrap, seed=seed, parse=t.parse),
-            "drop_truncated": calibrate(records, drop_truncated=True, n_bootstrap=n_bootstrap, seed=seed, parse=t.parse)
+    parse = parsed_once(t.parse)
+    return {"all": calibrate(records, n_bootstrap=n_bootstrap, seed=seed, parse=parse),
+            "drop_truncated": calibrate(records, drop_truncated=True, n_bootstrap=n_bootstrap, seed=seed, parse=parse)
             if any(not r["truncated"] for r in records) else None,
             "faithfulness": t.faithfulness(records), "task": task,
             "truncated": float(sum(r["truncated"] for r in records) / len(records)) if records else None,
-            "unfitted": unfitted_predictions(records, parse=t.parse) if records else None,
-            "unfitted_mixture": unfitted_predictions(records, mixture=True, parse=t.parse) if records else None}
+            "unfitted": unfitted_predictions(records, parse=parse) if records else None,
+            "unfitted_mixture": unfitted_predictions(records, mixture=True, parse=parse) if records else None}
+
+
+def parsed_once(parse):
+    """``parse`` (a task's reading, ``parse(text, a, b, markers)``) remembering what it returned for each argument
+    list: the calibrations, per-level fits and predictions of one stage read each response once. A reading is a
+    pure function of its arguments, so the result is the same."""
+    seen = {}
+
+    def once(text, a=None, b=None, markers=DEFAULT_MARKERS):
+        try:
+            key = (text, a, b, markers)
+            hash(key)
+        except TypeError:                # an unhashable argument: read it afresh
+            return parse(text, a, b, markers)
+        if key not in seen:
+            seen[key] = parse(text, a, b, markers)
+        return seen[key]
+
+    return once
 
 
 def preferred(stage: dict) -> dict:

@@ -4,10 +4,10 @@ injected slips taught the tiny model to slip."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 from pathlib import Path
 
+from ..core import store
 from ..core import validate as v
 from ..core.files import write_text
 from ..llm.complete import complete
@@ -25,9 +25,9 @@ def own_attempts(model: str, problems, k: int = 2, seed: int = 0, max_new_tokens
     v.positive_int("k", k)
     v.positive_int("max_new_tokens", max_new_tokens)
     loc = Path(resolve_model(model))
-    h = hashlib.sha256(weights_digest(loc).encode())
-    h.update(json.dumps([[p.a, p.b] for p in problems] + [k, seed, max_new_tokens]).encode())
-    cached = cache_dir() / "laptop-attempts" / f"{h.hexdigest()[:32]}.json"
+    key = {"step": "own_attempts", "weights": weights_digest(loc), "problems": [[p.a, p.b] for p in problems], "k": k,
+           "seed": seed, "max_new_tokens": max_new_tokens}
+    cached = cache_dir() / "laptop-attempts" / f"{store.key_digest(key)[:32]}.json"
     if cached.is_file():
         return [[tuple(a) for a in row] for row in json.loads(cached.read_text())]
     m, tok = load(str(loc))

@@ -9,6 +9,7 @@ import json
 import re
 from pathlib import Path
 
+from ..core import store
 from ..core import validate as v
 from ..core.files import write_text
 from ..llm.models import MODEL_FILES, model_digest, resolve_model
@@ -189,30 +190,21 @@ def check_run_dir(cfg: TrainConfig, digest: str | None = None) -> Path:
 
 def resume_mismatch(run: Path, cfg: TrainConfig, digest: str | None = None) -> str:
     """What differs between the run in ``run`` (its ``run_config.json``) and ``cfg``, as ``field: was -> now`` (empty
-    when nothing does): every field but ``output_dir`` and ``resume``, the starting model compared by content
+    when nothing does): every field but ``output_dir``, ``resume`` and ``model``, the starting model compared by content
     (:func:`dsh.llm.models.model_digest`: the same weights under a relative, an absolute or another path are the
-    same model; other weights in the same folder are not), for a run from before digests as the folder it resolves
-    to. ``digest``: the starting model's :func:`~dsh.llm.models.model_digest` when the caller has it (computed here
-    otherwise: one read of the weights)."""
+    same model; other weights in the same folder are not; a run that recorded no digest is another run).
+    Compared by :func:`dsh.core.store.differences`. ``digest``: the starting model's
+    :func:`~dsh.llm.models.model_digest` when the caller has it (computed here otherwise: one read of the weights)."""
     try:
         stored = json.loads((run / "run_config.json").read_text())
         was = stored["dsh"]
     except (OSError, ValueError, KeyError, TypeError):
         return "run_config.json unreadable"
-    now = json.loads(json.dumps(dataclasses.asdict(cfg), default=str))
-    out = []
-    for k in sorted(set(was) | set(now)):
-        if k in ("output_dir", "resume", "model") or was.get(k) == now.get(k):
-            continue
-        out.append(f"{k}: {was.get(k)!r} -> {now.get(k)!r}")
-    before, after = stored.get("resolved_model"), resolve_model(cfg.model)
-    if stored.get("model_digest") is not None:      # by content: the same weights under any path, other weights never
-        digest = digest or model_digest(after)
-        if digest != stored["model_digest"]:
-            out.append(f"model: {before!r} ({stored['model_digest'][:19]}) -> {after!r} ({digest[:19]})")
-        return "; ".join(out)
-    same = before == after or (before is not None and Path(before).exists() and Path(after).exists()
-                               and Path(before).resolve() == Path(after).resolve())   # a run from before digests
-    if not same:
-        out.append(f"model: {before!r} -> {after!r}")
+    now = store.as_json({k: x for k, x in dataclasses.asdict(cfg).items() if k not in ("output_dir", "resume", "model")})
+    out = [f"{k}: {was.get(k)!r} -> {now[k]!r}" for k in store.differences(was, now)]
+    after = resolve_model(cfg.model)
+    digest = digest or model_digest(after)       # by content: the same weights under any path, other weights never
+    if store.differences(stored, {"model_digest": digest}):
+        out.append(f"model: {stored.get('resolved_model')!r} ({str(stored.get('model_digest'))[:19]}) -> {after!r} "
+                   f"({digest[:19]})")
     return "; ".join(out)

@@ -11,7 +11,7 @@ import math
 import numpy as np
 
 from ...core import validate as v
-from ...measure.length_law import cluster_draws, cluster_median, joint_cluster_slopes, loglog_slope, slope_verdict
+from ...measure.length_law import cluster_draws, cluster_median, joint_cluster_slopes, loglog_slope, median, slope_verdict
 from ...task.problems import level_index
 
 PREDICTED_SLOPE = {"reward": 0.0, "kl_reward": 1.0, "kl_k3": 1.0, "sft": None, "dft": None, "kl_immediate": 1.0,
@@ -140,20 +140,27 @@ def robust_fit(study: dict, term: str, n_boot: int = 1000, seed: int = 0) -> dic
     without an interval). Also the fit's own span: the longest over the shortest per-level median L of the levels it
     uses (``span``). A level whose median is +inf is left out and named (``censored_levels``)."""
     rows = log_ratios(study, term)
+    names = sorted({r[0] for r in rows})
+    code = {lv: i for i, lv in enumerate(names)}
+    lv_of = np.array([code[r[0]] for r in rows], dtype=int)
+    log_l = np.array([math.log(r[1]) for r in rows], dtype=float)
+    ys = np.array([r[2] for r in rows], dtype=float)
 
-    def per_level(sample):
-        by = {}
-        for lv, L, y, _ in sample:
-            by.setdefault(lv, []).append((L, y))
+    def per_level(ix):
+        """Per level of the rows ``ix`` (in the order the levels first appear there): its median log L and median
+        ratio; the levels whose median ratio is +inf (censored) apart."""
+        levels = lv_of[ix]
+        found, first = np.unique(levels, return_index=True)
         pts, cens = [], []
-        for lv, xs in by.items():
-            if len(xs) < MIN_PER_LEVEL:
+        for c in found[np.argsort(first)]:
+            sel = ix[levels == c]
+            if sel.size < MIN_PER_LEVEL:
                 continue
-            my = float(np.median([y for _, y in xs]))
+            my = median(ys[sel])
             if math.isinf(my):
-                cens.append(lv)
+                cens.append(names[c])
                 continue
-            pts.append((lv, float(np.median([math.log(L) for L, _ in xs])), my))
+            pts.append((names[c], median(log_l[sel]), my))
         return pts, cens
 
     def slope(pts):
@@ -163,7 +170,7 @@ def robust_fit(study: dict, term: str, n_boot: int = 1000, seed: int = 0) -> dic
         d = x - x.mean()
         return float(d @ (y - y.mean()) / (d @ d)) if float(d @ d) > 0 else None
 
-    pts, cens = per_level(rows)
+    pts, cens = per_level(np.arange(len(rows)))
     out = {"term": term, "levels": [p[0] for p in pts], "censored_levels": sorted(cens),
            "span": float(math.exp(max(p[1] for p in pts) - min(p[1] for p in pts))) if pts else None,
            "silent": sum(math.isinf(y) for *_, y, _ in rows), "n": len(rows), "slope": slope(pts), "ci": [None, None],
@@ -172,7 +179,7 @@ def robust_fit(study: dict, term: str, n_boot: int = 1000, seed: int = 0) -> dic
         return out
     labels = np.asarray([q for *_, q in rows])
     draws = [b for ix in cluster_draws(labels, n_boot, np.random.default_rng(seed))
-             if (b := slope(per_level([rows[i] for i in ix])[0])) is not None]
+             if (b := slope(per_level(ix)[0])) is not None]
     if len(draws) >= n_boot // 2:
         out["ci"] = [float(np.percentile(draws, 2.5)), float(np.percentile(draws, 97.5))]
         out["verdict"] = slope_verdict(out["ci"], PREDICTED_SLOPE[term])

@@ -26,6 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ...core import store
 from ...core import validate as v
 from ...core.files import write_text
 from ...core.provenance import git_commit, portable
@@ -201,9 +202,10 @@ def resume_point(previous: dict, settings: StudySettings, objectives, weights: t
     study_record("previous", previous)
     same = {k: x for k, x in asdict(settings).items() if k != "max_rounds"}
     old = {k: x for k, x in (previous.get("settings") or {}).items() if k != "max_rounds"}
-    if previous.get("method") not in (2, 3) or json.loads(json.dumps(old)) != json.loads(json.dumps(same)) or \
-            (previous.get("weights"), previous.get("reference_weights")) != tuple(weights) or \
-            previous.get("objectives") != list(objectives) or not 0 < previous.get("rounds", 0) <= settings.max_rounds:
+    if previous.get("method") not in (2, 3) or not 0 < previous.get("rounds", 0) <= settings.max_rounds or \
+            not store.made_from({**previous, "settings": old}, {"settings": same, "weights": weights[0],
+                                                                "reference_weights": weights[1],
+                                                                "objectives": objectives}):
         return None
     for r in range(1, previous["rounds"]):         # method 3 stops after the first round where enough() holds
         if enough(_first_rounds(previous, r), objectives, settings.min_signal):

@@ -23,6 +23,7 @@ import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
+from ...core import store
 from ...core import validate as v
 from ...core.files import exclusive, read_jsonl, write_jsonl, write_text
 from ...llm.complete import complete, complete_hf, complete_vllm
@@ -134,18 +135,17 @@ def check_own_output(out: Path, ident: dict, problems) -> None:
     (the last line may be cut by an interruption). Nothing is modified here."""
     rec = settings_path(out)
     if not out.is_file() or not out.stat().st_size:
-        if rec.is_file() and json.loads(rec.read_text()) != ident:
+        if rec.is_file() and store.reusable(rec, ident) is None:
             raise ValueError(f"out {out}: its settings record {rec.name} is of another evaluation; choose another out")
         return
     if not rec.is_file():
         raise ValueError(f"out {out} holds data dsh evaluate did not write (no settings record {rec.name}); "
                          f"choose another out")
-    try:
-        stored = json.loads(rec.read_text())
-    except ValueError:
-        raise ValueError(f"out {out}: its settings record {rec.name} is not valid JSON; choose another out") from None
-    if stored != ident:
-        diff = sorted(k for k in set(stored) | set(ident) if stored.get(k) != ident.get(k))
+    stored = store.read_record(rec)
+    if stored is None:
+        raise ValueError(f"out {out}: its settings record {rec.name} is not a JSON object; choose another out")
+    diff = store.differences(stored, ident)
+    if diff:
         raise ValueError(f"out {out} holds an evaluation with other {', '.join(diff)}; resume only continues the same "
                          f"evaluation (choose another out)")
     expected = {(lv, i): p.question for lv, i, p in problems}

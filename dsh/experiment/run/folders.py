@@ -10,11 +10,13 @@ seed; the commit that started it). :func:`claim` checks both folders before the 
   or files beside an unclaimed folder's) is refused, ``fresh`` or not, and left byte-identical.
 
 Inside a claimed results folder each stage's job (its calibration, generations and probe files) ends with a job
-record, ``jobs/<stage>.json`` (:func:`finish_job`): the sha256 of every file the job wrote, the commit and the
-evaluation settings it ran with. The record is removed when the job starts (:func:`start_job`) and written only
-after all its files are in place, so it is the job's commit point: a job cut short by a kill has no record (the next
-run redoes it), and :func:`check_jobs` refuses, naming the stage, a folder where a job has no record, a file that is
-not the one its job wrote, or a job of another commit or other settings than the summary's.
+record, ``jobs/<stage>.json`` (:func:`finish_job`): its key (:func:`job_key`: the stage, the model's weights digest,
+the evaluation and probe settings, the seed), the commit that ran it and the sha256 of every file it wrote. A job whose
+record holds the key asked for and whose files are intact is reused (:func:`reusable_job`); otherwise the record is
+removed when the job starts (:func:`start_job`) and written only after all its files are in place, so it is the job's
+commit point: a job cut short by a kill has no record (the next run redoes it), and :func:`check_jobs` refuses, naming
+the stage, a folder where a job has no record, a file that is not the one its job wrote, or a job of other settings
+than the summary's.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import re
 import shutil
 from pathlib import Path
 
+from ...core import store
 from ...core import validate as v
 from ...core.files import write_text
 from ...core.provenance import git_commit
@@ -67,10 +70,6 @@ def pipeline_files(folder: Path, role: str) -> tuple[list[Path], list[str]]:
     return ours, foreign
 
 
-def _differs(a: dict, b: dict) -> str:
-    return ", ".join(k for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)) or "the record"
-
-
 def check(folder: Path, role: str, ident: dict, fresh: bool) -> str:
     """What :func:`claim` will do with ``folder``: "new", "resume" or "fresh"; a one-line ValueError when it must be
     refused (nothing is written or removed here)."""
@@ -91,14 +90,13 @@ def check(folder: Path, role: str, ident: dict, fresh: bool) -> str:
         stored = json.loads(record.read_text())["identity"]
     except (OSError, ValueError, KeyError, TypeError):
         raise ValueError(f"{role} {folder}: {CLAIM} is not a dsh pipeline record; choose another folder") from None
-    if stored == ident:
+    if store.made_from(stored, ident):
         return "resume"
     if not fresh:
-        older = "" if str(stored.get("model", "")).startswith("sha256:") or stored.get("model") == ident.get("model") \
-            else " (its claim names the model by path, as dsh did before it named models by content)"
-        raise ValueError(f"{role} {folder} holds a pipeline run with another {_differs(stored, ident)}{older}; run "
-                         f"it with the same options to resume it, pass --fresh (fresh=True) to start it over, or "
-                         f"choose another folder; nothing was changed")
+        differ = ", ".join(store.differences(stored, ident))
+        raise ValueError(f"{role} {folder} holds a pipeline run with another {differ}; run it with the same options "
+                         f"to resume it, pass --fresh (fresh=True) to start it over, or choose another folder; nothing "
+                         f"was changed")
     return "fresh"
 
 
@@ -140,13 +138,30 @@ def start_job(results: Path, stage: str) -> None:
     (Path(results) / JOBS / f"{stage}.json").unlink(missing_ok=True)
 
 
-def finish_job(results: Path, stage: str, settings: dict, seed: int) -> dict:
-    """Write ``stage``'s job record once every file of its job is in place: the sha256 of each of its files
-    (:data:`JOB_FILES` that exist), the commit, the evaluation ``settings`` and ``seed``. Returns the record."""
+def job_key(stage: str, model: str, settings: dict, seed: int, probe: dict | None) -> dict:
+    """What a stage's job (evaluation, calibration, probe) is made from: the stage, its model by content
+    (:func:`dsh.llm.models.model_digest`), the evaluation ``settings`` and ``seed``, the probe's settings (None
+    without a probe)."""
+    return store.as_json({"stage": stage, "model": model, "eval": settings, "seed": seed, "probe": probe})
+
+
+def reusable_job(results: Path, key: dict) -> dict | None:
+    """The job record of ``key["stage"]`` when the job can be reused (:mod:`dsh.core.store`'s rule): its record was
+    made from ``key`` and every file it lists is the one it wrote (by sha256); else None."""
     results = Path(results)
+    record = store.reusable(results / JOBS / f"{key['stage']}.json", key)
+    if record is None or not all((results / rel).is_file() and sha256(results / rel) == digest
+                                 for rel, digest in record.get("files", {}).items()):
+        return None
+    return record
+
+
+def finish_job(results: Path, key: dict) -> dict:
+    """Write the job record of ``key`` (:func:`job_key`) once every file of its job is in place: the key, the commit
+    that ran it and the sha256 of each of its files (:data:`JOB_FILES` that exist). Returns the record."""
+    results, stage = Path(results), key["stage"]
     files = {rel: sha256(results / rel) for rel in (f.format(stage) for f in JOB_FILES) if (results / rel).is_file()}
-    record = json.loads(json.dumps({"stage": stage, "commit": git_commit(), "eval": settings, "seed": seed,
-                                    "files": files}, default=str))
+    record = store.as_json({**key, "commit": git_commit(), "files": files})
     (results / JOBS).mkdir(exist_ok=True)
     write_text(results / JOBS / f"{stage}.json", json.dumps(record, indent=1))
     return record
@@ -154,9 +169,9 @@ def finish_job(results: Path, stage: str, settings: dict, seed: int) -> dict:
 
 def check_jobs(results: Path, summary: dict) -> None:
     """Refuse in one line, naming the stage, a results folder whose summary lists a stage without a job record, a
-    job file that is not the one its job wrote (by sha256), or a job run at another commit or with other evaluation
-    settings or seed than the summary's. A summary written before job records existed (no ``jobs`` key) is not
-    checked here."""
+    job file that is not the one its job wrote (by sha256), or a job run with other evaluation settings or seed than
+    the summary's (a job reused from an earlier run of the same key keeps that run's commit). A summary written before
+    job records existed (no ``jobs`` key) is not checked here."""
     results = Path(results)
     if "jobs" not in summary:
         return
@@ -166,11 +181,9 @@ def check_jobs(results: Path, summary: dict) -> None:
             raise ValueError(f"results_dir {results}: stage {stage}'s job did not finish (no {JOBS}/{stage}.json); "
                              f"run the pipeline again to redo it")
         rec = json.loads(path.read_text())
-        for key in ("commit", "eval", "seed"):
-            if rec.get(key) != summary.get(key):
-                raise ValueError(f"results_dir {results}: stage {stage}'s job ran with another {key} "
-                                 f"({rec.get(key)!r}) than the summary's ({summary.get(key)!r}); the folder mixes "
-                                 f"two runs")
+        for key in store.differences(rec, {k: summary.get(k) for k in ("eval", "seed")}):
+            raise ValueError(f"results_dir {results}: stage {stage}'s job ran with another {key} "
+                             f"({rec.get(key)!r}) than the summary's ({summary.get(key)!r}); the folder mixes two runs")
         for rel, digest in rec["files"].items():
             if not (results / rel).is_file() or sha256(results / rel) != digest:
                 raise ValueError(f"results_dir {results}: {rel} is not the file stage {stage}'s job wrote; the "

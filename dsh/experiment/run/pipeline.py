@@ -25,20 +25,20 @@ import os
 import time
 from pathlib import Path
 
+from ...core import store
 from ...core import validate as v
-from ...core.files import exclusive, write_jsonl_gz, write_text
+from ...core.files import exclusive, write_text
 from ...core.provenance import git_commit, hardware, portable, provenance
 from ...llm.models import fetched, model_digest, resolve_model
-from ...measure.stage import calibrate_stage, preferred
+from ...measure.stage import preferred
 from ...task.problems import level_index
-from ...task.records import by_question
 from ...training import validation
 from ...training.train_config import METHODS
 from . import folders
 from .check_probe import check_levels
 from .evaluate import model_context
 from .presets import DEFAULT, get
-from .steps import Clock, attribution_stage, evaluate_model, make_folders, probe_stage, reward_curve, study_settings, train_stage
+from .steps import Clock, attribution_stage, make_folders, reward_curve, stage_job, study_settings, train_stage
 
 
 def plan(preset, runs_dir: str, model: str | None = None, overrides: dict | None = None,
@@ -206,14 +206,7 @@ def _run_claimed(p, results: Path, runs: Path, model: str, overrides, plan_, cfg
         if st.name not in chosen:
             continue
         name = st.name
-        folders.start_job(results, name)
-        recs = evaluate_model(models_of[name], runs / "generations" / f"{name}.jsonl", settings, seed, name, clock)
-        calib[name] = calibrate_stage(recs, seed=seed, task=p.task)
-        write_text(results / "calibration" / f"{name}.json", json.dumps(calib[name], indent=1))
-        write_jsonl_gz(results / "generations" / f"{name}.jsonl.gz", by_question(recs))   # question order
-        if p.probe:
-            probe_stage(models_of[name], results / "probe" / f"{name}.json", p, settings, seed, clock, name)
-        folders.finish_job(results, name, dataclasses.asdict(settings), seed)
+        calib[name] = stage_job(results, runs, name, models_of[name], p, settings, seed, clock)
         load.append((round(clock.elapsed(), 1), os.getloadavg()[0]))
         clock.say(f"{name}: accuracy {calib[name]['all']['overall']['observed_accuracy']:.3f}, "
                   f"truncated {100 * (calib[name]['truncated'] or 0):.1f} % (load {load[-1][1]:.2f})")
@@ -224,6 +217,10 @@ def _run_claimed(p, results: Path, runs: Path, model: str, overrides, plan_, cfg
                 ref = models_of[inits[name]] if inits[name] else models_of[name]
                 attribution_stage(models_of[name], ref, results / "attribution", name,
                                   dataclasses.replace(study, seed=tseed), clock, runs)
+    old = store.read_record(results / "summary.json")
+    if not clock.worked and store.made_from(old, {"stages": chosen, "eval": dataclasses.asdict(settings), "seed": seed}):
+        clock.say(f"every step reused; {results / 'summary.json'} left as it is")
+        return old
     # the summary is written from what the folder holds: each stage's calibration and job record as they are there
     calib = {name: json.loads((results / "calibration" / f"{name}.json").read_text()) for name in chosen}
     jobs = {name: json.loads((results / folders.JOBS / f"{name}.json").read_text()) for name in chosen}

@@ -10,11 +10,15 @@ import time
 from pathlib import Path
 
 from ...core import settings as typed_settings
+from ...core import store
 from ...core import validate as v
-from ...core.files import read_jsonl
-from ...llm.models import resolve_model, weights_digest
+from ...core.files import read_jsonl, write_jsonl_gz, write_text
+from ...llm.models import model_digest, resolve_model, weights_digest
+from ...measure.stage import calibrate_stage
+from ...task.records import by_question
 from ...training.run_dir import resume_mismatch
 from ...training.train import train
+from . import folders
 from .attribution_study import METHOD, StudySettings, resume_point, run_study, study_objectives
 from .check_probe import run_probe
 from .evaluate import evaluate, model_identity, settings_path
@@ -49,11 +53,11 @@ def reward_curve(run: Path) -> list[dict]:
 
 
 class Clock:
-    """Wall time since the run started, each step's time (``timings``), and progress lines ``[dsh pipeline] ...``
-    (printed when ``progress``)."""
+    """Wall time since the run started, each step's time (``timings``), whether any step did work rather than reuse
+    its artifact (``worked``), and progress lines ``[dsh pipeline] ...`` (printed when ``progress``)."""
 
     def __init__(self, progress: bool = True):
-        self.progress, self.start, self.timings = progress, time.time(), {}
+        self.progress, self.start, self.timings, self.worked = progress, time.time(), {}, False
 
     def elapsed(self) -> float:
         return time.time() - self.start
@@ -82,16 +86,17 @@ def train_stage(cfg, name: str, clock: Clock) -> dict:
     run = Path(cfg.output_dir)
     t0 = time.time()
     if (run / "summary.json").is_file() and run_matches(run, cfg):
-        summary, how = json.loads((run / "summary.json").read_text()), "reused"
+        summary, how = store.read_record(run / "summary.json"), "reused"
         now = f"sha256:{weights_digest(run / 'final')}"
-        if summary.get("final_weights", now) != now:      # weights put there after training: not this run's model
+        if not store.made_from(summary, {"final_weights": now}):  # weights put there after training: not its model
             raise ValueError(f"runs_dir {run / 'final'} holds other weights than its training wrote "
-                             f"({now[:19]}..., trained {summary['final_weights'][:19]}...); restore them or start "
-                             f"the pipeline over with --fresh")
+                             f"({now[:19]}..., trained {str(summary.get('final_weights'))[:19]}...); restore them or "
+                             f"start the pipeline over with --fresh")
     else:
         if (run / "summary.json").is_file():
             raise ValueError(f"runs_dir {run} holds a finished run with another configuration; choose another runs_dir")
         clock.say(f"train {name} ({cfg.method}) ...")
+        clock.worked = True
         summary, how = train(dataclasses.replace(cfg, resume=run.exists())), "trained"
     clock.say(f"train {name}: {how} in {clock.took(f'train_{name}', t0)} s (elapsed {clock.elapsed():.0f} s)")
     return summary
@@ -102,7 +107,7 @@ def evaluate_model(model: str, gen: Path, settings, seed: int, name: str, clock:
     """Evaluate ``model`` into the working file ``gen`` (resumed when it holds generations of the same model,
     weights and settings: its settings record; started over otherwise) and return its records."""
     record = settings_path(gen)
-    stale = record.is_file() and json.loads(record.read_text()) != model_identity(model, settings, seed, backend)
+    stale = record.is_file() and store.reusable(record, model_identity(model, settings, seed, backend)) is None
     if stale or (gen.exists() and not record.is_file()):
         gen.unlink(missing_ok=True)   # the pipeline's own working file, of another model or other settings: start over
         record.unlink(missing_ok=True)
@@ -112,6 +117,28 @@ def evaluate_model(model: str, gen: Path, settings, seed: int, name: str, clock:
     clock.say(f"evaluate {name}: {len(recs)} responses in {clock.took(f'evaluate_{name}', t0)} s "
               f"(elapsed {clock.elapsed():.0f} s)")
     return recs
+
+
+def stage_job(results: Path, runs: Path, name: str, model: str, p, settings, seed: int, clock: Clock) -> dict:
+    """One stage's job into ``results``: evaluate ``model`` (working file ``runs/generations/<name>.jsonl``), write its
+    calibration and question-ordered generations, probe its check (when the preset has a probe), then the job record
+    (:func:`dsh.experiment.run.folders.finish_job`). Reused, nothing rewritten, when its record holds the same key and
+    its files are intact (:func:`~dsh.experiment.run.folders.reusable_job`). Returns the stage's calibration."""
+    key = folders.job_key(name, model_digest(model), dataclasses.asdict(settings), seed,
+                          dataclasses.asdict(probe_settings(p, settings, seed)) if p.probe else None)
+    if folders.reusable_job(results, key) is not None:
+        clock.say(f"{name}: evaluation, calibration and probe reused")
+        return store.read_record(results / "calibration" / f"{name}.json")
+    clock.worked = True
+    folders.start_job(results, name)
+    recs = evaluate_model(model, runs / "generations" / f"{name}.jsonl", settings, seed, name, clock)
+    calib = calibrate_stage(recs, seed=seed, task=p.task)
+    write_text(results / "calibration" / f"{name}.json", json.dumps(calib, indent=1))
+    write_jsonl_gz(results / "generations" / f"{name}.jsonl.gz", by_question(recs))   # question order
+    if p.probe:
+        probe_stage(model, results / "probe" / f"{name}.json", p, settings, seed, clock, name)
+    folders.finish_job(results, key)
+    return calib
 
 
 def probe_settings(p, settings, seed: int):
@@ -127,13 +154,11 @@ def probe_stage(model: str, out: Path, p, settings, seed: int, clock: Clock, nam
     ps = probe_settings(p, settings, seed)
     tuned = tuple(lv for lv in settings.levels if lv in p.training["sft"].get("train_levels", ()))
     t0 = time.time()
-    if out.is_file():
-        old = json.loads(out.read_text())
-        if (old.get("settings") == dataclasses.asdict(ps) and old.get("levels") == list(settings.levels)
-                and old.get("weights") == weights_digest(resolve_model(model))
-                and old.get("tuned_levels") == list(tuned)):
-            clock.say(f"probe {name}: reused")
-            return old
+    old = store.reusable(out, {"settings": dataclasses.asdict(ps), "levels": settings.levels,
+                               "weights": weights_digest(resolve_model(model)), "tuned_levels": tuned})
+    if old is not None:
+        clock.say(f"probe {name}: reused")
+        return old
     got = run_probe(model, out, settings.levels, ps, tuned, progress=False)
     t = got["tuned"]
     clock.say(f"probe {name}: {t['checks']} checks on the fine-tuning levels, kappa "
@@ -174,20 +199,19 @@ def attribution_stage(model: str, reference: str, folder: Path, name: str, setti
     out = study_path(folder, name, settings.seed)
     t0 = time.time()
     weights = weights_digest(resolve_model(model)), weights_digest(resolve_model(reference))
-    old = None
-    if out.is_file():
-        old = json.loads(out.read_text())
-        if old.get("settings") == json.loads(json.dumps(dataclasses.asdict(settings))) and \
-                old.get("method") == METHOD and \
-                (old.get("weights"), old.get("reference_weights")) == weights:
-            clock.say(f"attribution {out.stem}: reused")
-            return old
+    old = store.read_record(out)
+    if store.made_from(old, {"settings": dataclasses.asdict(settings), "method": METHOD, "weights": weights[0],
+                             "reference_weights": weights[1]}):
+        clock.say(f"attribution {out.stem}: reused")
+        return old
+    if old is not None:
         objectives = study_objectives(settings, resolve_model(model), resolve_model(reference))
         if resume_point(old, settings, objectives, weights) is None:
             old = None
         else:
             clock.say(f"attribution {out.stem}: the earlier study's {old['rounds']} round"
                       f"{'s' if old['rounds'] != 1 else ''} taken as this study's first")
+    clock.worked = True
     got = run_study(model, reference, out, settings, roots={runs: "<runs_dir>"}, previous=old)
     verdicts = [f["verdict"] for f in got["fits"].values() if f["verdict"]]
     clock.say(f"attribution {out.stem}: {len(got['trajectories'])} trajectories, verdicts "
