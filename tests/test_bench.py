@@ -41,8 +41,17 @@ def test_bench_cli_on_cpu(tmp_path):
     tiny = res["tiny"]
     peaks = tiny["device"]
     assert all(peaks[k] == max(m[k] for m in tiny["device_measurements"]) for k in peaks)   # the stricter roofline
-    samp = tiny["sampling"]
-    assert [x["path"].rsplit(",", 1)[0] for x in samp[:3]] == list(bench_tiny.SAMPLING_PATHS)
+    assert peaks["library_peak_flops"] == max(peaks["matmul_peak_flops"], peaks.get("onednn_matmul_flops", 0))
+    assert peaks.get("fma_issue_flops", 0) > 0 and isinstance(tiny["cpu_flags"], list)
+    samp, paths = tiny["sampling"], bench_tiny.sampling_paths()
+    assert [x["path"].rsplit(",", 1)[0] for x in samp[:len(paths)]] == list(paths)
+    assert paths[:3] == bench_tiny.SAMPLING_PATHS
+    for x in samp:
+        assert x["minor_page_faults"] >= 0 and x["load_1min"] >= 0
+        if x["path"].startswith(bench_tiny.HALF_PATH):          # the same streams as the float32 cache's run
+            assert 0 <= x["identical_to_float32_cache"] <= 1
+            assert x["roofline"]["kv_bytes"] < samp[samp.index(x) - 1]["roofline"]["kv_bytes"] or \
+                x["generated_tokens"] != samp[samp.index(x) - 1]["generated_tokens"]
     for x in samp:
         assert x["generated_tokens"] > 0 and x["tokens_per_s"] > 0
         assert 0 < x["share_of_roofline"] <= x["share_of_serial_bound"] <= 1     # nothing beats the roofline
@@ -51,7 +60,7 @@ def test_bench_cli_on_cpu(tmp_path):
         assert x["step_matmul_flops"] > 0 and shapes["flops"] == x["roofline"]["flops"]
         assert shapes["matmul_s"] == pytest.approx(shapes["flops"] / x["step_matmul_flops"])
         assert x["share_of_serial_bound_at_step_shapes"] == pytest.approx(shapes["serial_s"] / x["seconds"])
-    assert [x["ratio_to_generate"] for x in samp[::3]] == [1.0] * (len(samp) // 3)
+    assert [x["ratio_to_generate"] for x in samp[::len(paths)]] == [1.0] * (len(samp) // len(paths))
     grpo = tiny["grpo"]
     assert [x["backend_used"] for x in grpo] == ["dsh", "trl", "dsh"] and grpo[0]["ratio_to_before"] == 1.0
     assert [x["completions_per_round"] for x in grpo] == [32, 256, 256]

@@ -205,3 +205,64 @@ def test_no_kernels_without_a_compiler_or_a_writable_cache(tmp_path, monkeypatch
     (tmp_path / "file").write_text("x")
     monkeypatch.setenv("DSH_CACHE", str(tmp_path / "file"))               # a file where the folder should be
     assert kernels.load() is None and "could not be built" in kernels.why_not
+
+
+half = pytest.mark.skipif(not kernels.half_cache(kernels.load()), reason="no half floats in hardware here")
+
+
+@half
+def test_a_float16_cache_keeps_greedy_completions_and_says_where_they_differ(base):
+    """The float16 KV cache (keys and values rounded to half as they are stored) against the float32 cache's greedy
+    completions of the test ladder (model.generate's: test_greedy_equals_generate_on_the_shipped_base): where a
+    completion differs, the test names the prompt and how far apart the two best logits were at its first differing
+    position (a flip needs them within the rounding's reach)."""
+    m, tok = base
+    prompts = _prompts(tok, 4)                                         # 28 questions, 1x2 ... 1x8
+    f32 = Engine(m, [tok.eos_token_id], slots=8, max_len=16 + 120).generate(prompts, 120, temperature=0)
+    eng = Engine(m, [tok.eos_token_id], slots=8, max_len=16 + 120, kv_cache="float16")
+    assert eng._cpu.k_cache.dtype == eng._cpu.v_cache.dtype == torch.float16
+    eng._cpu.k_cache.fill_(float("nan"))                               # no position read before it is written
+    eng._cpu.v_cache.fill_(float("nan"))
+    f16 = eng.generate(prompts, 120, temperature=0)
+    differ = []
+    for p, a, b in zip(prompts, f32, f16):
+        if a.tokens != b.tokens:
+            k = next(i for i, (x, y) in enumerate(zip(a.tokens + [None], b.tokens + [None])) if x != y)
+            with torch.no_grad():
+                top = torch.topk(m(torch.tensor([p + a.tokens[:k]])).logits[0, -1], 2).values
+            differ.append((tok.decode(p), k, round(float(top[0] - top[1]), 4)))
+    # a flip needs the two best logits within the rounding's reach: half keeps 11 bits (relative 5e-4)
+    print("float16 cache, greedy completions that differ:", differ or "none")
+    assert len(differ) <= 1 and all(gap < 0.05 for *_, gap in differ), differ
+    assert sum(len(g.tokens) for g in f16) > 28 * 20
+
+
+@half
+def test_a_float16_cache_samples_the_models_distribution(gqa):
+    """First-token frequencies of 3000 rows with a float16 cache against the exact softmax(logits / T) (chi-square),
+    as the float32 path's (test_sampling_follows_the_models_distribution), and its completions agree with the
+    float32 cache's on at least 95 % of 200 rows (the same counted uniforms)."""
+    prompt, n, T = [1, 5, 7, 2], 3000, 0.8
+    eng = Engine(gqa, [11], slots=256, max_len=16, kv_cache="float16")
+    rows = [g.tokens for g in eng.generate([prompt] * n, 2, temperature=T, seed=1)]
+    with torch.no_grad():
+        p = torch.softmax(gqa(torch.tensor([prompt])).logits[0, -1] / T, -1)
+    obs = torch.bincount(torch.tensor([r[0] for r in rows]), minlength=12).float()
+    keep = p * n >= 5
+    dof = int(keep.sum()) - 1
+    assert dof >= 2 and (((obs - n * p) ** 2) / (n * p))[keep].sum().item() < dof + 4 * math.sqrt(2 * dof) + 6
+    prompts = [[1 + i % 9, 2 + i % 7, 3] for i in range(200)]
+    a = Engine(gqa, [11], slots=32, max_len=40).generate(prompts, 20, seed=5)
+    b = Engine(gqa, [11], slots=32, max_len=40, kv_cache="float16").generate(prompts, 20, seed=5)
+    assert sum(x.tokens == y.tokens for x, y in zip(a, b)) >= 190
+
+
+def test_a_float16_cache_is_refused_where_it_cannot_run(gqa, monkeypatch):
+    """One line naming kv_cache and its valid values, before any cache is allocated."""
+    with pytest.raises(ValueError, match=r"kv_cache must be one of float32, float16"):
+        Engine(gqa, [11], slots=4, max_len=16, kv_cache="bfloat16")
+    with pytest.raises(ValueError, match=r"kv_cache 'float16' needs the CPU path's kernels"):
+        Engine(gqa, [11], slots=4, max_len=16, attention="torch", kv_cache="float16")
+    monkeypatch.setattr(kernels, "half_cache", lambda lib: False)
+    with pytest.raises(ValueError, match=r"kv_cache 'float16' needs .*use 'float32'"):
+        Engine(gqa, [11], slots=4, max_len=16, kv_cache="float16")

@@ -10,6 +10,19 @@
 #include <float.h>
 #include <math.h>
 #include <stdint.h>
+#if defined(__F16C__) || defined(__AVX512F__)
+#include <immintrin.h>
+#endif
+#ifdef _OPENMP
+#include <omp.h>
+#else
+#include <time.h>
+static double omp_get_wtime(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec + 1e-9 * ts.tv_nsec;
+}
+#endif
 
 #define TILE 16
 
@@ -29,106 +42,136 @@ static inline void rope(const float *x, const float *cos, const float *sin, floa
       and values into the caches at pos[b];
    2. out[b, h] = softmax(q_h . k * scale) . v over positions 0 .. pos[b], query head h reading key/value head
       h / (H / KV).
-   Caches (float32): keys [slots, M / TILE, KV, D, TILE] (tiles of TILE positions, transposed within the tile, so
+   Caches (float32; _Float16 in attend_f16): keys [slots, M / TILE, KV, D, TILE] (tiles of TILE positions, transposed within the tile, so
    that TILE scores are one vector product over D), values [slots, M, KV, D]. A row's used cache is read as two
    sequential streams, each once for all heads: the key tiles (every head's scores of a tile computed together,
    HB heads' sums interleaved so that their dependency chains overlap), then the values (every head's weighted sum
    advanced by one position at a time). Each head's sums run in the order of the one-head loops (positions, then
    dimensions), so the result does not depend on how the heads are grouped. Rows with len 0 are skipped (out 0). */
 #define HB 4 /* query heads whose score sums are interleaved */
-void attend(const float *restrict qkv, const float *restrict cos, const float *restrict sin,
-            const int64_t *restrict pos, const int64_t *restrict len, const int64_t *restrict slot,
-            float *restrict kt, float *restrict v, float *restrict out, int64_t B, int64_t H, int64_t KV, int64_t D,
-            int64_t M, float scale) {
-  const int64_t group = H / KV, tiles_all = M / TILE;
-#pragma omp parallel for schedule(dynamic, 2)
-  for (int64_t b = 0; b < B; ++b) {
-    const int64_t n = len[b];
-    if (n <= 0) {
-      for (int64_t i = 0; i < H * D; ++i) out[b * H * D + i] = 0.f;
-      continue;
-    }
-    const int64_t p = pos[b];
-    const float *row = qkv + b * (H + 2 * KV) * D;
-    const float *c = cos + p * D, *s = sin + p * D;
-    float *K = kt + slot[b] * tiles_all * KV * D * TILE;
-    float *V = v + slot[b] * M * KV * D;
-    float kr[D];
-    for (int64_t h = 0; h < KV; ++h) {
-      rope(row + (H + h) * D, c, s, kr, D);
-      float *tile = K + ((p / TILE) * KV + h) * D * TILE;
-      for (int64_t d = 0; d < D; ++d) tile[d * TILE + p % TILE] = kr[d];
-      const float *vin = row + (H + KV + h) * D;
-      float *vout = V + (p * KV + h) * D;
-      for (int64_t d = 0; d < D; ++d) vout[d] = vin[d];
-    }
-    const int64_t tiles = (n + TILE - 1) / TILE, stride = tiles * TILE;
-    const int64_t HP = (H + HB - 1) / HB * HB; /* heads padded to whole groups (padding heads repeat head H - 1) */
-    float sc[HP * stride] __attribute__((aligned(64)));
-    float qs[HP * D], acc[H * D];
-    for (int64_t h = 0; h < H; ++h) {
-      rope(row + h * D, c, s, qs + h * D, D);
-      for (int64_t d = 0; d < D; ++d) qs[h * D + d] *= scale;
-    }
-    for (int64_t h = H; h < HP; ++h)
-      for (int64_t d = 0; d < D; ++d) qs[h * D + d] = qs[(H - 1) * D + d];
-    /* scores: the key tiles once, every head */
-    for (int64_t t = 0; t < tiles; ++t) {
-      const float *tk = K + t * KV * D * TILE;
-      for (int64_t h0 = 0; h0 < HP; h0 += HB) {
-        const float *tl[HB];
-        for (int k = 0; k < HB; ++k) {
-          const int64_t h = h0 + k < H ? h0 + k : H - 1;
-          tl[k] = tk + (h / group) * D * TILE;
-        }
-        float sv[HB][TILE] __attribute__((aligned(64)));
-        for (int k = 0; k < HB; ++k)
-#pragma omp simd
-          for (int i = 0; i < TILE; ++i) sv[k][i] = 0.f;
-        for (int64_t d = 0; d < D; ++d) {
-          for (int k = 0; k < HB; ++k) {
-            const float qd = qs[(h0 + k) * D + d];
-            const float *td = tl[k] + d * TILE;
-#pragma omp simd
-            for (int i = 0; i < TILE; ++i) sv[k][i] += qd * td[i];
-          }
-        }
-        for (int k = 0; k < HB; ++k)
-#pragma omp simd
-          for (int i = 0; i < TILE; ++i) sc[(h0 + k) * stride + t * TILE + i] = sv[k][i];
-      }
-    }
-    float inv[H];
-    for (int64_t h = 0; h < H; ++h) {
-      float *sh = sc + h * stride;
-      float mx = -FLT_MAX, sum = 0.f;
-      for (int64_t j = 0; j < n; ++j) mx = sh[j] > mx ? sh[j] : mx;
-      /* exp(z) < e^-60 ~ 1e-26 is taken as 0: far below float32's resolution of the sum (which holds the 1 of
-         the maximum); it keeps expf and the products with v from making subnormal numbers (a microcode assist
-         each on x86). */
-#pragma omp simd reduction(+ : sum)
-      for (int64_t j = 0; j < n; ++j) {
-        const float z = sh[j] - mx;
-        sh[j] = z < -60.f ? 0.f : expf(z);
-        sum += sh[j];
-      }
-      inv[h] = 1.f / sum;
-    }
-    /* weighted values: the values once, every head */
-    for (int64_t i = 0; i < H * D; ++i) acc[i] = 0.f;
-    for (int64_t j = 0; j < n; ++j) {
-      const float *vj = V + j * KV * D;
-      for (int64_t h = 0; h < H; ++h) {
-        const float pj = sc[h * stride + j], *vh = vj + (h / group) * D;
-        float *ah = acc + h * D;
-#pragma omp simd
-        for (int64_t d = 0; d < D; ++d) ah[d] += pj * vh[d];
-      }
-    }
-    for (int64_t h = 0; h < H; ++h)
-      for (int64_t d = 0; d < D; ++d) out[(b * H + h) * D + d] = acc[h * D + d] * inv[h];
-  }
+/* The loop below, for a cache of element type T: float, read in place; or _Float16 where the compiler has it (half
+   the bytes read): each key tile and each position's values widened to float into a buffer as they are read (one
+   vector conversion), then the same float loops in the same order. WIDEN(src, buf, n) gives the float values. */
+static inline const float *widen_float(const float *src, float *buf, int64_t n) {
+  (void)buf;
+  (void)n;
+  return src;
 }
+#ifdef __FLT16_MAX__
+static inline const float *widen_half(const _Float16 *restrict src, float *restrict buf, int64_t n) {
+  int64_t i = 0; /* the compilers leave this loop scalar: the F16C conversions by hand where the CPU has them */
+#if defined(__AVX512F__)
+  for (; i + 16 <= n; i += 16)
+    _mm512_storeu_ps(buf + i, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(src + i))));
+#elif defined(__F16C__) && defined(__AVX__)
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(buf + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(src + i))));
+#endif
+  for (; i < n; ++i) buf[i] = (float)src[i];
+  return buf;
+}
+#endif
+#define DEFINE_ATTEND(NAME, T, WIDEN) \
+void NAME(const float *restrict qkv, const float *restrict cos, const float *restrict sin, \
+            const int64_t *restrict pos, const int64_t *restrict len, const int64_t *restrict slot, \
+            T *restrict kt, T *restrict v, float *restrict out, int64_t B, int64_t H, int64_t KV, int64_t D, \
+            int64_t M, float scale) { \
+  const int64_t group = H / KV, tiles_all = M / TILE; \
+_Pragma("omp parallel for schedule(dynamic, 2)") \
+  for (int64_t b = 0; b < B; ++b) { \
+    const int64_t n = len[b]; \
+    if (n <= 0) { \
+      for (int64_t i = 0; i < H * D; ++i) out[b * H * D + i] = 0.f; \
+      continue; \
+    } \
+    const int64_t p = pos[b]; \
+    const float *row = qkv + b * (H + 2 * KV) * D; \
+    const float *c = cos + p * D, *s = sin + p * D; \
+    T *K = kt + slot[b] * tiles_all * KV * D * TILE; \
+    T *V = v + slot[b] * M * KV * D; \
+    float kr[D], tbuf[KV * D * TILE] __attribute__((aligned(64))), vbuf[KV * D] __attribute__((aligned(64))); \
+    for (int64_t h = 0; h < KV; ++h) { \
+      rope(row + (H + h) * D, c, s, kr, D); \
+      T *tile = K + ((p / TILE) * KV + h) * D * TILE; \
+      for (int64_t d = 0; d < D; ++d) tile[d * TILE + p % TILE] = (T)kr[d]; \
+      const float *vin = row + (H + KV + h) * D; \
+      T *vout = V + (p * KV + h) * D; \
+      for (int64_t d = 0; d < D; ++d) vout[d] = (T)vin[d]; \
+    } \
+    const int64_t tiles = (n + TILE - 1) / TILE, stride = tiles * TILE; \
+    const int64_t HP = (H + HB - 1) / HB * HB; /* heads padded to whole groups (padding heads repeat head H - 1) */ \
+    float sc[HP * stride] __attribute__((aligned(64))); \
+    float qs[HP * D], acc[H * D]; \
+    for (int64_t h = 0; h < H; ++h) { \
+      rope(row + h * D, c, s, qs + h * D, D); \
+      for (int64_t d = 0; d < D; ++d) qs[h * D + d] *= scale; \
+    } \
+    for (int64_t h = H; h < HP; ++h) \
+      for (int64_t d = 0; d < D; ++d) qs[h * D + d] = qs[(H - 1) * D + d]; \
+    /* scores: the key tiles once, every head */ \
+    for (int64_t t = 0; t < tiles; ++t) { \
+      const float *tk = WIDEN(K + t * KV * D * TILE, tbuf, KV * D * TILE); \
+      for (int64_t h0 = 0; h0 < HP; h0 += HB) { \
+        const float *tl[HB]; \
+        for (int k = 0; k < HB; ++k) { \
+          const int64_t h = h0 + k < H ? h0 + k : H - 1; \
+          tl[k] = tk + (h / group) * D * TILE; \
+        } \
+        float sv[HB][TILE] __attribute__((aligned(64))); \
+        for (int k = 0; k < HB; ++k) \
+_Pragma("omp simd") \
+          for (int i = 0; i < TILE; ++i) sv[k][i] = 0.f; \
+        for (int64_t d = 0; d < D; ++d) { \
+          for (int k = 0; k < HB; ++k) { \
+            const float qd = qs[(h0 + k) * D + d]; \
+            const float *td = tl[k] + d * TILE; \
+_Pragma("omp simd") \
+            for (int i = 0; i < TILE; ++i) sv[k][i] += qd * td[i]; \
+          } \
+        } \
+        for (int k = 0; k < HB; ++k) \
+_Pragma("omp simd") \
+          for (int i = 0; i < TILE; ++i) sc[(h0 + k) * stride + t * TILE + i] = sv[k][i]; \
+      } \
+    } \
+    float inv[H]; \
+    for (int64_t h = 0; h < H; ++h) { \
+      float *sh = sc + h * stride; \
+      float mx = -FLT_MAX, sum = 0.f; \
+      for (int64_t j = 0; j < n; ++j) mx = sh[j] > mx ? sh[j] : mx; \
+      /* exp(z) < e^-60 ~ 1e-26 is taken as 0: far below float32's resolution of the sum (which holds the 1 of \
+         the maximum); it keeps expf and the products with v from making subnormal numbers (a microcode assist \
+         each on x86). */ \
+_Pragma("omp simd reduction(+ : sum)") \
+      for (int64_t j = 0; j < n; ++j) { \
+        const float z = sh[j] - mx; \
+        sh[j] = z < -60.f ? 0.f : expf(z); \
+        sum += sh[j]; \
+      } \
+      inv[h] = 1.f / sum; \
+    } \
+    /* weighted values: the values once, every head */ \
+    for (int64_t i = 0; i < H * D; ++i) acc[i] = 0.f; \
+    for (int64_t j = 0; j < n; ++j) { \
+      const float *vj = WIDEN(V + j * KV * D, vbuf, KV * D); \
+      for (int64_t h = 0; h < H; ++h) { \
+        const float pj = sc[h * stride + j]; \
+        const float *vh = vj + (h / group) * D; \
+        float *ah = acc + h * D; \
+_Pragma("omp simd") \
+        for (int64_t d = 0; d < D; ++d) ah[d] += pj * vh[d]; \
+      } \
+    } \
+    for (int64_t h = 0; h < H; ++h) \
+      for (int64_t d = 0; d < D; ++d) out[(b * H + h) * D + d] = acc[h * D + d] * inv[h]; \
+  } \
+}
+DEFINE_ATTEND(attend, float, widen_float)
+#ifdef __FLT16_MAX__
+DEFINE_ATTEND(attend_f16, _Float16, widen_half)
+int has_attend_f16(void) { return 1; }
+#else
+int has_attend_f16(void) { return 0; }
+#endif
 
 /* RMSNorm of each row of x [B, N]: out = w * x / sqrt(mean(x^2) + eps) (transformers' LlamaRMSNorm). */
 void rms_norm(const float *restrict x, const float *restrict w, float eps, float *restrict out, int64_t B,
@@ -192,4 +235,27 @@ void sample_tokens(const float *restrict logits, const int64_t *restrict key, co
     for (int64_t i = 0; i < V; ++i) sum += expf(l[i] * inv_temp - mx);
     logp[b] = l[best] * inv_temp - mx - logf(sum);
   }
+}
+
+/* The FMA issue rate: FLOP/s of n rounds of 10 independent multiply-add chains of 16 floats on every thread (the
+   compiler vectorises each chain to one register where it can); the hardware's fp32 peak that no library exceeds. */
+double fma_rate(int64_t n) {
+  double t0 = omp_get_wtime(), lanes = 0;
+  float total = 0.f;
+#pragma omp parallel reduction(+ : total, lanes)
+  {
+    float a[10][16] __attribute__((aligned(64)));
+    for (int c = 0; c < 10; ++c)
+      for (int i = 0; i < 16; ++i) a[c][i] = (float)(c + i) * 1e-3f;
+    const float m = 0.999999f, k = 1e-7f;
+    for (int64_t r = 0; r < n; ++r)
+      for (int c = 0; c < 10; ++c)
+#pragma omp simd
+        for (int i = 0; i < 16; ++i) a[c][i] = a[c][i] * m + k;
+    for (int c = 0; c < 10; ++c)
+      for (int i = 0; i < 16; ++i) total += a[c][i];
+    lanes += 10.0 * 16.0;
+  }
+  const double t = omp_get_wtime() - t0;
+  return total != 12345.f ? 2.0 * lanes * (double)n / t : 0.0; /* the sum keeps the chains live */
 }

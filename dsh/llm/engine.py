@@ -49,6 +49,7 @@ from .streams import counted_uniform, stream_key
 
 SUPPORTED_MODEL_TYPES = ("llama", "qwen2", "mistral", "qwen3")
 ATTENTION = ("auto", "kernels", "torch")
+KV_CACHE = ("float32", "float16")    # the CPU path's KV cache dtype (Engine's kv_cache)
 
 
 def supports(model) -> str | None:
@@ -171,15 +172,18 @@ class Engine:
     ``prefill_tokens``: padded tokens per prefill forward pass; ``attention``: ``kernels`` (the CPU path
     of :mod:`dsh.llm.kernel_engine`), ``torch`` (batched matmuls over a length bucket, the GPU path) or
     ``auto`` (kernels where they apply and build). :attr:`attention` says which runs, :attr:`why_torch` why
-    the kernels do not."""
+    the kernels do not. ``kv_cache``: the CPU path's cache dtype, ``float32`` (the default: every sample equals the
+    torch path's up to float rounding) or ``float16`` (keys and values rounded to half as they are stored: half the
+    bytes the attention reads; refused where :func:`dsh.llm.kernels.half_cache` does not hold)."""
 
     def __init__(self, model, eos_token_ids, slots: int = 64, max_len: int = 2048, bucket: int = 128,
                  cuda_graphs: bool | None = None, sync_every: int | None = None, prefill_tokens: int = 16384,
-                 attention: str = "auto"):
+                 attention: str = "auto", kv_cache: str = "float32"):
         why = supports(model)
         if why:
             raise ValueError(f"model is not supported by dsh.llm.engine: {why}")
         v.choice("attention", attention, ATTENTION)
+        v.choice("kv_cache", kv_cache, KV_CACHE)
         self.slots = v.positive_int("slots", slots)
         self.max_len = v.positive_int("max_len", max_len)
         self.bucket = v.positive_int("bucket", bucket)
@@ -206,8 +210,13 @@ class Engine:
             raise ValueError(f"attention 'kernels' cannot run this model: {self.why_torch}; use 'auto' or 'torch'")
         self.attention = "torch" if self.why_torch else "kernels"
         self.sync_every = sync_every or (1 if self.attention == "kernels" else 16)
+        if kv_cache == "float16" and (self.attention != "kernels" or not kernels.half_cache(kernels.load())):
+            raise ValueError("kv_cache 'float16' needs the CPU path's kernels with half floats in hardware (F16C); "
+                             f"here: {self.why_torch or 'no F16C or no _Float16 in the compiler'}; use 'float32'")
+        self.kv_cache = kv_cache
         if self.attention == "kernels":
-            self._cpu = KernelDecoder(model, eos, self.slots, self.max_len, self.sync_every)
+            self._cpu = KernelDecoder(model, eos, self.slots, self.max_len, self.sync_every,
+                                      torch.float16 if kv_cache == "float16" else torch.float32)
             return
         self._cpu = None
         dev = self.device

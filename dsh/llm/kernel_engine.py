@@ -51,9 +51,11 @@ def fused_projections(layer) -> tuple:
 
 class KernelDecoder:
     """Decoder of a llama-family float32 model on the CPU (see the module docstring): ``slots`` rows at once, at most
-    ``max_len`` prompt + completion tokens a row, the host looking at the rows every ``sync_every`` steps."""
+    ``max_len`` prompt + completion tokens a row, the host looking at the rows every ``sync_every`` steps, its KV
+    cache in ``kv_dtype`` (float32, or float16 where :func:`dsh.llm.kernels.half_cache` holds)."""
 
-    def __init__(self, model, eos_token_ids: list, slots: int, max_len: int, sync_every: int = 1):
+    def __init__(self, model, eos_token_ids: list, slots: int, max_len: int, sync_every: int = 1,
+                 kv_dtype=torch.float32):
         lib = kernels.load()
         if lib is None:
             raise ValueError(f"the C kernels are unavailable: {kernels.why_not}")
@@ -69,8 +71,8 @@ class KernelDecoder:
         L, T = len(self.layers), kernels.TILE
         # not zeroed (0.9 s for the 0.8 GB of a 700-question evaluation): a row writes every position before it reads
         # it, and the attention reads nothing beyond a row's length (a tile's tail is loaded but never used)
-        self.k_cache = torch.empty(L, slots, self.M // T, self.KV, self.D, T)   # keys transposed within tiles
-        self.v_cache = torch.empty(L, slots, self.M, self.KV, self.D)
+        self.k_cache = torch.empty(L, slots, self.M // T, self.KV, self.D, T, dtype=kv_dtype)  # keys, tiles transposed
+        self.v_cache = torch.empty(L, slots, self.M, self.KV, self.D, dtype=kv_dtype)
         self.eos = torch.tensor(sorted(set(eos_token_ids)))
         self.fused = None
 

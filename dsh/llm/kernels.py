@@ -146,15 +146,34 @@ def _declare(lib):
     lib.silu_mul.argtypes = [P, P, N, N]
     lib.sample_tokens.restype = None
     lib.sample_tokens.argtypes = [P, P, P, F, ctypes.c_int, P, P, N, N]
+    lib.has_attend_f16.restype = ctypes.c_int
+    lib.has_attend_f16.argtypes = []
+    if lib.has_attend_f16():
+        lib.attend_f16.restype = None
+        lib.attend_f16.argtypes = lib.attend.argtypes
+    lib.fma_rate.restype = ctypes.c_double
+    lib.fma_rate.argtypes = [N]
+
+
+def half_cache(lib) -> bool:
+    """Whether ``lib`` reads a float16 KV cache (:func:`attend` with float16 caches): its compiler has ``_Float16``
+    and the CPU converts half floats in hardware (F16C on x86; every 64-bit ARM CPU), else a float16 cache would be
+    converted in software, slower than reading float32."""
+    flags = _cpu_flags().split()
+    hardware = "f16c" in flags or platform.machine() in ("aarch64", "arm64")
+    return bool(lib is not None and lib.has_attend_f16() and hardware)
 
 
 def attend(lib, qkv, cos, sin, pos, lens, slot, k_tiles, v_cache, out, KV: int, M: int, scale: float):
     """One decoding position of every live row (``lens > 0``; ``lens = pos + 1``): the rotated keys and the values of
     ``qkv [B, (H + 2 KV) D]`` stored at ``pos`` in the caches of the row's ``slot`` (one layer's ``k_tiles
     [slots, M / TILE, KV, D, TILE]`` and ``v_cache [slots, M, KV, D]``), then ``out [B, H, D]`` = the attention of the
-    rotated query heads over positions ``0 .. pos``. float32 and int64 tensors, contiguous, on the CPU."""
+    rotated query heads over positions ``0 .. pos``. float32 and int64 tensors, contiguous, on the CPU; the caches
+    float32, or float16 where :func:`half_cache` holds (keys and values rounded to half as they are stored, read back
+    as float)."""
     B, H, D = out.shape
-    lib.attend(qkv.data_ptr(), cos.data_ptr(), sin.data_ptr(), pos.data_ptr(), lens.data_ptr(), slot.data_ptr(),
+    f = lib.attend_f16 if k_tiles.element_size() == 2 else lib.attend
+    f(qkv.data_ptr(), cos.data_ptr(), sin.data_ptr(), pos.data_ptr(), lens.data_ptr(), slot.data_ptr(),
                k_tiles.data_ptr(), v_cache.data_ptr(), out.data_ptr(), B, H, KV, D, M, float(scale))
 
 

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import time
 
+from . import kernels
+
 
 def sync(device):
     """Wait for the device's queued work (a no-op on the CPU)."""
@@ -54,3 +56,34 @@ def matmul_peak(device, repeats: int = 5) -> float:
     a = torch.randn(n, n, device=device, dtype=dtype)
     b = torch.randn(n, n, device=device, dtype=dtype)
     return 2 * n ** 3 / _best(device, lambda: a @ b, repeats)
+
+
+def fma_rate(repeats: int = 5) -> float | None:
+    """FLOP/s of the CPU's fused multiply-adds on every thread (the C kernels' ``fma_rate``: independent chains, no
+    memory traffic), best of ``repeats``: the hardware's fp32 peak, which no matrix product exceeds; None where the
+    kernels do not build."""
+    lib = kernels.load()
+    if lib is None:
+        return None
+    lib.fma_rate(1_000_000)                       # warm-up (threads started, clocks up)
+    return max(lib.fma_rate(20_000_000) for _ in range(repeats))
+
+
+def onednn_matmul_peak(repeats: int = 5) -> float | None:
+    """FLOP/s of a 1024^3 fp32 product by oneDNN with its weights packed ahead (the path torch's inductor takes on
+    the CPU), best of ``repeats``; None where torch has no oneDNN. On some CPUs it is well above MKL's
+    :func:`matmul_peak`, on others level with it."""
+    import torch
+
+    ops = getattr(torch.ops, "mkldnn", None)
+    if not torch.backends.mkldnn.is_available() or ops is None:
+        return None
+    n = 1024
+    a, w = torch.randn(n, n), torch.randn(n, n)
+    try:
+        packed = ops._reorder_linear_weight(w, n)
+        f = lambda: ops._linear_pointwise(a, packed, None, "none", [], "")  # noqa: E731
+        f()
+    except (RuntimeError, AttributeError):
+        return None
+    return 2 * n ** 3 / _best(torch.device("cpu"), f, repeats)

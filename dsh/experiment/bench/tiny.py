@@ -1,16 +1,21 @@
 """``python -m dsh bench --parts tiny``: the laptop experiment's paths on the machine at hand, each against its
 baseline in the same run, and against the machine's roofline measured in the same run.
 
-- **device**: the fp32 matmul peak (a 1024^3 product), the memory read bandwidth (a sum over 256 MB) and the copy
-  bandwidth (read + write), each the best of several tries, measured before and after the other parts; the larger
-  of the two measurements is used, so the roofline is the stricter one.
+- **device**: the fp32 matmul peak of torch's product (MKL) and of oneDNN with packed weights (both at 1024^3; the
+  better is the rooflines' matmul peak), the FMA issue rate (the hardware's bound), the memory read bandwidth (a sum
+  over 256 MB) and the copy bandwidth (read + write), each the best of several tries, measured before and after the
+  other parts; the larger of the two measurements is used, so the roofline is the stricter one. The CPU's vector
+  flags and the load averages before and after are recorded beside them.
 - **sampling** (the shipped base, the laptop task's test ladder 1x2 ... 1x8 as prompts, temperature 1, up to
   ``max_new`` new tokens a row, ``prompts_per_row`` prompts per row so that the rows stay busy until the last ones
   drain): ``model.generate`` in batches of ``rows``, :class:`dsh.llm.engine.Engine`'s torch path and its CPU path
-  (:mod:`dsh.llm.kernel_engine`) with ``rows`` slots, interleaved, ``repeats`` times. Each run's roofline
+  (:mod:`dsh.llm.kernel_engine`) with ``rows`` slots, and that path with a float16 KV cache where the CPU has
+  half floats in hardware (its share of completions identical to the float32 cache's, same streams), interleaved,
+  ``repeats`` times, each run with its load average and minor page faults. Each run's roofline
   (:func:`sampling_roofline`) is computed from its own prompts and completions: the larger of the matmul time (every
   prompt and generated token through every linear layer, plus attention's products, at the matmul peak) and the
-  KV-read time (each generated token reads the keys and values of its context once, at the read bandwidth); the
+  KV-read time (each generated token reads the keys and values of its context once, in the cache's dtype, at the
+  read bandwidth); the
   serial bound (the two added) is reported beside it, and the serial bound again with the products at the rate that
   the decoding step's own matrix shapes reach when measured alone at that many rows (:func:`step_matmul_rate`).
 - **GRPO**: a policy that writes reflection traces of the laptop task's length (the shipped base after
@@ -41,7 +46,7 @@ from pathlib import Path
 from ...core.files import read_jsonl
 from ...llm import kernels
 from ...llm.models import load
-from ...llm.peaks import matmul_peak, memory_bandwidth, read_bandwidth
+from ...llm.peaks import fma_rate, matmul_peak, memory_bandwidth, onednn_matmul_peak, read_bandwidth
 from ...llm.roofline import model_shape, roofline, sampling_work
 from ...task import laptop_task as lt
 from ...task.records import chat_prompt
@@ -77,13 +82,33 @@ TINY_SIZES = {
 # The device
 # ------------------------------------------------------------------------------------------------
 def device_peaks(repeats: int = 7) -> dict:
-    """The fp32 matmul peak (FLOP/s of a 1024^3 product), the read bandwidth (bytes/s of a sum over 256 MB) and the
-    copy bandwidth (read + write bytes/s of a 256 MB copy), each the best of ``repeats`` (:mod:`dsh.experiment.peaks`)."""
+    """The machine's peaks (:mod:`dsh.llm.peaks`), each the best of ``repeats``: the fp32 matmul peak of torch's own
+    product (MKL; ``matmul_peak_flops``) and of oneDNN with packed weights (``onednn_matmul_flops``, where torch has
+    it), both at 1024^3, the better of the two (``library_peak_flops``: the rooflines' matmul peak), the FMA issue
+    rate of every thread (``fma_issue_flops``, where the kernels build: the hardware's bound), the read bandwidth
+    (bytes/s of a sum over 256 MB on every thread) and the copy bandwidth (read + write bytes/s of a 256 MB copy)."""
     import torch
 
     cpu = torch.device("cpu")
-    return {"matmul_peak_flops": matmul_peak(cpu, repeats), "read_bandwidth_bytes_per_s": read_bandwidth(cpu, 256, repeats),
-            "copy_bandwidth_bytes_per_s": memory_bandwidth(cpu, 256, repeats)}
+    got = {"matmul_peak_flops": matmul_peak(cpu, repeats), "read_bandwidth_bytes_per_s": read_bandwidth(cpu, 256, repeats),
+           "copy_bandwidth_bytes_per_s": memory_bandwidth(cpu, 256, repeats)}
+    onednn, fma = onednn_matmul_peak(repeats), fma_rate(repeats)
+    if onednn is not None:
+        got["onednn_matmul_flops"] = onednn
+    if fma is not None:
+        got["fma_issue_flops"] = fma
+    got["library_peak_flops"] = max(got["matmul_peak_flops"], onednn or 0.0)
+    return got
+
+
+CPU_FLAGS = ("avx", "avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl", "avx512_vnni", "avx512_bf16", "amx_tile",
+             "asimd", "sve")
+
+
+def cpu_flags() -> list:
+    """The vector-instruction flags of this CPU that decide its kernels' speed (from /proc/cpuinfo)."""
+    have = set(kernels._cpu_flags().split())
+    return [f for f in CPU_FLAGS if f in have]
 
 
 # ------------------------------------------------------------------------------------------------
@@ -114,17 +139,31 @@ def _run_generate(model, tok, prompts, rows, max_new, seed):
     return time.perf_counter() - t, gen
 
 
-def _run_engine(model, tok, prompts, rows, max_new, seed, attention):
+def _run_engine(model, tok, prompts, rows, max_new, seed, attention, kv_cache="float32"):
     from ...llm.engine import Engine
 
-    eng = Engine(model, [tok.eos_token_id], slots=rows, max_len=max(map(len, prompts)) + max_new, attention=attention)
+    eng = Engine(model, [tok.eos_token_id], slots=rows, max_len=max(map(len, prompts)) + max_new, attention=attention,
+                 kv_cache=kv_cache)
     eng.generate(prompts[:rows], 8, seed=seed + 1)                 # warm-up (compiles the kernels once)
     t = time.perf_counter()
     gens = eng.generate(prompts, max_new, temperature=1.0, seed=seed)
-    return time.perf_counter() - t, [len(g.tokens) for g in gens]
+    return time.perf_counter() - t, [g.tokens for g in gens]
 
 
 SAMPLING_PATHS = ("model.generate", "dsh engine, torch path", "dsh engine, CPU path (C kernels)")
+HALF_PATH = "dsh engine, CPU path, float16 KV cache"
+
+
+def sampling_paths() -> tuple:
+    """The sampling paths compared here: :data:`SAMPLING_PATHS`, and the CPU path with a float16 KV cache where
+    :func:`dsh.llm.kernels.half_cache` holds."""
+    return SAMPLING_PATHS + ((HALF_PATH,) if kernels.half_cache(kernels.load()) else ())
+
+
+def _minor_faults() -> int:
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
 
 
 def step_matmul_rate(model, rows: int, repeats: int = 20) -> float:
@@ -167,22 +206,34 @@ def sampling_rows(size: TinySize, seed: int = 0) -> list:
     model.eval()
     shape = model_shape(model)
     prompts = _ladder_prompts(tok, max(size.rows) * size.prompts_per_row, seed)
+    half = {**shape, "kv_bytes_per_token": shape["kv_bytes_per_token"] // 2}
     out = []
     for rows in size.rows:
         ps = prompts[:rows * size.prompts_per_row]
         rate = step_matmul_rate(model, rows)
         for rep in range(size.repeats):
-            for path in SAMPLING_PATHS:
+            fp32 = None
+            for path in sampling_paths():
+                load_1min, faults = os.getloadavg()[0], _minor_faults()
                 if path == "model.generate":
                     secs, gen = _run_generate(model, tok, ps, rows, size.max_new, seed + rep)
+                    toks = None
                 else:
-                    secs, gen = _run_engine(model, tok, ps, rows, size.max_new, seed + rep,
-                                            "torch" if "torch" in path else "kernels")
-                tokens = sum(gen)
-                out.append({"part": "tiny sampling", "path": f"{path}, {rows} rows", "rows": rows, "repeat": rep,
-                            "prompts": len(ps), "prompt_tokens": sum(map(len, ps)), "generated_tokens": tokens,
-                            "seconds": round(secs, 3), "tokens_per_s": tokens / secs,
-                            "work": sampling_work(shape, [len(p) for p in ps], gen), "step_matmul_flops": rate})
+                    secs, toks = _run_engine(model, tok, ps, rows, size.max_new, seed + rep,
+                                             "torch" if "torch" in path else "kernels",
+                                             "float16" if path == HALF_PATH else "float32")
+                    gen = [len(t) for t in toks]
+                row = {"part": "tiny sampling", "path": f"{path}, {rows} rows", "rows": rows, "repeat": rep,
+                       "prompts": len(ps), "prompt_tokens": sum(map(len, ps)), "generated_tokens": sum(gen),
+                       "seconds": round(secs, 3), "tokens_per_s": sum(gen) / secs, "load_1min": load_1min,
+                       "minor_page_faults": _minor_faults() - faults,
+                       "work": sampling_work(half if path == HALF_PATH else shape, [len(p) for p in ps], gen),
+                       "step_matmul_flops": rate}
+                if path == SAMPLING_PATHS[2]:
+                    fp32 = toks
+                elif path == HALF_PATH:         # the same streams: a completion differs only where rounding moved it
+                    row["identical_to_float32_cache"] = sum(a == b for a, b in zip(toks, fp32)) / len(toks)
+                out.append(row)
     for r in out:
         same = [x for x in out if x["rows"] == r["rows"] and x["repeat"] == r["repeat"]]
         r["ratio_to_generate"] = r["tokens_per_s"] / same[0]["tokens_per_s"]
@@ -193,7 +244,7 @@ def add_rooflines(rows: list, peaks: dict) -> None:
     """Each sampling row's roofline at ``peaks`` and its shares of it (and of the serial bound)."""
     for r in rows:
         work = r.pop("work")
-        roof = roofline(work, peaks["matmul_peak_flops"], peaks["read_bandwidth_bytes_per_s"])
+        roof = roofline(work, peaks["library_peak_flops"], peaks["read_bandwidth_bytes_per_s"])
         # the same bounds with the products at the rate the step's own shapes reach alone (step_matmul_rate)
         at_shapes = roofline(work, r["step_matmul_flops"], peaks["read_bandwidth_bytes_per_s"])
         r.update(roofline=roof, roofline_tokens_per_s=r["generated_tokens"] / roof["roofline_s"],
@@ -333,6 +384,7 @@ def run(size: TinySize, workdir: Path, seed: int = 0) -> dict:
     import torch
 
     torch.manual_seed(seed)
+    flags, load_before = cpu_flags(), os.getloadavg()
     measured = [device_peaks()]
     t0 = time.time()
     sampling = sampling_rows(size, seed)
@@ -343,7 +395,8 @@ def run(size: TinySize, workdir: Path, seed: int = 0) -> dict:
     peaks = {k: max(m[k] for m in measured) for k in measured[0]}      # the stricter roofline
     add_rooflines(sampling, peaks)
     for r in training:                          # the 6N FLOP/s against the same (stricter) peak as the rooflines
-        r["share_of_peak"] = r["flops_6n"] / peaks["matmul_peak_flops"]
+        r["share_of_peak"] = r["flops_6n"] / peaks["library_peak_flops"]
     return {"size": dataclasses.asdict(size), "device_measurements": measured, "device": peaks,
             "sampling": sampling, "evaluation": evaluation, "grpo": grpo, "training": training,
-            "seconds": round(time.time() - t0, 1), "load_average": os.getloadavg()}
+            "seconds": round(time.time() - t0, 1), "cpu_flags": flags, "load_average_before": load_before,
+            "load_average": os.getloadavg()}
