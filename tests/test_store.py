@@ -71,3 +71,4 @@ def test_the_bootstrap_median_is_numpys(n):
         x = rng.standard_normal(n) * 10.0 ** rng.integers(-4, 4)
         x[rng.random(n) < 0.2] = np.inf
         assert median(x) == float(np.median(x)) and median(list(x)) == float(np.median(x))
+

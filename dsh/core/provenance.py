@@ -35,13 +35,31 @@ def cpu_model() -> str | None:
     return platform.processor() or None
 
 
+# the vector-instruction flags that decide which code paths MKL, oneDNN and the C kernels take (and so the float
+# rounding of a CPU run: the same code and seed on an AVX2 and an AVX-512 host round differently)
+VECTOR_FLAGS = ("avx", "avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl", "avx512_vnni", "avx512_bf16",
+                "amx_tile", "asimd", "sve")
+
+
+def cpu_flags() -> list:
+    """The CPU's :data:`VECTOR_FLAGS` (from /proc/cpuinfo's flags or Features line; [] where there is none)."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith(("flags", "Features")):
+                have = set(line.split(":", 1)[1].split())
+                return [f for f in VECTOR_FLAGS if f in have]
+    except OSError:  # pragma: no cover - not Linux
+        pass
+    return []
+
+
 def hardware() -> dict:
-    """Platform, Python, torch, the CPU's model, CPU count and torch's threads, the GPU's name (when there is one)
-    and the versions of transformers and TRL (when installed)."""
+    """Platform, Python, torch, the CPU's model, vector flags (:func:`cpu_flags`), CPU count and torch's threads,
+    the GPU's name (when there is one) and the versions of transformers and TRL (when installed)."""
     import torch
 
     hw = {"platform": platform.platform(), "python": platform.python_version(), "torch": torch.__version__,
-          "cpu": cpu_model(), "cpus": os.cpu_count(), "torch_threads": torch.get_num_threads()}
+          "cpu": cpu_model(), "cpu_flags": cpu_flags(), "cpus": os.cpu_count(), "torch_threads": torch.get_num_threads()}
     if torch.cuda.is_available():
         hw["gpu"] = torch.cuda.get_device_name(0)
     try:

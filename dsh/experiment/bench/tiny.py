@@ -44,6 +44,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ...core.files import read_jsonl
+from ...core.provenance import cpu_flags
 from ...llm import kernels
 from ...llm.models import load
 from ...llm.peaks import fma_rate, matmul_peak, memory_bandwidth, onednn_matmul_peak, read_bandwidth
@@ -99,16 +100,6 @@ def device_peaks(repeats: int = 7) -> dict:
         got["fma_issue_flops"] = fma
     got["library_peak_flops"] = max(got["matmul_peak_flops"], onednn or 0.0)
     return got
-
-
-CPU_FLAGS = ("avx", "avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl", "avx512_vnni", "avx512_bf16", "amx_tile",
-             "asimd", "sve")
-
-
-def cpu_flags() -> list:
-    """The vector-instruction flags of this CPU that decide its kernels' speed (from /proc/cpuinfo)."""
-    have = set(kernels._cpu_flags().split())
-    return [f for f in CPU_FLAGS if f in have]
 
 
 # ------------------------------------------------------------------------------------------------
