@@ -31,6 +31,7 @@ import tempfile
 from pathlib import Path
 
 from ..core import store
+from ..core.provenance import cpu_flags
 
 SOURCE = Path(__file__).with_name("cpu_kernels.c")
 TILE = 16                      # positions per key tile (TILE in cpu_kernels.c)
@@ -159,8 +160,7 @@ def half_cache(lib) -> bool:
     """Whether ``lib`` reads a float16 KV cache (:func:`attend` with float16 caches): its compiler has ``_Float16``
     and the CPU converts half floats in hardware (F16C on x86; every 64-bit ARM CPU), else a float16 cache would be
     converted in software, slower than reading float32."""
-    flags = _cpu_flags().split()
-    hardware = "f16c" in flags or platform.machine() in ("aarch64", "arm64")
+    hardware = "f16c" in cpu_flags() or platform.machine() in ("aarch64", "arm64")
     return bool(lib is not None and lib.has_attend_f16() and hardware)
 
 

@@ -148,12 +148,15 @@ def job_key(stage: str, model: str, settings: dict, seed: int, probe: dict | Non
 def reusable_job(results: Path, key: dict) -> dict | None:
     """The job record of ``key["stage"]`` when the job can be reused (:mod:`dsh.core.store`'s rule): its record was
     made from ``key`` and every file it lists is the one it wrote (by sha256); else None."""
-    results = Path(results)
-    record = store.reusable(results / JOBS / f"{key['stage']}.json", key)
-    if record is None or not all((results / rel).is_file() and sha256(results / rel) == digest
-                                 for rel, digest in record.get("files", {}).items()):
-        return None
-    return record
+    record = store.reusable(Path(results) / JOBS / f"{key['stage']}.json", key)
+    return record if record is not None and changed_file(results, record.get("files", {})) is None else None
+
+
+def changed_file(results: Path, files: dict) -> str | None:
+    """The first of a job record's ``files`` ({path under ``results``: sha256}) that is missing or is not the one its
+    job wrote; None when every one is intact."""
+    return next((rel for rel, digest in files.items()
+                 if not (Path(results) / rel).is_file() or sha256(Path(results) / rel) != digest), None)
 
 
 def finish_job(results: Path, key: dict) -> dict:
@@ -184,7 +187,7 @@ def check_jobs(results: Path, summary: dict) -> None:
         for key in store.differences(rec, {k: summary.get(k) for k in ("eval", "seed")}):
             raise ValueError(f"results_dir {results}: stage {stage}'s job ran with another {key} "
                              f"({rec.get(key)!r}) than the summary's ({summary.get(key)!r}); the folder mixes two runs")
-        for rel, digest in rec["files"].items():
-            if not (results / rel).is_file() or sha256(results / rel) != digest:
-                raise ValueError(f"results_dir {results}: {rel} is not the file stage {stage}'s job wrote; the "
-                                 f"folder mixes two runs")
+        rel = changed_file(results, rec["files"])
+        if rel is not None:
+            raise ValueError(f"results_dir {results}: {rel} is not the file stage {stage}'s job wrote; the folder "
+                             f"mixes two runs")
