@@ -122,7 +122,8 @@ def _cmd_train(args) -> int:
 def _cmd_evaluate(args) -> int:
     levels = [x.strip() for x in args.levels.split(",") if x.strip()]
     settings = EvalSettings(levels=levels, n_per_level=args.n, temperature=args.temperature,
-                            max_new_tokens=args.max_new_tokens, batch_size=args.batch_size)
+                            max_new_tokens=args.max_new_tokens, batch_size=args.batch_size,
+                            samples_per_question=args.samples)
     path = evaluate(model=args.model, out=args.out, settings=settings, seed=args.seed, backend=args.backend)
     recs = read_jsonl(path)
     cut = sum(bool(r.get("truncated")) for r in recs)
@@ -338,11 +339,13 @@ def _add_train(sub, presets_help) -> None:
 
 
 def _add_evaluate(sub, model_help) -> None:
-    ev = sub.add_parser("evaluate", help="one sample per test question; JSONL that `dsh calibrate` reads")
+    ev = sub.add_parser("evaluate", help="one sample per test question (or --samples); JSONL that `dsh calibrate` reads")
     ev.add_argument("--model", default=EMBEDDED, help=model_help)
     ev.add_argument("--out", default="generations.jsonl", help="output JSONL (an existing file is resumed)")
     ev.add_argument("--levels", default=",".join(EvalSettings.levels))
     ev.add_argument("--n", type=int, default=EvalSettings.n_per_level, help="questions per level (the paper's protocol)")
+    ev.add_argument("--samples", type=int, default=EvalSettings.samples_per_question,
+                    help="samples per question (the paper's protocol: 1; the statistics then resample questions)")
     ev.add_argument("--temperature", type=float, default=EvalSettings.temperature)
     ev.add_argument("--max-new-tokens", type=int, default=EvalSettings.max_new_tokens)
     ev.add_argument("--seed", type=int, default=0)
@@ -362,7 +365,8 @@ def _add_pipeline(sub, presets_help, model_help) -> None:
     pl.add_argument("--stages", help="comma-separated stages, e.g. rl or rl-s0 (and every stage they start from; "
                     "default: every stage of the preset)")
     pl.add_argument("--eval-set", action="append", metavar="KEY=VALUE",
-                    help="override an evaluation setting: levels, n_per_level, max_new_tokens, temperature, batch_size")
+                    help="override an evaluation setting: levels, n_per_level, samples_per_question, max_new_tokens, "
+                    "temperature, batch_size")
     pl.add_argument("--attribution-set", action="append", metavar="KEY=VALUE",
                     help="override a setting of the gradient-attribution study (the laptop presets): levels, prompts_per_level, "
                     "group, temperature, max_new_tokens, objectives")

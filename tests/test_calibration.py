@@ -158,3 +158,23 @@ def test_synthetic_results_recover_their_truth_and_draw():
     assert len(report.plot_calibration(res).axes) == 2
     with pytest.raises(ValueError, match="^stage must be one of"):
         simulated.synthetic_results({"ppo": {"3x3": (0.5, 0.5, 0.5)}})
+
+
+def test_several_samples_a_question_get_intervals_that_cover_the_truth_and_one_sample_is_unchanged():
+    """Questions that differ (Beta rates, intra-question correlation 0.5) answered 4 times each: intervals that take
+    the 400 responses as independent cover the truth ~80 % of the time; grouped by question (cluster bootstrap for
+    p_s, clustered normal interval for the accuracy) they keep ~95 %. With one sample a question both readings are
+    the same numbers."""
+    from dsh.measure.known_truth import clustered_coverage
+
+    got = clustered_coverage(0.7, 1.0, questions=100, samples=4, replications=300, seed=0)
+    for what in ("accuracy", "p_s"):
+        assert 0.92 <= got[f"{what}, by question"] <= 0.98, got
+        assert got[f"{what}, as independent"] < 0.87, got
+    one = clustered_coverage(0.7, 1.0, questions=100, samples=1, replications=20, seed=1)
+    assert one["accuracy, by question"] == one["accuracy, as independent"]
+    assert one["p_s, by question"] == one["p_s, as independent"]
+    assert calibration.design_effect([1, 1, 0, 0], [1, 1, 1, 1], ["a", "b", "c", "d"]) == pytest.approx(1.0)
+    assert calibration.design_effect([1, 1, 0, 0], [1, 1, 1, 1], ["a", "a", "b", "b"]) == pytest.approx(2.0)
+    with pytest.raises(ValueError, match="^questions must be"):
+        clustered_coverage(0.7, 1.0, questions=0, samples=2, replications=2)

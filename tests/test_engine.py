@@ -12,6 +12,7 @@ from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausa
 from dsh.experiment.run import evaluate
 from dsh.llm import models
 from dsh.llm.engine import Engine, kv_bytes_per_token, supports
+from dsh.measure import calibration
 from dsh.task import problems, records
 
 pytestmark = pytest.mark.slow   # loads or trains the embedded model (make check leaves it out)
@@ -185,6 +186,38 @@ def test_a_resumed_evaluation_with_another_batch_size_gives_the_same_responses(t
                          for r in map(json.loads, path.read_text().splitlines())}
     assert len(by_q(whole)) == 6 and by_q(part) == by_q(whole)
     assert len(set(by_q(whole).values())) > 1                          # the streams differ between questions
+
+
+def test_several_samples_a_question_keep_the_first_and_resume_and_calibrate_by_question(tmp_path):
+    """samples_per_question=3: each question's first sample is the response of the one-sample evaluation, the others
+    come from their own streams; a kill mid-record resumes to the same file; the calibration counts every response,
+    resamples questions (``questions``, design effects) and one-sample records carry none of it."""
+    model, levels = _model_and_levels("laptop")
+    one = evaluate.EvalSettings(levels=levels or ["1x1", "2x2"], n_per_level=3, max_new_tokens=80, temperature=2.0)
+    three = dataclasses.replace(one, samples_per_question=3)
+    kw = dict(seed=5, backend="dsh", progress=False)
+    single, triple, part = tmp_path / "one.jsonl", tmp_path / "three.jsonl", tmp_path / "part.jsonl"
+    evaluate.evaluate(model, out=str(single), settings=one, **kw)
+    evaluate.evaluate(model, out=str(triple), settings=three, **kw)
+    evaluate.evaluate(model, out=str(part), settings=dataclasses.replace(three, batch_size=2), **kw)
+    lines = part.read_text().splitlines()
+    part.write_text("\n".join(lines[:4]) + "\n" + lines[4][:25])
+    evaluate.evaluate(model, out=str(part), settings=three, **kw)
+    read = lambda path: list(map(json.loads, path.read_text().splitlines()))  # noqa: E731
+    ones, threes = read(single), read(triple)
+    by = lambda recs: {(r["level"], r["index"], r.get("sample", 0)): r["response"] for r in recs}  # noqa: E731
+    assert len(threes) == 18 and by(read(part)) == by(threes)
+    assert "sample" not in ones[0] and {r["sample"] for r in threes} == {0, 1, 2}
+    assert {k[:2]: x for k, x in by(threes).items() if k[2] == 0} == {k[:2]: x for k, x in by(ones).items()}
+    questions = {k[:2] for k in by(threes)}
+    assert any(len({by(threes)[(*q, j)] for j in range(3)}) > 1 for q in questions)   # the other samples: new draws
+    got = calibration.calibrate(threes, n_bootstrap=5)["overall"]
+    assert got["n"] == 18 and got["questions"] == 6 and set(got["design_effects"]) == {"accuracy", "p_s", "p(F->T)"}
+    assert "questions" not in calibration.calibrate(ones, n_bootstrap=5)["overall"]
+    with pytest.raises(ValueError, match="^samples_per_question must be"):
+        evaluate.evaluate(model, out=str(tmp_path / "x.jsonl"), settings=dataclasses.replace(one, samples_per_question=0),
+                          **kw)
+    assert not (tmp_path / "x.jsonl").exists()
 
 
 @pytest.mark.parametrize("attention", ["kernels", "torch"])

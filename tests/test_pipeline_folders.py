@@ -59,8 +59,8 @@ def test_a_folder_the_pipeline_did_not_write_is_refused_and_left_byte_identical(
 
 
 def test_another_runs_folder_needs_fresh_which_removes_only_what_the_pipeline_wrote(tmp_path):
-    a = folders.identity("laptop", [], ["base"], "m", {}, {"n_per_level": 20}, 0)
-    b = folders.identity("laptop", [], ["base"], "m", {}, {"n_per_level": 3}, 0)
+    a = folders.identity("laptop", [], ["base"], "m", {}, 0)
+    b = folders.identity("laptop", [], ["base"], "m", {"sft": {"max_steps": 3}}, 0)
     res = tmp_path / "results"
     assert folders.claim({"results_dir": res}, a) == {"results_dir": "new"}
     (res / "calibration").mkdir()
@@ -69,7 +69,7 @@ def test_another_runs_folder_needs_fresh_which_removes_only_what_the_pipeline_wr
     (res / ".summary.json.x1y2.tmp").write_text("left by a kill")
     assert folders.claim({"results_dir": res}, a) == {"results_dir": "resume"}
     before = _hashes(res)
-    with pytest.raises(ValueError, match="holds a pipeline run with another eval; run it with the same options to "
+    with pytest.raises(ValueError, match="holds a pipeline run with another overrides; run it with the same options to "
                                          "resume it, pass --fresh"):
         folders.claim({"results_dir": res}, b)
     assert _hashes(res) == before
@@ -88,7 +88,7 @@ def test_a_runs_folder_with_a_foreign_run_folder_is_refused(tmp_path):
     (runs / "sft-s0" / "run_config.json").write_text("{}")
     (runs / "sft-s0" / "my_weights.pt").write_text("x")
     with pytest.raises(ValueError, match=r"runs_dir .* holds files dsh pipeline did not write \(sft-s0/my_weights.pt"):
-        folders.claim({"runs_dir": runs}, folders.identity("laptop", [], [], "m", {}, {}, 0), fresh=True)
+        folders.claim({"runs_dir": runs}, folders.identity("laptop", [], [], "m", {}, 0), fresh=True)
     assert (runs / "sft-s0" / "my_weights.pt").is_file() and not (runs / folders.CLAIM).exists()
 
 
@@ -116,7 +116,7 @@ def test_the_loader_refuses_a_folder_that_mixes_two_runs_and_names_the_stage(tmp
     cal["all"]["by_level"]["1x4"]["n"] = 21
     path.write_text(json.dumps(cal))
     refusal = (r"calibration/sft-s1.json is not the file stage sft-s1's job wrote" if jobs else
-               r"stage sft-s1 was evaluated on .*1x4: 21.* its summary says 100 a level")
+               r"stage sft-s1 has .*1x4: 21.* responses, its summary says 100 a level")
     with pytest.raises(ValueError, match=refusal):
         pipeline.load_results(folder)
     path.unlink()
@@ -127,8 +127,7 @@ def test_the_loader_refuses_a_folder_that_mixes_two_runs_and_names_the_stage(tmp
 def test_a_claim_that_disagrees_with_the_summary_is_refused(tmp_path):
     folder = _copy_laptop(tmp_path)
     s = json.loads((folder / "summary.json").read_text())
-    folders.claim({"results_dir": folder / "x"}, folders.identity("laptop", [], s["stages"], "m", {},
-                                                                  {**s["eval"], "n_per_level": 3}, 0))
+    folders.claim({"results_dir": folder / "x"}, folders.identity("laptop", [], s["stages"][:-1], "m", {}, 0))
     shutil.move(folder / "x" / folders.CLAIM, folder / folders.CLAIM)
     with pytest.raises(ValueError, match="summary.json is not the one of the run that claimed the folder"):
         pipeline.load_results(folder)
@@ -177,7 +176,7 @@ def test_a_kill_during_the_write_of_a_results_file_leaves_the_old_file_and_a_tem
     import time
 
     res = tmp_path / "results"
-    ident = folders.identity("laptop", [], ["base"], "m", {}, {}, 0)
+    ident = folders.identity("laptop", [], ["base"], "m", {}, 0)
     folders.claim({"results_dir": res}, ident)
     (res / "summary.json").write_text('{"old": true}')
     code = (f"from dsh.core.files import atomic_write\n"
@@ -276,7 +275,8 @@ def test_a_job_without_its_record_is_redone_and_the_folder_equals_the_first_runs
 def test_the_same_run_again_reuses_every_step_and_rewrites_nothing(small_results, tmp_path, capsys):
     """Every step keyed by what it is made from (dsh.core.store): the same run again trains, evaluates, calibrates and
     probes nothing and leaves every file of both folders as it was, byte for byte and untouched; a job whose record
-    names other weights is redone."""
+    names other weights is redone, and so is every job of the same run with other evaluation settings (two samples a
+    question), its attribution study reused."""
     root = tmp_path / "again"
     shutil.copytree(small_results.parent, root)
     files = [f for f in root.rglob("*") if f.is_file()]
@@ -294,6 +294,14 @@ def test_the_same_run_again_reuses_every_step_and_rewrites_nothing(small_results
     assert "evaluate base:" in said and "reused" not in said.split("evaluate base:")[0].split("\n")[-1]
     assert json.loads(job.read_text())["model"] == json.loads((small_results / folders.JOBS / "base.json")
                                                                .read_text())["model"]
+    # other evaluation settings: the same run (its claim holds what its trainings are made from), every job redone
+    two = {**SMALL, "progress": True, "eval_overrides": {**SMALL["eval_overrides"], "samples_per_question": 2}}
+    pipeline.run_pipeline("laptop", results_dir=str(root / "results"), runs_dir=str(root / "runs"), **two)
+    said = capsys.readouterr().out
+    assert "evaluate base: 4 responses" in said and "attribution base: reused" in said, said
+    cal = json.loads((root / "results" / "calibration" / "base.json").read_text())["all"]["overall"]
+    assert cal["n"] == 4 and cal["questions"] == 2
+    assert pipeline.load_results(root / "results")["summary"]["eval"]["samples_per_question"] == 2
 
 
 def _strings(x):
@@ -350,8 +358,8 @@ def test_the_same_runs_folder_by_a_relative_or_an_absolute_path_is_one_run(tmp_p
 
 def test_a_claim_of_other_weights_is_refused_naming_the_model(tmp_path):
     """A folder claimed for one model (by content) is refused for another, naming the field that differs."""
-    old = folders.identity("laptop", [], ["base"], "sha256:" + "1" * 64, {}, {}, 0)
-    new = folders.identity("laptop", [], ["base"], "sha256:" + "0" * 64, {}, {}, 0)
+    old = folders.identity("laptop", [], ["base"], "sha256:" + "1" * 64, {}, 0)
+    new = folders.identity("laptop", [], ["base"], "sha256:" + "0" * 64, {}, 0)
     folders.claim({"results_dir": tmp_path / "r"}, old)
     with pytest.raises(ValueError, match=r"holds a pipeline run with another model; run it with the same options"):
         folders.claim({"results_dir": tmp_path / "r"}, new)

@@ -104,7 +104,7 @@ def test_pipeline_fresh_refuses_a_users_file_inside_a_stages_final(tmp_path, cap
     runs, results = tmp_path / "w", tmp_path / "r"
     trained(runs / "sft-s0")
     (runs / "sft-s0" / "final" / "mine.txt").write_text("my notes")
-    other = folders.identity("laptop", [], ["x"], "m", {}, {}, 0)
+    other = folders.identity("laptop", [], ["x"], "m", {}, 0)
     (runs / folders.CLAIM).write_text(json.dumps({"written_by": "dsh pipeline", "identity": other}))
     before = snapshot(tmp_path)
     for fresh in (["--fresh"], []):

@@ -36,6 +36,20 @@ def atomic_write(path, write) -> Path:
     return path
 
 
+_PARTIAL = re.compile(r"^\..+\.[A-Za-z0-9_]{8}\.tmp$")   # atomic_write's temporary name (tempfile.mkstemp)
+
+
+def remove_partial_writes(folder) -> list[Path]:
+    """Remove, directly in ``folder``, the temporary files :func:`atomic_write` leaves when its process is killed
+    (SIGKILL gives it no chance to clean up) and return them; call it only while holding the folder (nothing else
+    writes there)."""
+    folder = Path(folder)
+    gone = [f for f in folder.iterdir() if f.is_file() and _PARTIAL.match(f.name)] if folder.is_dir() else []
+    for f in gone:
+        f.unlink()
+    return gone
+
+
 def readable(folder) -> Path:
     """Give ``folder`` and everything in it the modes a plain ``open`` would (0666 / 0777 less the umask):
     transformers writes ``model.safetensors`` through a private temporary (mode 0600), so a saved model would be

@@ -7,6 +7,14 @@ Wilson interval, a bootstrap interval for the predicted accuracy (the paper: 100
 set, 2.5th and 97.5th percentiles), and the transitions between consecutive candidates
 (F->T, T->F, T->T, F->F; Kang et al. 2025).
 
+Several responses to one question (an evaluation with ``samples_per_question`` > 1) are not independent draws: a
+hard question is hard for each of them. The bootstrap then resamples questions with all their responses (a cluster
+bootstrap), and the observed accuracy's intervals and p(F->T)'s use the cluster-robust standard error of a ratio
+of sums, sqrt(sum_q (y_q - p m_q)^2) / sum_q m_q over questions q (y_q the question's successes, m_q its trials);
+``design_effects`` records that error's square over the binomial one for the accuracy, p_s and p(F->T), and
+``questions`` the number of questions. With one response a question none of this enters: the draws, intervals and
+fields are those of independent responses.
+
 A response with no candidate counts as wrong in the observed accuracy and is reported in ``no_answer``;
 it carries no attempt, so it does not enter p_s, p_dC or p_dW.
 """
@@ -39,6 +47,7 @@ class ResponseStats:
     resample_wrong: np.ndarray
     transitions: np.ndarray   # (n, 4): F->T, T->F, T->T, F->F
     levels: np.ndarray
+    questions: np.ndarray     # the question each response answers (level and question text)
 
 
 def response_stats(records, markers=DEFAULT_MARKERS, parse=parse_response) -> ResponseStats:
@@ -56,11 +65,13 @@ def response_stats(records, markers=DEFAULT_MARKERS, parse=parse_response) -> Re
             tr[{(False, True): 0, (True, False): 1, (True, True): 2, (False, False): 3}[(x, y)]] += 1
         rows.append((bool(c) and c[-1], bool(c), bool(c) and c[0], sum(c),
                      sum(1 for x, y in zip(c, d) if x and y == "STOP"), sum(1 for x in c if not x),
-                     sum(1 for x, y in zip(c, d) if not x and y == "RESAMPLE"), tr, _level_of(r, a, b)))
-    cols = list(zip(*rows)) if rows else [[]] * 9
+                     sum(1 for x, y in zip(c, d) if not x and y == "RESAMPLE"), tr, _level_of(r, a, b),
+                     f"{_level_of(r, a, b)}|{r['question']}"))
+    cols = list(zip(*rows)) if rows else [[]] * 10
     f = lambda i, dt: np.asarray(cols[i], dtype=dt)  # noqa: E731
     return ResponseStats(f(0, bool), f(1, bool), f(2, bool), f(3, int), f(4, int), f(5, int), f(6, int),
-                         np.asarray(cols[7], dtype=int).reshape(-1, 4), np.asarray(cols[8], dtype=object))
+                         np.asarray(cols[7], dtype=int).reshape(-1, 4), np.asarray(cols[8], dtype=object),
+                         np.asarray(cols[9], dtype=object))
 
 
 def _level_of(r: dict, a, b) -> str:
@@ -102,24 +113,64 @@ def _predict(p_s, p_dC, p_dW):
     return predicted_accuracy(p_s, p_dC, p_dW)
 
 
-def normal_interval(k: int, n: int, z: float = Z95) -> tuple[float, float]:
-    """The paper's interval: p +- z sqrt(p(1-p)/n), not clipped to [0, 1] (the paper prints (-1.0, 3.0))."""
+def normal_interval(k: int, n: int, z: float = Z95, effective: float | None = None) -> tuple[float, float]:
+    """The paper's interval: p +- z sqrt(p(1-p)/n), not clipped to [0, 1] (the paper prints (-1.0, 3.0));
+    ``effective``: the number of independent trials in place of n when the trials are clustered (as in
+    :func:`wilson_interval`)."""
     if n <= 0:
         return float("nan"), float("nan")
     p = k / n
-    h = z * math.sqrt(p * (1 - p) / n)
+    h = z * math.sqrt(p * (1 - p) / (n if effective is None or not effective > 0 else effective))
     return p - h, p + h
 
 
-def wilson_interval(k: int, n: int, z: float = Z95) -> tuple[float, float]:
-    """Wilson score interval for a binomial proportion."""
+def wilson_interval(k: int, n: int, z: float = Z95, effective: float | None = None) -> tuple[float, float]:
+    """Wilson score interval for a binomial proportion k / n; ``effective``: the number of independent trials that
+    carry the same information (n over a design effect, :func:`design_effect`) when the trials are clustered."""
     if n <= 0:
         return float("nan"), float("nan")
     p = k / n
+    n = n if effective is None or not effective > 0 else effective
     den = 1 + z * z / n
     mid = (p + z * z / (2 * n)) / den
     h = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / den
     return mid - h, mid + h
+
+
+def clustered_se(successes, trials, clusters) -> float:
+    """The cluster-robust standard error of the ratio sum(successes) / sum(trials) (arrays over responses; clusters:
+    each response's question): sqrt(sum_q (y_q - p m_q)^2) / sum m over the clusters' sums y_q, m_q (the
+    linearised ratio estimator). With one response a cluster and one trial each it is sqrt(p (1 - p) / n); nan
+    without trials."""
+    y, m = np.asarray(successes, dtype=float), np.asarray(trials, dtype=float)
+    total = m.sum()
+    if total <= 0:
+        return float("nan")
+    p = y.sum() / total
+    _, inv = np.unique(np.asarray(clusters, dtype=str), return_inverse=True)
+    resid = np.bincount(inv, weights=y - p * m)
+    return float(math.sqrt((resid ** 2).sum()) / total)
+
+
+def design_effect(successes, trials, clusters) -> float:
+    """:func:`clustered_se` squared over the binomial p (1 - p) / sum(trials): 1 for independent trials, more where
+    a cluster's trials succeed or fail together; 1 where p is 0 or 1 (both errors 0), nan without trials."""
+    m = np.asarray(trials, dtype=float)
+    total = m.sum()
+    if total <= 0:
+        return float("nan")
+    p = float(np.asarray(successes, dtype=float).sum() / total)
+    binomial = p * (1 - p) / total
+    return 1.0 if binomial == 0 else clustered_se(successes, trials, clusters) ** 2 / binomial
+
+
+def _cluster_draw(members: list, rng, n: int):
+    """Indices of one cluster-bootstrap resample: as many clusters as there are, drawn with replacement, each with
+    all its responses (``members``: the responses of each cluster); plain response draws when every cluster holds
+    one response."""
+    if len(members) == n:
+        return rng.integers(0, n, n)
+    return np.concatenate([members[j] for j in rng.integers(0, len(members), len(members))])
 
 
 def _nan_to_none(x):
@@ -143,18 +194,31 @@ def summarize(s: ResponseStats, n_bootstrap: int = 100, seed: int = 0) -> dict:
     k = int(s.correct.sum())
     p_s, p_dC, p_dW = _estimates(s)
     pred = _predict(p_s, p_dC, p_dW)
-    lo, hi = normal_interval(k, n)
-    wlo, whi = wilson_interval(k, n)
+    _, inv = np.unique(s.questions.astype(str), return_inverse=True) if n else (None, np.zeros(0, dtype=int))
+    members = [np.flatnonzero(inv == c) for c in range(inv.max() + 1)] if n else []
+    clustered = len(members) < n
+    t = s.transitions.sum(0) if n else np.zeros(4, dtype=int)
+    from_f, from_t = int(t[0] + t[3]), int(t[1] + t[2])
+    if clustered:
+        deff = {"accuracy": design_effect(s.correct, np.ones(n), s.questions),
+                "p_s": design_effect(s.first_correct[s.has_answer], np.ones(int(s.has_answer.sum())),
+                                     s.questions[s.has_answer]),
+                "p(F->T)": design_effect(s.transitions[:, 0], s.transitions[:, 0] + s.transitions[:, 3],
+                                         s.questions)}
+        lo, hi = normal_interval(k, n, effective=n / deff["accuracy"])
+        wlo, whi = wilson_interval(k, n, effective=n / deff["accuracy"])
+        ft_ci = list(wilson_interval(int(t[0]), from_f, effective=from_f / deff["p(F->T)"])) if from_f else None
+    else:
+        lo, hi = normal_interval(k, n)
+        wlo, whi = wilson_interval(k, n)
     rng = np.random.default_rng(seed)
     boots = []
     for _ in range(n_bootstrap):
-        idx = rng.integers(0, n, n)
+        idx = _cluster_draw(members, rng, n)
         e = _estimates(s, idx)
         boots.append((*e, _predict(*e)))
     boots = np.asarray(boots, dtype=float).reshape(-1, 4)
     ci = [_percentiles(boots[:, j]) for j in range(4)]
-    t = s.transitions.sum(0) if n else np.zeros(4, dtype=int)
-    from_f, from_t = int(t[0] + t[3]), int(t[1] + t[2])
     out = {
         "n": n, "observed_accuracy": k / n if n else float("nan"), "ci_low": lo, "ci_high": hi,
         "wilson_low": wlo, "wilson_high": whi,
@@ -167,6 +231,9 @@ def summarize(s: ResponseStats, n_bootstrap: int = 100, seed: int = 0) -> dict:
         "transitions": {"F->T": int(t[0]), "T->F": int(t[1]), "T->T": int(t[2]), "F->F": int(t[3]),
                         "p(F->T)": _ratio(t[0], from_f), "p(T->F)": _ratio(t[1], from_t)},
     }
+    if clustered:
+        out.update({"questions": len(members), "design_effects": deff})
+        out["transitions"]["p(F->T)_ci"] = ft_ci
     return _clean(out)
 
 

@@ -45,16 +45,25 @@ def verdict(contrast: dict | None) -> str:
     return "rises" if lo > 0 else "falls" if hi < 0 else "cannot tell"
 
 
+def _count(name: str, n) -> float:
+    """A level's number of trials: a real >= 1 (a count, or one of independent trials: n over a design effect)."""
+    x = v.real(name, n)
+    if x < 1:
+        raise ValueError(f"{name} must be a number of trials >= 1, got {n!r}")
+    return x
+
+
 def level_slope(digits, rates, ns, level: float = 0.95) -> dict | None:
     """Does a rate fall with difficulty? The weighted least-squares slope of per-level rates (e.g. p_s) on the
     levels' difficulty (the multiplicand's digits), each level weighted by the inverse of its binomial variance
-    n / (p (1 - p)) (p kept in [0.5/n, 1 - 0.5/n]), with the normal ``level`` interval of the slope. ``{"slope",
+    n / (p (1 - p)) (p kept in [0.5/n, 1 - 0.5/n]; n the level's trials, or its independent ones where several
+    responses answer one question), with the normal ``level`` interval of the slope. ``{"slope",
     "ci", "levels"}``; None with fewer than 3 levels."""
     from scipy import stats
 
     xs = [v.real("digits[i]", x) for x in v.collection("digits", digits, "numbers (one a level)")]
     ps = [v.probability("rates[i]", p) for p in v.collection("rates", rates, "rates in [0, 1] (one a level)")]
-    ms = [v.positive_int("ns[i]", n) for n in v.collection("ns", ns, "counts (one a level)")]
+    ms = [_count("ns[i]", n) for n in v.collection("ns", ns, "counts (one a level)")]
     if not len(xs) == len(ps) == len(ms):
         raise ValueError(f"digits, rates and ns must have one value a level; got {len(xs)}, {len(ps)}, {len(ms)}")
     if not 0 < level < 1:

@@ -38,10 +38,11 @@ def chat_prompt(tokenizer, question: str) -> str:
 
 
 def by_question(records) -> list[dict]:
-    """Evaluation records (``level``, ``index``) in question order: levels along the ladder, then the question's
-    index; the order every statistic reads them in, so that a resumed evaluation (records in another order) gives
-    the same numbers. Records without a level and index are returned as they are."""
+    """Evaluation records (``level``, ``index``, ``sample``) in question order: levels along the ladder, then the
+    question's index, then the sample (0 where a record names none); the order every statistic reads them in, so
+    that a resumed evaluation (records in another order) gives the same numbers. Records without a level and index
+    are returned as they are."""
     records = list(records)
     if not all("level" in r and "index" in r for r in records):
         return records
-    return sorted(records, key=lambda r: (level_index(r["level"]), r["index"]))
+    return sorted(records, key=lambda r: (level_index(r["level"]), r["index"], r.get("sample", 0)))

@@ -125,7 +125,8 @@ def stratified_table(results: dict, min_n: int = 30) -> pd.DataFrame:
 def recovery_table(results: dict, kinds=("sft_reflection", "rl")) -> pd.DataFrame:
     """Does reflection pay? Per stage kind, seed and level: the responses whose first attempt is wrong, the
     resamples that follow a wrong answer (F->T + F->F) and p(F->T), the share of them whose next answer is right,
-    with its 95 % Wilson interval; and p(T->F), the share of resamples after a right answer that give a wrong one."""
+    with its 95 % Wilson interval (with several samples a question, the calibration's: resamples of one question
+    count less); and p(T->F), the share of resamples after a right answer that give a wrong one."""
     rows = []
     for x in plan_of(results):
         if x["kind"] not in kinds:
@@ -133,7 +134,7 @@ def recovery_table(results: dict, kinds=("sft_reflection", "rl")) -> pd.DataFram
         for lv, e in block(results["calibration"][x["name"]])["by_level"].items():
             t = e["transitions"]
             wrong, right = t["F->T"] + t["F->F"], t["T->T"] + t["T->F"]
-            lo, hi = wilson_interval(t["F->T"], wrong)
+            lo, hi = t.get("p(F->T)_ci") or wilson_interval(t["F->T"], wrong)
             rows.append({"kind": x["kind"], "seed": x["seed"], "level": lv, "p_s": e.get("p_s"),
                          "wrong first attempts": first_wrong(e), "resamples after a wrong answer": wrong,
                          "F->T": t["F->T"],

@@ -118,9 +118,10 @@ def empirical_findings(results: dict, group: str = "laptop", anchor: str = "lapt
     pooled = {}
     for kind in ("rl", "sft_reflection"):
         d = acc[acc.kind == kind]
-        by_level = d.groupby("level").apply(lambda g: (float((g.accuracy * g.n).sum()), float(g.n.sum())))
-        a = float(np.mean([r / n for r, n in by_level]))          # equal level weights
-        var = float(np.sum([(r / n) * (1 - r / n) / n for r, n in by_level])) / len(by_level) ** 2
+        by_level = d.groupby("level").apply(lambda g: (float((g.accuracy * g.n).sum()), float(g.n.sum()),
+                                                       float(g.n_effective.sum())))
+        a = float(np.mean([r / n for r, n, _ in by_level]))          # equal level weights
+        var = float(np.sum([(r / n) * (1 - r / n) / m for r, n, m in by_level])) / len(by_level) ** 2
         pooled[kind] = (a, var)
     (a, va), (b, vb) = pooled["rl"], pooled["sft_reflection"]
     se = float(np.sqrt(va + vb))

@@ -57,7 +57,8 @@ def calibration_by_kind(results: dict, seed=None) -> dict:
 
 @results_first
 def long_table(results: dict, drop_truncated: bool = False) -> pd.DataFrame:
-    """One row per stage and level: kind, seed, accuracy with its 95 % interval, p_s, p_dC, p_dW (with bootstrap
+    """One row per stage and level: kind, seed, responses (and as independent ones: :func:`effective`), accuracy
+    with its 95 % interval, p_s, p_dC, p_dW (with bootstrap
     intervals), predicted accuracy, transitions and unanswered responses, over every response (or without the
     truncated ones: ``drop_truncated``, the preferred block of :func:`dsh.measure.stage.preferred`)."""
     rows = []
@@ -67,6 +68,7 @@ def long_table(results: dict, drop_truncated: bool = False) -> pd.DataFrame:
         for lv, s in block["by_level"].items():
             t = s["transitions"]
             rows.append({"stage": x["name"], "kind": x["kind"], "seed": x["seed"], "level": lv, "n": s["n"],
+                         "n_effective": effective(s, "accuracy", s["n"]),
                          "accuracy": s["observed_accuracy"], "ci_low": s["ci_low"], "ci_high": s["ci_high"],
                          "p_s": s["p_s"], "p_s_ci": s.get("p_s_ci"), "p_dC": s["p_d_given_correct"],
                          "p_dC_ci": s.get("p_d_given_correct_ci"), "p_dW": s["p_d_given_wrong"],
@@ -104,6 +106,14 @@ def reward_trend(curve: list[dict]) -> tuple:
     """A GRPO reward curve's last-fifth-minus-first-fifth contrasts (:func:`dsh.measure.trend.fifths_contrast`) of
     its mean reward and of its share of zero-variance groups."""
     return (fifths_contrast([r["reward"] for r in curve]), fifths_contrast([r["frac_reward_zero_std"] for r in curve]))
+
+
+def effective(level: dict, what: str, n: float) -> float:
+    """``n`` trials of a calibrated level's ``what`` (accuracy, p_s, p(F->T)) as independent ones: n over the
+    level's design effect (:func:`dsh.measure.calibration.design_effect`; a level with one response a question
+    records none: n)."""
+    d = (level.get("design_effects") or {}).get(what)
+    return n / d if d else n
 
 
 def first_wrong(level: dict) -> int:

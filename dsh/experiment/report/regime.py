@@ -12,7 +12,7 @@ from ...measure.claims import block, graded
 from ...measure.trend import level_slope
 from ...task.problems import parse_level
 from ..run.pipeline import plan_of
-from .frame import first_wrong, reward_trend, seeds_of
+from .frame import effective, first_wrong, reward_trend, seeds_of
 
 REGIME_POINTS = {   # the points the graded experiment was built to meet (chapter 07), each per training seed
     "base": "the base answers >= 5 % right on every level",
@@ -54,7 +54,7 @@ def regime_rows(results: dict) -> list[dict]:
             out = [lv for lv in g if lv not in ft]
             have = [(lv, e) for lv, e in levels.items() if e.get("p_s") is not None]
             fit = level_slope([max(parse_level(lv)) for lv, _ in have], [e["p_s"] for _, e in have],
-                              [e["n"] - e["no_answer"] for _, e in have])
+                              [effective(e, "p_s", e["n"] - e["no_answer"]) for _, e in have])
             pb = [probe.get(sr, {}).get("by_level", {}).get(lv) or {} for lv in g]
             agree = [b.get("verdict_follows_check") for b in pb]
             kappa = [b.get("kappa") for b in pb]

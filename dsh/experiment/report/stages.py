@@ -20,8 +20,9 @@ from .frame import fmt_interval, kinds_in, levels_sorted, long_table, recorded_l
 def table1(results: dict, kinds=None) -> pd.DataFrame:
     """Accuracy (%) by stage kind and level as ``acc (low, high) n=N``, the paper's 95 % normal-approximation
     interval; a kind run over several seeds pools them (acc: correct answers over all N responses of its seeds, the
-    interval over those N) and adds the range over seeds, ``[min-max]``: the interval says how well the questions
-    pin the seeds' pooled accuracy down, the range how much training seeds differ."""
+    interval over those N, as independent responses: several samples of one question count less) and adds the range
+    over seeds, ``[min-max]``: the interval says how well the questions pin the seeds' pooled accuracy down, the
+    range how much training seeds differ."""
     df = long_table(results)
     out = {}
     for kind in kinds_in(results, kinds):
@@ -33,7 +34,7 @@ def table1(results: dict, kinds=None) -> pd.DataFrame:
                 row[lv] = fmt_interval(r.accuracy, r.ci_low, r.ci_high) + f" n={r.n}"
             else:
                 n, k = int(x.n.sum()), int((x.accuracy * x.n).round().sum())
-                row[lv] = (fmt_interval(k / n, *normal_interval(k, n))
+                row[lv] = (fmt_interval(k / n, *normal_interval(k, n, effective=float(x.n_effective.sum())))
                            + f" [{100 * x.accuracy.min():.0f}-{100 * x.accuracy.max():.0f}] n={n}")
         out[row_label(df, kind)] = row
     return pd.DataFrame(out).T

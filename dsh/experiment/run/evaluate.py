@@ -1,8 +1,9 @@
-"""Evaluation (paper, Appendix "Evaluation Protocol"): one sample per test question at temperature 1.0.
+"""Evaluation (paper, Appendix "Evaluation Protocol"): one sample per test question at temperature 1.0, or
+``samples_per_question`` samples of each (their statistics then resample questions: :mod:`dsh.measure.calibration`).
 
-Writes JSON lines that ``python -m dsh calibrate`` reads as they are: question, answer, response,
-level, truncated, prompt_tokens, completion_tokens (and index). An interrupted evaluation resumes:
-records already in the output file are kept and not generated again.
+Writes JSON lines that ``python -m dsh calibrate`` reads as they are: question, answer, response, level, truncated,
+prompt_tokens, completion_tokens, index (and sample, with several samples a question). An interrupted evaluation
+resumes: records already in the output file are kept and not generated again.
 
 Each question has its own random stream (:func:`question_key`) in the ``dsh`` and ``vllm`` backends, so a
 response does not depend on the batch it ran in: an evaluation resumed with another ``batch_size`` matches an
@@ -32,20 +33,32 @@ from ...task.problems import MAX_PROBLEMS, N_TEST, TEST_LEVELS, parse_level, tes
 
 BACKENDS = ("auto", "dsh", "hf", "vllm")
 MAX_RESPONSE_TOKENS = 8192    # the paper's maximum response length (Appendix "Model and Training Details")
+MAX_SAMPLES = 64              # samples a question
 
 
 @dataclass(frozen=True)
 class EvalSettings:
     """The evaluation protocol (paper, Appendix "Evaluation Protocol"): ``n_per_level`` questions per level,
-    one sample each at ``temperature``, at most ``max_new_tokens`` new tokens (a preset may give a
-    :class:`dsh.experiment.run.presets.Budget` instead, derived from its traces), ``batch_size`` rows decoded at once.
-    The defaults are the paper's; :func:`evaluate` and ``dsh evaluate`` take theirs from here."""
+    ``samples_per_question`` samples each (the paper: one) at ``temperature``, at most ``max_new_tokens`` new tokens
+    (a preset may give a :class:`dsh.experiment.run.presets.Budget` instead, derived from its traces),
+    ``batch_size`` rows decoded at once. The defaults are the paper's; :func:`evaluate` and ``dsh evaluate`` take
+    theirs from here."""
 
     levels: tuple = tuple(f"{m}x{n}" for m, n in TEST_LEVELS)
     n_per_level: int = N_TEST
     max_new_tokens: int = MAX_RESPONSE_TOKENS
     temperature: float = 1.0
     batch_size: int = 16
+    samples_per_question: int = 1
+
+    def key(self) -> dict:
+        """These settings as the records of an evaluation (job keys, summaries) hold them: every field, but
+        ``samples_per_question`` only above 1 (one sample a question is the protocol of every evaluation recorded
+        without the field)."""
+        s = dataclasses.asdict(self)
+        if s["samples_per_question"] == 1:
+            del s["samples_per_question"]
+        return s
 
     def checked(self) -> EvalSettings:
         """These settings with the levels in canonical form (``"3x5"``), or a one-line ValueError naming the field
@@ -60,22 +73,29 @@ class EvalSettings:
             raise ValueError(f"levels must name each level once; got {list(self.levels)!r}")
         v.temperature("temperature", self.temperature)
         n = v.at_most("n_per_level", self.n_per_level, MAX_PROBLEMS, "test problems a level")
-        return dataclasses.replace(self, levels=levels, n_per_level=n,
+        k = v.at_most("samples_per_question", self.samples_per_question, MAX_SAMPLES, "samples a question")
+        return dataclasses.replace(self, levels=levels, n_per_level=n, samples_per_question=k,
                                    max_new_tokens=v.at_most("max_new_tokens", self.max_new_tokens, 1_048_576,
                                                             "tokens a response: memory"),
                                    batch_size=v.at_most("batch_size", self.batch_size, 65_536, "rows decoded at once"))
 
 
 def _done(path: Path) -> dict:
-    """The records already in ``path`` by (level, index); a line cut by an interruption is generated again."""
-    return {(r["level"], r["index"]): r for r in read_jsonl(path, strict=False) if "level" in r and "index" in r}
+    """The records already in ``path`` by (level, index, sample); a line cut by an interruption is generated again."""
+    return {_slot(r): r for r in read_jsonl(path, strict=False) if "level" in r and "index" in r}
+
+
+def _slot(r: dict) -> tuple:
+    """A record's place in the evaluation: (level, index, sample), sample 0 where the record names none."""
+    return r.get("level"), r.get("index"), r.get("sample", 0)
 
 
 def evaluate(model: str = EMBEDDED, out: str = "generations.jsonl", settings: EvalSettings = EvalSettings(),
              seed: int = 0, backend: str = "auto", progress: bool = True) -> Path:
-    """Generate one response per test question of ``settings`` (levels, questions per level, temperature, token
-    limit, rows decoded at once: on a GPU capped to what the KV cache can hold) and append it to ``out``
-    (resumable)."""
+    """Generate ``samples_per_question`` responses per test question of ``settings`` (levels, questions per level,
+    temperature, token limit, rows decoded at once: on a GPU capped to what the KV cache can hold) and append them
+    to ``out`` (resumable). Each response has its own random stream (:func:`question_key`); the first sample of a
+    question is the response an evaluation with one sample a question gives."""
     if not isinstance(settings, EvalSettings):
         raise ValueError(f"settings must be a dsh.experiment.run.evaluate.EvalSettings; got {type(settings).__name__}")
     settings = settings.checked()
@@ -87,8 +107,9 @@ def evaluate(model: str = EMBEDDED, out: str = "generations.jsonl", settings: Ev
     out = v.output_path("out", out)
     if Path(loc).exists() and Path(loc).resolve() in (out.resolve(), *out.resolve().parents):
         raise ValueError(f"out must lie outside the model folder {loc}")
-    n = settings.n_per_level
-    problems = [(settings.levels[k // n], k % n, p) for k, p in enumerate(test_problems(settings.levels, n, seed))]
+    n, reps = settings.n_per_level, settings.samples_per_question
+    problems = [(settings.levels[k // n], k % n, j, p)
+                for k, p in enumerate(test_problems(settings.levels, n, seed)) for j in range(reps)]
     ident = model_identity(model, settings, seed, backend)
     check_own_output(out, ident, problems)
     with exclusive(out, f"out {out} is being written by another dsh evaluate; wait for it or choose another out"):
@@ -125,7 +146,7 @@ def model_identity(model: str, settings, seed: int, backend: str = "auto") -> di
     """What a generations file is made from: the model by content (:func:`dsh.llm.models.model_digest`: the same
     weights under any path are the same model), the evaluation settings (all but ``batch_size``, which does not
     change a response of the dsh and vLLM backends), the seed and the backend, as JSON reads it back."""
-    s = {k: x for k, x in dataclasses.asdict(settings).items() if k != "batch_size"}
+    s = {k: x for k, x in settings.key().items() if k != "batch_size"}
     return json.loads(json.dumps({"model": model_digest(model), "settings": s, "seed": seed, "backend": backend}))
 
 
@@ -148,14 +169,14 @@ def check_own_output(out: Path, ident: dict, problems) -> None:
     if diff:
         raise ValueError(f"out {out} holds an evaluation with other {', '.join(diff)}; resume only continues the same "
                          f"evaluation (choose another out)")
-    expected = {(lv, i): p.question for lv, i, p in problems}
+    expected = {(lv, i, j): p.question for lv, i, j, p in problems}
     with open(out, "rb") as f:
         lines = f.read().split(b"\n")
     cut = lines[-1]                     # after the last newline: empty, or a record cut by an interruption
     for k, raw in enumerate(lines[:-1], start=1):
         try:
             r = json.loads(raw)
-            key = (r.get("level"), r.get("index")) if isinstance(r, dict) else None
+            key = _slot(r) if isinstance(r, dict) else None
             mine = key in expected and expected[key] == r.get("question") and "response" in r
         except (ValueError, TypeError):    # not JSON, or an unhashable level / index
             mine = False
@@ -167,17 +188,17 @@ def check_own_output(out: Path, ident: dict, problems) -> None:
 
 def _evaluate(loc, out, problems, settings: EvalSettings, seed, backend, progress) -> Path:
     done = _done(out)
-    todo = [(lv, i, p) for lv, i, p in problems if (lv, i) not in done]
+    todo = [(lv, i, j, p) for lv, i, j, p in problems if (lv, i, j) not in done]
     if not todo:
         return out
     if done or (out.is_file() and out.stat().st_size):  # rewrite without a partial last (or first) line before appending
-        write_jsonl([done[(lv, i)] for lv, i, _ in problems if (lv, i) in done], out)
+        write_jsonl([done[(lv, i, j)] for lv, i, j, _ in problems if (lv, i, j) in done], out)
     import torch
 
     if backend == "vllm" and not vllm_available():
         raise ValueError("backend 'vllm' needs the vllm package; choose backend auto, dsh or hf")
     use_vllm = backend == "vllm" or (backend == "auto" and torch.cuda.is_available() and vllm_available())
-    questions, keys = [p.question for _, _, p in todo], [question_key(lv, i) for lv, i, _ in todo]
+    questions, keys = [p.question for *_, p in todo], [question_key(lv, i, j) for lv, i, j, _ in todo]
     s = settings
     if use_vllm:
         def run(write):
@@ -193,7 +214,8 @@ def _evaluate(loc, out, problems, settings: EvalSettings, seed, backend, progres
             # one seed per batch (model.generate draws for a whole batch): keep the batch size when resuming
             def run(write):
                 complete_hf(model, tok, questions, s.max_new_tokens, s.temperature, s.batch_size, lambda j: (
-                    seed * 1_000_003 + todo[j][1] + 7919 * zlib.crc32(todo[j][0].encode())) % 2 ** 63, write, progress)
+                    seed * 1_000_003 + todo[j][1] + 7919 * zlib.crc32(todo[j][0].encode()) + 104_729 * todo[j][2])
+                    % 2 ** 63, write, progress)
         else:
             def run(write):
                 complete(model, tok, questions, s.max_new_tokens, s.temperature, seed, s.batch_size, keys, write,
@@ -201,18 +223,21 @@ def _evaluate(loc, out, problems, settings: EvalSettings, seed, backend, progres
     out.parent.mkdir(parents=True, exist_ok=True)
     with open(out, "a") as f:
         def write(j, c):
-            lv, i, p = todo[j]
-            f.write(json.dumps(_record(lv, i, p, c.text, c.prompt_tokens, c.completion_tokens, not c.stopped)) + "\n")
+            lv, i, k, p = todo[j]
+            rec = _record(lv, i, p, c.text, c.prompt_tokens, c.completion_tokens, not c.stopped)
+            f.write(json.dumps(rec if s.samples_per_question == 1 else {**rec, "sample": k}) + "\n")
             f.flush()
 
         run(write)
     return out
 
 
-def question_key(level: str, index: int) -> int:
-    """A test question's random stream in the engine (level and index): the same question gets the same
-    response whatever batch it runs in, so a resumed evaluation matches an uninterrupted one."""
-    return (zlib.crc32(level.encode()) * 100_003 + index) & 0x7FFFFFFF
+def question_key(level: str, index: int, sample: int = 0) -> int:
+    """A response's random stream in the engine (the question's level and index, the sample's number): the same
+    response whatever batch it runs in, so a resumed evaluation matches an uninterrupted one; sample 0 keeps the
+    stream of an evaluation with one sample a question."""
+    name = level if sample == 0 else f"{level}/{sample}"
+    return (zlib.crc32(name.encode()) * 100_003 + index) & 0x7FFFFFFF
 
 
 def _record(lv, i, p, text, n_prompt, n_completion, truncated):

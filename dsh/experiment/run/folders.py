@@ -42,10 +42,12 @@ RUNS_FILES = re.compile(r"generations/[^/]+\.jsonl(\.settings\.json)?")
 TEMPORARY = re.compile(r"(.*/)?\.[^/]+\.(tmp|lock)")
 
 
-def identity(preset: str, plan: list, stages: list, model, overrides, settings: dict, seed: int) -> dict:
-    """What makes two pipeline runs the same run (as JSON would store it)."""
+def identity(preset: str, plan: list, stages: list, model, overrides, seed: int) -> dict:
+    """What makes two pipeline runs the same run (as JSON would store it): what its trainings are made from. The
+    evaluation settings are not part of it: each stage's job is keyed by them (:func:`job_key`), so the same run with
+    other evaluation settings evaluates every stage again and reuses its trainings."""
     return json.loads(json.dumps({"preset": preset, "plan": plan, "stages": stages, "model": str(model),
-                                  "overrides": overrides or {}, "eval": settings, "seed": seed}, default=str))
+                                  "overrides": overrides or {}, "seed": seed}, default=str))
 
 
 def pipeline_files(folder: Path, role: str) -> tuple[list[Path], list[str]]:

@@ -172,8 +172,7 @@ def run_pipeline(preset: str = DEFAULT, results_dir: str | None = None, runs_dir
             raise ValueError(f"{bn} {b} must not lie inside {an} {a}: each folder's check would find the other's "
                              f"files; choose two separate folders")
     # the model by content (dsh.llm.models.model_digest): a relative and an absolute path of one base are one run
-    ident = folders.identity(p.name, _plan_rows(plan_), chosen, model_digest(model), portable(overrides or {}),
-                             dataclasses.asdict(settings), seed)
+    ident = folders.identity(p.name, _plan_rows(plan_), chosen, model_digest(model), portable(overrides or {}), seed)
     v.output_path("results_dir", results, kind="folder")      # before the lock makes the runs folder's parent
     v.output_path("runs_dir", runs, kind="folder")
     with exclusive(runs, f"runs_dir {runs} is in use by another dsh pipeline; wait for it or choose another "
@@ -218,7 +217,7 @@ def _run_claimed(p, results: Path, runs: Path, model: str, overrides, plan_, cfg
                 attribution_stage(models_of[name], ref, results / "attribution", name,
                                   dataclasses.replace(study, seed=tseed), clock, runs)
     old = store.read_record(results / "summary.json")
-    if not clock.worked and store.made_from(old, {"stages": chosen, "eval": dataclasses.asdict(settings), "seed": seed}):
+    if not clock.worked and store.made_from(old, {"stages": chosen, "eval": settings.key(), "seed": seed}):
         clock.say(f"every step reused; {results / 'summary.json'} left as it is")
         return old
     # the summary is written from what the folder holds: each stage's calibration and job record as they are there
@@ -245,7 +244,7 @@ def _summary(p, model, chosen, settings, seed, clock: Clock, train_summaries, cf
         "preset": p.name, "task": p.task, "model": model, "stages": names,
         "plan": _plan_rows(chosen),
         "labels": {s.name: s.label for s in chosen},
-        "eval": dataclasses.asdict(settings), "seed": seed, "wall_s": round(clock.elapsed(), 1),
+        "eval": settings.key(), "seed": seed, "wall_s": round(clock.elapsed(), 1),
         "timings_s": clock.timings, "training": train_summaries, "hardware": hardware(),
         "budgets": {**{f"{name}.{k}": getattr(c, k) for name, c in cfgs.items() if name in train_summaries
                        for k in (("max_completion_length",) if c.method == "grpo" else ("max_length",))},
@@ -306,13 +305,12 @@ def _record(root: Path, rel: str) -> dict:
 
 
 def _check_consistent(root: Path, summary: dict, calib: dict) -> None:
-    """Refuse a results folder whose stages disagree with its summary's evaluation (levels, questions a level), whose
-    summary disagrees with the run that claimed the folder (:mod:`dsh.experiment.run.folders`), or whose job records
-    disagree with its files or its summary (commit, settings; :func:`dsh.experiment.run.folders.check_jobs`), naming the
-    stage: the files of two runs mixed in one folder."""
+    """Refuse a results folder whose stages disagree with its summary's evaluation (levels, responses a level), whose
+    summary disagrees with the run that claimed the folder (stages, seed: :mod:`dsh.experiment.run.folders`), or
+    whose job records disagree with its files or its summary (commit, settings;
+    :func:`dsh.experiment.run.folders.check_jobs`), naming the stage: the files of two runs mixed in one folder."""
     claimed = folders.claimed_identity(root)
-    if claimed is not None and (claimed["eval"] != summary.get("eval") or claimed["stages"] != summary["stages"]
-                                or claimed["seed"] != summary.get("seed")):
+    if claimed is not None and (claimed["stages"] != summary["stages"] or claimed["seed"] != summary.get("seed")):
         raise ValueError(f"results_dir {root}: summary.json is not the one of the run that claimed the folder "
                          f"({folders.CLAIM}); the folder mixes two runs")
     folders.check_jobs(root, summary)
@@ -323,10 +321,11 @@ def _check_consistent(root: Path, summary: dict, calib: dict) -> None:
         by = (c.get("all") or {}).get("by_level")
         if by is None:
             continue        # not a calibration this check can read (nothing to compare)
-        if list(by) != list(ev["levels"]) or any(b["n"] != ev["n_per_level"] for b in by.values()):
+        n = ev["n_per_level"] * ev.get("samples_per_question", 1)
+        if list(by) != list(ev["levels"]) or any(b["n"] != n for b in by.values()):
             got = ", ".join(f"{lv}: {b['n']}" for lv, b in by.items())
-            raise ValueError(f"results_dir {root}: stage {s} was evaluated on {got} questions, its summary says "
-                             f"{ev['n_per_level']} a level on {', '.join(ev['levels'])}; the folder mixes two runs")
+            raise ValueError(f"results_dir {root}: stage {s} has {got} responses, its summary says {n} a level on "
+                             f"{', '.join(ev['levels'])}; the folder mixes two runs")
 
 
 def plan_of(results: dict) -> list[dict]:

@@ -12,7 +12,7 @@ from pathlib import Path
 from ...core import settings as typed_settings
 from ...core import store
 from ...core import validate as v
-from ...core.files import read_jsonl, write_jsonl_gz, write_text
+from ...core.files import read_jsonl, remove_partial_writes, write_jsonl_gz, write_text
 from ...llm.models import model_digest, resolve_model, weights_digest
 from ...measure.stage import calibrate_stage
 from ...task.records import by_question
@@ -73,10 +73,12 @@ class Clock:
 
 def make_folders(results: Path, runs: Path, subfolders) -> None:
     """``results/<sub>`` for every sub-folder and ``runs/generations`` (that the two differ is checked before the
-    folders are claimed)."""
+    folders are claimed), with what a killed run's atomic writes left half-written in them removed."""
     for sub in subfolders:
         (results / sub).mkdir(parents=True, exist_ok=True)
     (runs / "generations").mkdir(parents=True, exist_ok=True)
+    for folder in (results, runs / "generations", *(results / sub for sub in subfolders)):
+        remove_partial_writes(folder)
 
 
 def train_stage(cfg, name: str, clock: Clock) -> dict:
@@ -124,7 +126,7 @@ def stage_job(results: Path, runs: Path, name: str, model: str, p, settings, see
     calibration and question-ordered generations, probe its check (when the preset has a probe), then the job record
     (:func:`dsh.experiment.run.folders.finish_job`). Reused, nothing rewritten, when its record holds the same key and
     its files are intact (:func:`~dsh.experiment.run.folders.reusable_job`). Returns the stage's calibration."""
-    key = folders.job_key(name, model_digest(model), dataclasses.asdict(settings), seed,
+    key = folders.job_key(name, model_digest(model), settings.key(), seed,
                           dataclasses.asdict(probe_settings(p, settings, seed)) if p.probe else None)
     if folders.reusable_job(results, key) is not None:
         clock.say(f"{name}: evaluation, calibration and probe reused")
