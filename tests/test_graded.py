@@ -175,3 +175,18 @@ def test_the_graded_preset_studies_attribution_as_its_committed_rule_says():
     for name in g.attribution_stages:
         assert f"`{name}`" in rule
     assert {s.name for s in g.plan_stages()} >= set(g.attribution_stages)
+
+
+def test_the_graded_evaluation_answers_each_question_as_often_as_round_3_of_its_rule_says():
+    """RULE.md, round 3: k is the smallest number of samples a question with which a level anywhere in the graded
+    band (p_s <= 0.8) expects >= 30 wrong first attempts from the evaluation's questions a level."""
+    import math
+
+    from dsh.experiment.run import presets
+    from dsh.measure.claims import GRADED
+
+    ev = presets.get("laptop-graded").eval_settings()
+    k = next(k for k in range(1, 10) if ev.n_per_level * k * (1 - GRADED[1]) >= 30 - 1e-9)
+    assert ev.samples_per_question == presets.GRADED_SAMPLES == k == 2
+    assert math.isclose(ev.n_per_level * (k - 1) * (1 - GRADED[1]), 20)      # one sample would give 20 < 30
+    assert presets.get("laptop").eval_settings().samples_per_question == 1  # the laptop run: the paper's protocol

@@ -431,6 +431,7 @@ LAPTOP_WIDE = Preset(
 GRADED_FT_LEVELS = ("1x2", "2x1", "1x4", "4x1", "1x6", "6x1", "1x8", "8x1")   # 1x3, 1x5, 1x7 lie between them
 GRADED_GRPO_LR = 3e-5
 GRADED_TOKENS = 1024      # new tokens of an evaluated response and of a rollout (RULE.md, round 2)
+GRADED_SAMPLES = 2        # samples a test question: a graded level expects >= 30 wrong first attempts (RULE.md, round 3)
 _GRADED_TASK = {**LAPTOP_REFLECTION, "replay": "base_corpus"}
 _GRADED_SFT = {**_LAPTOP_SFT, "train_levels": GRADED_FT_LEVELS, "task_options": dict(_GRADED_TASK)}
 GRADED_ABLATIONS = _ablations(_GRADED_TASK)
@@ -442,7 +443,8 @@ LAPTOP_GRADED = Preset(
                        "temperature": LAPTOP.evaluation.temperature,         # rollouts sampled as evaluated
                        "learning_rate": GRADED_GRPO_LR, "max_completion_length": GRADED_TOKENS}},
     stages=LAPTOP_STAGES,
-    evaluation=dataclasses.replace(LAPTOP.evaluation, max_new_tokens=GRADED_TOKENS),
+    evaluation=dataclasses.replace(LAPTOP.evaluation, max_new_tokens=GRADED_TOKENS,
+                                   samples_per_question=GRADED_SAMPLES),
     model=GRADED_BASE, seeds=(0, 1, 2), ablations=GRADED_ABLATIONS, ablation_seeds=(0, 1, 2),
     probe=LAPTOP.probe,
     # the laptop run's studies at the evaluation's sampling (design/ATTRIBUTION_RULE.md, committed before they ran)
