@@ -233,9 +233,10 @@ def test_committed_laptop_calibration_is_calibrate_stage_with_the_laptop_task():
 
 @pytest.mark.slow
 def test_the_report_and_first_page_give_the_recorded_tables_over_the_committed_results():
-    """The first page's rows and the report's main tables of the laptop and graded results equal those the code gave
-    before the store and the report's refactors (tests/reference/report.json, recorded by
-    tests/reference/record_report.py at the commit it names)."""
+    """The first page's rows and the report's main tables of the laptop and graded results equal those recorded in
+    tests/reference/report.json by tests/reference/record_report.py at the commit it names: the laptop tables as the
+    code gave them before the store and the report's refactors (b787497; recorded again unchanged), the graded ones
+    as the graded run's second evaluation (two samples a question) gives them."""
     import sys
 
     sys.path.insert(0, str(Path(__file__).parent / "reference"))
