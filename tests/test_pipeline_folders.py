@@ -388,3 +388,21 @@ def test_committed_results_hold_no_machine_path():
         assert not machine.search(text), (path, machine.search(text).group(0))
         checked += 1
     assert checked > 50
+
+
+def test_a_resumed_run_removes_what_a_killed_write_left_and_nothing_else(tmp_path):
+    """SIGKILL during an atomic write leaves its temporary file (``.<name>.<8 random>.tmp``); the pipeline removes
+    those when it takes its folders again, and no other file."""
+    from dsh.core.files import remove_partial_writes
+    from dsh.experiment.run.steps import make_folders
+
+    res, runs = tmp_path / "results", tmp_path / "runs"
+    make_folders(res, runs, ("generations", "calibration"))
+    left = [res / "generations" / ".base.jsonl.gz.52i1_yo2.tmp", res / ".summary.json.k9x_ab12.tmp",
+            runs / "generations" / ".base.jsonl.settings.json.zz99yy88.tmp"]
+    kept = [res / "generations" / "base.jsonl.gz", res / ".notes.tmp", res / "calibration" / "x.abcdefgh.tmp"]
+    for f in left + kept:
+        f.write_text("x")
+    make_folders(res, runs, ("generations", "calibration"))
+    assert not any(f.exists() for f in left) and all(f.exists() for f in kept)
+    assert remove_partial_writes(tmp_path / "missing") == []
