@@ -406,3 +406,22 @@ def test_a_resumed_run_removes_what_a_killed_write_left_and_nothing_else(tmp_pat
     make_folders(res, runs, ("generations", "calibration"))
     assert not any(f.exists() for f in left) and all(f.exists() for f in kept)
     assert remove_partial_writes(tmp_path / "missing") == []
+
+
+def test_the_same_run_resumes_a_results_folder_that_also_holds_the_users_files_and_leaves_them(tmp_path):
+    """A committed results folder carries its README and design notes beside the pipeline's files: the same run resumes
+    it (they stay as they are); another run, or a start over, is refused as before."""
+    a = folders.identity("laptop", [], ["base"], "m", {}, 0)
+    b = folders.identity("laptop", [], ["base"], "m", {"sft": {"max_steps": 3}}, 0)
+    res = tmp_path / "results"
+    folders.claim({"results_dir": res}, a)
+    (res / "README.md").write_text("what this run was")
+    (res / "design").mkdir()
+    (res / "design" / "rule.md").write_text("the rule")
+    before = _hashes(res)
+    assert folders.claim({"results_dir": res}, a) == {"results_dir": "resume"}
+    assert _hashes(res) == before
+    for fresh in (False, True):
+        with pytest.raises(ValueError, match=r"holds files dsh pipeline did not write \(README.md, design/rule.md\)"):
+            folders.claim({"results_dir": res}, b, fresh=fresh)
+    assert _hashes(res) == before

@@ -2,6 +2,8 @@
 
 from pathlib import Path
 
+import pytest
+
 
 def test_provenance_records_the_cpus_vector_flags(monkeypatch, tmp_path):
     """Results record the vector flags that decide the float rounding of a CPU run (an AVX2 and an AVX-512 host train
@@ -15,3 +17,29 @@ def test_provenance_records_the_cpus_vector_flags(monkeypatch, tmp_path):
                                                                       *a, **k))
     assert provenance.cpu_flags() == ["avx", "avx2", "fma", "f16c", "avx512f"]
     assert provenance.hardware()["cpu_flags"] == ["avx", "avx2", "fma", "f16c", "avx512f"]
+
+
+def test_provenance_records_the_vector_instructions_torch_and_numpy_compute_with_which_two_variables_set():
+    """The weights and numbers of a CPU run depend on the instructions torch's own kernels and NumPy's use (the
+    committed laptop-wide runs, trained on an AVX2 host, are retrained and calibrated bit for bit on an AVX-512 host
+    with ATEN_CPU_CAPABILITY=avx2 and NPY_DISABLE_CPU_FEATURES="X86_V4 AVX512_ICL"): every result records them, and
+    the variables set them (a process started with them reports AVX2 and no AVX-512 target on any x86 CPU with AVX2)."""
+    import os
+    import subprocess
+    import sys
+
+    import torch
+
+    from dsh.core import provenance
+
+    assert provenance.hardware()["torch_cpu_capability"] == torch.backends.cpu.get_cpu_capability()
+    if "avx2" not in provenance.cpu_flags():
+        pytest.skip("a CPU without AVX2 cannot be asked to compute as one that has it")
+    code = ("from dsh.core import provenance; h = provenance.hardware(); "
+            "print(h['torch_cpu_capability'], ' '.join(h['numpy_simd']))")
+    got = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                         env={**os.environ, "ATEN_CPU_CAPABILITY": "avx2", "NPY_DISABLE_CPU_FEATURES": "X86_V4 AVX512_ICL"})
+    assert got.returncode == 0, got.stderr
+    torch_isa, *numpy_isa = got.stdout.split()
+    assert torch_isa == "AVX2" and "X86_V4" not in numpy_isa and "AVX512_ICL" not in numpy_isa
+    assert set(numpy_isa) <= set(provenance.numpy_simd())

@@ -53,13 +53,28 @@ def cpu_flags() -> list:
     return []
 
 
+def numpy_simd() -> list | None:
+    """The SIMD targets NumPy dispatches to in this process (e.g. ``["X86_V3", "X86_V4", "AVX512_ICL"]``: those its
+    build has and this CPU runs, less any ``NPY_DISABLE_CPU_FEATURES`` turns off); None where NumPy does not say."""
+    try:
+        from numpy._core import _multiarray_umath as m
+    except ImportError:  # pragma: no cover - NumPy 1.x
+        return None
+    return [t for t in m.__cpu_dispatch__ if m.__cpu_features__.get(t)]
+
+
 def hardware() -> dict:
-    """Platform, Python, torch, the CPU's model, vector flags (:func:`cpu_flags`), CPU count and torch's threads,
-    the GPU's name (when there is one) and the versions of transformers and TRL (when installed)."""
+    """Platform, Python, torch, the CPU's model, vector flags (:func:`cpu_flags`), the vector instructions torch's own
+    kernels run (``torch_cpu_capability``: AVX512, AVX2 ...) and NumPy's (``numpy_simd``: :func:`numpy_simd`), CPU
+    count and torch's threads, the GPU's name (when there is one) and the versions of transformers and TRL (when
+    installed). The two instruction sets decide a CPU run's rounding: ``ATEN_CPU_CAPABILITY=avx2`` and
+    ``NPY_DISABLE_CPU_FEATURES="X86_V4 AVX512_ICL"`` make an AVX-512 CPU compute as an AVX2 one, and the same code and
+    seed then give the same weights and numbers on both (README, "Reproducing a result on another CPU")."""
     import torch
 
     hw = {"platform": platform.platform(), "python": platform.python_version(), "torch": torch.__version__,
-          "cpu": cpu_model(), "cpu_flags": cpu_flags(), "cpus": os.cpu_count(), "torch_threads": torch.get_num_threads()}
+          "cpu": cpu_model(), "cpu_flags": cpu_flags(), "torch_cpu_capability": torch.backends.cpu.get_cpu_capability(),
+          "numpy_simd": numpy_simd(), "cpus": os.cpu_count(), "torch_threads": torch.get_num_threads()}
     if torch.cuda.is_available():
         hw["gpu"] = torch.cuda.get_device_name(0)
     try:

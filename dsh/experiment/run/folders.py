@@ -74,24 +74,30 @@ def pipeline_files(folder: Path, role: str) -> tuple[list[Path], list[str]]:
 
 def check(folder: Path, role: str, ident: dict, fresh: bool) -> str:
     """What :func:`claim` will do with ``folder``: "new", "resume" or "fresh"; a one-line ValueError when it must be
-    refused (nothing is written or removed here)."""
+    refused (nothing is written or removed here). A results folder claimed by the same run may hold other files
+    (a committed folder's README, its design notes): the pipeline writes only its own files there. Anywhere else a
+    file the pipeline did not write refuses the folder."""
     if folder.exists() and not folder.is_dir():
         raise ValueError(f"{role} {folder} is a file; choose a folder")
     v.output_path(role, folder, kind="folder")          # no parent of it a file
     ours, foreign = pipeline_files(folder, role)
     record = folder / CLAIM
-    if not record.is_file():     # no run of the pipeline claimed it: whatever is there is someone else's
+    stored = None
+    if record.is_file():
+        try:
+            stored = json.loads(record.read_text())["identity"]
+        except (OSError, ValueError, KeyError, TypeError):
+            raise ValueError(f"{role} {folder}: {CLAIM} is not a dsh pipeline record; choose another folder") from None
+        if role == "results_dir" and store.made_from(stored, ident):
+            return "resume"      # the same run again: files beside the pipeline's (a README, notes) stay untouched
+    else:                        # no run of the pipeline claimed it: whatever is there is someone else's
         foreign = sorted(foreign + [p.relative_to(folder).as_posix() for p in ours])
     if foreign:
         raise ValueError(f"{role} {folder} holds files dsh pipeline did not write ({', '.join(foreign[:3])}"
                          f"{' ...' if len(foreign) > 3 else ''}{'' if record.is_file() else f'; no {CLAIM}'}); "
                          f"choose an empty or new folder; nothing was changed")
-    if not record.is_file():
+    if stored is None:
         return "new"
-    try:
-        stored = json.loads(record.read_text())["identity"]
-    except (OSError, ValueError, KeyError, TypeError):
-        raise ValueError(f"{role} {folder}: {CLAIM} is not a dsh pipeline record; choose another folder") from None
     if store.made_from(stored, ident):
         return "resume"
     if not fresh:
