@@ -20,10 +20,11 @@ def test_provenance_records_the_cpus_vector_flags(monkeypatch, tmp_path):
 
 
 def test_provenance_records_the_vector_instructions_torch_and_numpy_compute_with_which_two_variables_set():
-    """The weights and numbers of a CPU run depend on the instructions torch's own kernels and NumPy's use (the
+    """The weights and numbers of a CPU run depend on the instructions torch's, NumPy's and OpenBLAS's kernels use (the
     committed laptop-wide runs, trained on an AVX2 host, are retrained and calibrated bit for bit on an AVX-512 host
-    with ATEN_CPU_CAPABILITY=avx2 and NPY_DISABLE_CPU_FEATURES="X86_V4 AVX512_ICL"): every result records them, and
-    the variables set them (a process started with them reports AVX2 and no AVX-512 target on any x86 CPU with AVX2)."""
+    with ATEN_CPU_CAPABILITY=avx2, NPY_DISABLE_CPU_FEATURES="X86_V4 AVX512_ICL" and OPENBLAS_CORETYPE=Haswell): every
+    result records them, and the variables set them (a process started with them reports AVX2, no AVX-512 target and
+    OpenBLAS's Haswell kernels on any x86 CPU with AVX2)."""
     import os
     import subprocess
     import sys
@@ -36,10 +37,13 @@ def test_provenance_records_the_vector_instructions_torch_and_numpy_compute_with
     if "avx2" not in provenance.cpu_flags():
         pytest.skip("a CPU without AVX2 cannot be asked to compute as one that has it")
     code = ("from dsh.core import provenance; h = provenance.hardware(); "
-            "print(h['torch_cpu_capability'], ' '.join(h['numpy_simd']))")
+            "print(h['torch_cpu_capability'], ' '.join(h['numpy_simd']), '|', ' '.join(set(h['openblas'].values())))")
     got = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
-                         env={**os.environ, "ATEN_CPU_CAPABILITY": "avx2", "NPY_DISABLE_CPU_FEATURES": "X86_V4 AVX512_ICL"})
+                         env={**os.environ, "ATEN_CPU_CAPABILITY": "avx2", "NPY_DISABLE_CPU_FEATURES": "X86_V4 AVX512_ICL",
+                              "OPENBLAS_CORETYPE": "Haswell"})
     assert got.returncode == 0, got.stderr
-    torch_isa, *numpy_isa = got.stdout.split()
+    isa, blas = got.stdout.split("|")
+    torch_isa, *numpy_isa = isa.split()
     assert torch_isa == "AVX2" and "X86_V4" not in numpy_isa and "AVX512_ICL" not in numpy_isa
     assert set(numpy_isa) <= set(provenance.numpy_simd())
+    assert blas.split() == ["Haswell"] and provenance.hardware()["openblas"]         # NumPy's OpenBLAS is loaded

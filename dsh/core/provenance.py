@@ -63,18 +63,47 @@ def numpy_simd() -> list | None:
     return [t for t in m.__cpu_dispatch__ if m.__cpu_features__.get(t)]
 
 
+def openblas_cores() -> dict | None:
+    """The kernel set of each OpenBLAS library loaded in this process (NumPy's, SciPy's): ``{library file: core}``,
+    e.g. ``SkylakeX`` on an AVX-512 CPU, ``Haswell`` on an AVX2 one or where ``OPENBLAS_CORETYPE=Haswell`` asks for
+    it; None where the process's libraries cannot be listed (not Linux)."""
+    import ctypes
+
+    try:
+        paths = sorted({line.split()[-1] for line in Path("/proc/self/maps").read_text().splitlines()
+                        if "openblas" in line.lower() and line.split()[-1].startswith("/")})
+    except OSError:  # pragma: no cover - not Linux
+        return None
+    out = {}
+    for path in paths:
+        try:
+            lib = ctypes.CDLL(path)
+        except OSError:  # pragma: no cover
+            continue
+        for name in ("scipy_openblas_get_corename64_", "scipy_openblas_get_corename", "openblas_get_corename64_",
+                     "openblas_get_corename"):
+            fn = getattr(lib, name, None)
+            if fn is not None:
+                fn.restype = ctypes.c_char_p
+                out[Path(path).name] = fn().decode()
+                break
+    return out
+
+
 def hardware() -> dict:
     """Platform, Python, torch, the CPU's model, vector flags (:func:`cpu_flags`), the vector instructions torch's own
-    kernels run (``torch_cpu_capability``: AVX512, AVX2 ...) and NumPy's (``numpy_simd``: :func:`numpy_simd`), CPU
-    count and torch's threads, the GPU's name (when there is one) and the versions of transformers and TRL (when
-    installed). The two instruction sets decide a CPU run's rounding: ``ATEN_CPU_CAPABILITY=avx2`` and
-    ``NPY_DISABLE_CPU_FEATURES="X86_V4 AVX512_ICL"`` make an AVX-512 CPU compute as an AVX2 one, and the same code and
-    seed then give the same weights and numbers on both (README, "Reproducing a result on another CPU")."""
+    kernels run (``torch_cpu_capability``: AVX512, AVX2 ...), NumPy's (``numpy_simd``: :func:`numpy_simd`) and
+    OpenBLAS's (``openblas``: :func:`openblas_cores`), CPU count and torch's threads, the GPU's name (when there is
+    one) and the versions of transformers and TRL (when installed). The three decide a CPU run's rounding:
+    ``ATEN_CPU_CAPABILITY=avx2``, ``NPY_DISABLE_CPU_FEATURES="X86_V4 AVX512_ICL"`` and ``OPENBLAS_CORETYPE=Haswell``
+    make an AVX-512 CPU compute as an AVX2 one, and the same code and seed then give the same weights and numbers on
+    both (README, "Reproducing a result on another CPU")."""
     import torch
 
     hw = {"platform": platform.platform(), "python": platform.python_version(), "torch": torch.__version__,
           "cpu": cpu_model(), "cpu_flags": cpu_flags(), "torch_cpu_capability": torch.backends.cpu.get_cpu_capability(),
-          "numpy_simd": numpy_simd(), "cpus": os.cpu_count(), "torch_threads": torch.get_num_threads()}
+          "numpy_simd": numpy_simd(), "openblas": openblas_cores(), "cpus": os.cpu_count(),
+          "torch_threads": torch.get_num_threads()}
     if torch.cuda.is_available():
         hw["gpu"] = torch.cuda.get_device_name(0)
     try:
