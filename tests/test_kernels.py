@@ -9,6 +9,7 @@ import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
+from dsh.core import provenance
 from dsh.llm import kernels, models
 from dsh.llm.engine import Engine, kernels_unsuitable
 from dsh.task import laptop_task as lt
@@ -195,6 +196,28 @@ def test_the_torch_path_where_the_kernels_cannot_run(gqa, monkeypatch):
         Engine(gqa, [11], attention="kernels")
     with pytest.raises(ValueError, match="^attention must be one of auto, kernels, torch"):
         Engine(gqa, [11], attention="fast")
+
+
+def test_the_kernels_are_built_for_the_architecture_dsh_kernels_march_names(tmp_path, monkeypatch):
+    """DSH_KERNELS_MARCH builds the kernels for another architecture than this CPU's (an AVX2 host's summation order
+    on an AVX-512 one), cached apart from the native build; an architecture the compiler does not know is no
+    kernels and the reason, as a missing compiler is."""
+    if "avx2" not in provenance.cpu_flags():
+        pytest.skip("needs an x86 CPU with AVX2")
+    monkeypatch.setenv("DSH_CACHE", str(tmp_path / "cache"))
+    built = {}
+    for march in ("native", "x86-64-v3"):
+        monkeypatch.setattr(kernels, "_lib", None)
+        monkeypatch.setattr(kernels, "why_not", None)
+        monkeypatch.setenv("DSH_KERNELS_MARCH", march)
+        assert kernels.load() is not None, kernels.why_not
+        built[march] = set((tmp_path / "cache" / "kernels").glob("*.so")) - set().union(*built.values())
+    assert all(len(x) == 1 for x in built.values())
+    assert provenance.hardware()["kernels_march"] == "x86-64-v3"
+    monkeypatch.setattr(kernels, "_lib", None)
+    monkeypatch.setattr(kernels, "why_not", None)
+    monkeypatch.setenv("DSH_KERNELS_MARCH", "no-such-cpu")
+    assert kernels.load() is None and "could not be built" in kernels.why_not
 
 
 def test_no_kernels_without_a_compiler_or_a_writable_cache(tmp_path, monkeypatch):

@@ -93,8 +93,9 @@ def openblas_cores() -> dict | None:
 def hardware() -> dict:
     """Platform, Python, torch, the CPU's model, vector flags (:func:`cpu_flags`), the vector instructions torch's own
     kernels run (``torch_cpu_capability``: AVX512, AVX2 ...), NumPy's (``numpy_simd``: :func:`numpy_simd`) and
-    OpenBLAS's (``openblas``: :func:`openblas_cores`), CPU count and torch's threads, the GPU's name (when there is
-    one) and the versions of transformers and TRL (when installed). The three decide a CPU run's rounding:
+    OpenBLAS's (``openblas``: :func:`openblas_cores`), the architecture dsh's C kernels are built for
+    (``kernels_march``: ``$DSH_KERNELS_MARCH``, :mod:`dsh.llm.kernels`), CPU count and torch's threads, the GPU's
+    name (when there is one) and the versions of transformers and TRL (when installed). The three decide a CPU run's rounding:
     ``ATEN_CPU_CAPABILITY=avx2``, ``NPY_DISABLE_CPU_FEATURES="X86_V4 AVX512_ICL"`` and ``OPENBLAS_CORETYPE=Haswell``
     make an AVX-512 CPU compute as an AVX2 one, and the same code and seed then give the same weights and numbers on
     both (README, "Reproducing a result on another CPU")."""
@@ -102,7 +103,8 @@ def hardware() -> dict:
 
     hw = {"platform": platform.platform(), "python": platform.python_version(), "torch": torch.__version__,
           "cpu": cpu_model(), "cpu_flags": cpu_flags(), "torch_cpu_capability": torch.backends.cpu.get_cpu_capability(),
-          "numpy_simd": numpy_simd(), "openblas": openblas_cores(), "cpus": os.cpu_count(),
+          "numpy_simd": numpy_simd(), "openblas": openblas_cores(),
+          "kernels_march": os.environ.get("DSH_KERNELS_MARCH") or "native", "cpus": os.cpu_count(),
           "torch_threads": torch.get_num_threads()}
     if torch.cuda.is_available():
         hw["gpu"] = torch.cuda.get_device_name(0)

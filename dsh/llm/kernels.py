@@ -16,7 +16,10 @@ well under a second. Where no compiler works, :func:`load` returns None with the
 engine uses its torch path (the results are the same up to float rounding).
 
 ``-ffast-math`` is applied when compiling only (vectorised ``expf`` from glibc's libmvec), never when linking: a
-shared library linked with it would switch the whole process to flush-to-zero.
+shared library linked with it would switch the whole process to flush-to-zero. The code is built for this CPU
+(``-march=native``), or for the architecture ``$DSH_KERNELS_MARCH`` names (e.g. ``znver3``: with ``-ffast-math`` the
+compiler's vector width and tuning decide the summation order, so another host's sampled log-probabilities are
+reproduced only with its architecture; README, "Reproducing a result on another CPU").
 """
 
 from __future__ import annotations
@@ -94,7 +97,11 @@ def load():
     cc = os.environ.get("CC", "cc")
     src = SOURCE.read_bytes()
     errors = []
-    for cflags, ldflags in FLAG_SETS:
+    asked = os.environ.get("DSH_KERNELS_MARCH")
+    march = f"-march={asked or 'native'}"
+    # an architecture asked for is built for or not at all (the portable build would round otherwise)
+    for cflags, ldflags in [fs for fs in FLAG_SETS if "-march=native" in fs[0]] if asked else FLAG_SETS:
+        cflags = [march if f == "-march=native" else f for f in cflags]
         key = store.key_digest({"source": hashlib.sha256(src).hexdigest(), "cc": cc, "flags": cflags + ldflags,
                                 "cpu": _cpu_flags()})[:16]
         path = cache_dir() / f"dsh_kernels_{key}.so"
