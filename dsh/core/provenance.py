@@ -95,10 +95,11 @@ def hardware() -> dict:
     kernels run (``torch_cpu_capability``: AVX512, AVX2 ...), NumPy's (``numpy_simd``: :func:`numpy_simd`) and
     OpenBLAS's (``openblas``: :func:`openblas_cores`), the architecture dsh's C kernels are built for
     (``kernels_march``: ``$DSH_KERNELS_MARCH``, :mod:`dsh.llm.kernels`), CPU count and torch's threads, the GPU's
-    name (when there is one) and the versions of transformers and TRL (when installed). The three decide a CPU run's rounding:
-    ``ATEN_CPU_CAPABILITY=avx2``, ``NPY_DISABLE_CPU_FEATURES="X86_V4 AVX512_ICL"`` and ``OPENBLAS_CORETYPE=Haswell``
-    make an AVX-512 CPU compute as an AVX2 one, and the same code and seed then give the same weights and numbers on
-    both (README, "Reproducing a result on another CPU")."""
+    name (when there is one) and the versions of transformers and TRL (when installed). The four decide a CPU run's
+    rounding: ``ATEN_CPU_CAPABILITY=avx2``, ``NPY_DISABLE_CPU_FEATURES="X86_V4 AVX512_ICL"``,
+    ``OPENBLAS_CORETYPE=Haswell`` and ``DSH_KERNELS_MARCH=znver3`` make an AVX-512 CPU compute as the AMD Zen 3 (AVX2)
+    host of the committed laptop runs, and the same code and seed then give the same weights and numbers on both
+    (README, "Reproducing a result on another CPU")."""
     import torch
 
     hw = {"platform": platform.platform(), "python": platform.python_version(), "torch": torch.__version__,

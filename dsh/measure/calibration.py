@@ -147,7 +147,8 @@ def clustered_se(successes, trials, clusters) -> float:
     if total <= 0:
         return float("nan")
     p = y.sum() / total
-    _, inv = np.unique(np.asarray(clusters, dtype=str), return_inverse=True)
+    clusters = np.asarray(clusters)
+    _, inv = np.unique(clusters if clusters.dtype.kind in "iu" else clusters.astype(str), return_inverse=True)
     resid = np.bincount(inv, weights=y - p * m)
     return float(math.sqrt((resid ** 2).sum()) / total)
 
@@ -164,11 +165,17 @@ def design_effect(successes, trials, clusters) -> float:
     return 1.0 if binomial == 0 else clustered_se(successes, trials, clusters) ** 2 / binomial
 
 
-def _cluster_draw(members: list, rng, n: int):
+def _cluster_members(inv) -> list:
+    """The responses of each cluster (``inv``: each response's cluster number, 0 .. C - 1), in response order."""
+    order = np.argsort(inv, kind="stable")
+    return np.split(order, np.cumsum(np.bincount(inv))[:-1])
+
+
+def _cluster_draw(members: list | None, rng, n: int):
     """Indices of one cluster-bootstrap resample: as many clusters as there are, drawn with replacement, each with
-    all its responses (``members``: the responses of each cluster); plain response draws when every cluster holds
-    one response."""
-    if len(members) == n:
+    all its responses (``members``: the responses of each cluster); plain response draws of ``n`` responses where
+    every cluster holds one response (``members`` None)."""
+    if members is None:
         return rng.integers(0, n, n)
     return np.concatenate([members[j] for j in rng.integers(0, len(members), len(members))])
 
@@ -195,16 +202,15 @@ def summarize(s: ResponseStats, n_bootstrap: int = 100, seed: int = 0) -> dict:
     p_s, p_dC, p_dW = _estimates(s)
     pred = _predict(p_s, p_dC, p_dW)
     _, inv = np.unique(s.questions.astype(str), return_inverse=True) if n else (None, np.zeros(0, dtype=int))
-    members = [np.flatnonzero(inv == c) for c in range(inv.max() + 1)] if n else []
-    clustered = len(members) < n
+    clustered = n > 0 and int(inv.max()) + 1 < n
+    members = _cluster_members(inv) if clustered else None
     t = s.transitions.sum(0) if n else np.zeros(4, dtype=int)
     from_f, from_t = int(t[0] + t[3]), int(t[1] + t[2])
-    if clustered:
-        deff = {"accuracy": design_effect(s.correct, np.ones(n), s.questions),
+    if clustered:          # the clusters by number (inv), not by text: clustered_se groups them once more
+        deff = {"accuracy": design_effect(s.correct, np.ones(n), inv),
                 "p_s": design_effect(s.first_correct[s.has_answer], np.ones(int(s.has_answer.sum())),
-                                     s.questions[s.has_answer]),
-                "p(F->T)": design_effect(s.transitions[:, 0], s.transitions[:, 0] + s.transitions[:, 3],
-                                         s.questions)}
+                                     inv[s.has_answer]),
+                "p(F->T)": design_effect(s.transitions[:, 0], s.transitions[:, 0] + s.transitions[:, 3], inv)}
         lo, hi = normal_interval(k, n, effective=n / deff["accuracy"])
         wlo, whi = wilson_interval(k, n, effective=n / deff["accuracy"])
         ft_ci = list(wilson_interval(int(t[0]), from_f, effective=from_f / deff["p(F->T)"])) if from_f else None

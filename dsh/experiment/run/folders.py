@@ -82,13 +82,14 @@ def check(folder: Path, role: str, ident: dict, fresh: bool) -> str:
     v.output_path(role, folder, kind="folder")          # no parent of it a file
     ours, foreign = pipeline_files(folder, role)
     record = folder / CLAIM
-    stored = None
+    stored, same = None, False
     if record.is_file():
         try:
             stored = json.loads(record.read_text())["identity"]
         except (OSError, ValueError, KeyError, TypeError):
             raise ValueError(f"{role} {folder}: {CLAIM} is not a dsh pipeline record; choose another folder") from None
-        if role == "results_dir" and store.made_from(stored, ident):
+        same = store.made_from(stored, ident)
+        if same and role == "results_dir":
             return "resume"      # the same run again: files beside the pipeline's (a README, notes) stay untouched
     else:                        # no run of the pipeline claimed it: whatever is there is someone else's
         foreign = sorted(foreign + [p.relative_to(folder).as_posix() for p in ours])
@@ -98,7 +99,7 @@ def check(folder: Path, role: str, ident: dict, fresh: bool) -> str:
                          f"choose an empty or new folder; nothing was changed")
     if stored is None:
         return "new"
-    if store.made_from(stored, ident):
+    if same:
         return "resume"
     if not fresh:
         differ = ", ".join(store.differences(stored, ident))
