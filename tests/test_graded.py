@@ -102,6 +102,7 @@ def test_bad_graded_settings_are_one_line_errors():
     assert "Traceback" not in r.stderr
 
 
+@pytest.mark.slow   # trains a model
 def test_a_graded_base_continues_the_laptop_base_and_says_so(tmp_path):
     from dataclasses import replace
 

@@ -54,6 +54,34 @@ def test_default_markers_include_the_papers():
         assert r.decisions == ["RESAMPLE", "STOP"], m
 
 
+def _plain_marker_regex(markers):
+    """The marker expression without its look-ahead on first characters: the reference it must equal."""
+    import re
+    lits = sorted({m.strip() for m in markers if isinstance(m, str) and m.strip()}, key=len, reverse=True)
+    parts = [r"(?<![A-Za-z])" + re.escape(m).replace("'", "['\u2019]") + r"(?![A-Za-z])" for m in lits]
+    parts += [f"(?:{m.pattern})" for m in markers if isinstance(m, re.Pattern)]
+    return re.compile("|".join(parts), re.IGNORECASE)
+
+
+_MARKER_BITS = st.sampled_from(["Wait", "wAIT", "await", "Let me re-check", "let  me recompute", "I made an slip",
+                                "ON SECOND THOUGHTS", "double check", "Double-Check", "go back and verify",
+                                "I\u2019ll go back and check", "'tis odd", "\u2019tis odd", "Hmm", "hmmm", "K",
+                                "\u212a", "\u017f", "ß", " ", "\n", ".", "I", "l", "w", "x", "7"])
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(_MARKER_BITS, max_size=12), st.sampled_from(["default", "quote", "pattern"]))
+def test_the_marker_expressions_first_character_look_ahead_changes_no_match(bits, which):
+    import re
+    markers = {"default": parse.DEFAULT_MARKERS, "quote": parse.DEFAULT_MARKERS + ("'tis odd", "k"),
+               "pattern": (re.compile(r"h+m+", re.IGNORECASE), "Wait")}[which]
+    text = "".join(bits)
+    got = [m.span() for m in parse.marker_regex(markers).finditer(text)]
+    assert got == [m.span() for m in _plain_marker_regex(markers).finditer(text)], text
+    # the look-ahead is used where every marker's first character is known, and only there
+    assert parse.marker_regex(markers).pattern.startswith("(?=[") == (which != "pattern")
+
+
 def test_custom_markers_and_near_misses():
     assert parse.parse_response("The answer is 1. Awaiting. The answer is 2.").decisions == ["STOP"]
     assert parse.parse_response("The answer is 1. Nope. The answer is 2.", markers=["Nope"]).decisions == ["RESAMPLE", "STOP"]

@@ -19,6 +19,7 @@ def test_provenance_records_the_cpus_vector_flags(monkeypatch, tmp_path):
     assert provenance.hardware()["cpu_flags"] == ["avx", "avx2", "fma", "f16c", "avx512f"]
 
 
+@pytest.mark.slow   # a subprocess importing torch
 def test_provenance_records_the_vector_instructions_torch_and_numpy_compute_with_which_two_variables_set():
     """The weights and numbers of a CPU run depend on the instructions torch's, NumPy's and OpenBLAS's kernels use (the
     committed laptop-wide runs, trained on an AVX2 host, are retrained and calibrated bit for bit on an AVX-512 host

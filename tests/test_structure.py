@@ -332,3 +332,22 @@ def test_the_design_scripts_import_only_what_dsh_still_has():
                 bad += [f"{f.name}: {node.module}.{a.name}" for a in node.names if not hasattr(module, a.name)
                         and importlib.util.find_spec(f"{node.module}.{a.name}") is None]
     assert bad == []
+
+
+def test_make_check_does_not_import_a_module_marked_slow_as_a_whole(tmp_path):
+    import conftest
+
+    class Config:
+        def __init__(self, expr):
+            self.expr = expr
+
+        def getoption(self, name, default=None):
+            return self.expr
+
+    slow, fast = tmp_path / "test_x.py", tmp_path / "test_y.py"
+    slow.write_text("import pytest\n\npytestmark = pytest.mark.slow\n")
+    fast.write_text("import pytest\n")
+    assert conftest.pytest_ignore_collect(slow, Config("not slow and not full")) is True
+    for expr in ("slow", "not full", "slow or not full", ""):
+        assert conftest.pytest_ignore_collect(slow, Config(expr)) is None, expr
+    assert conftest.pytest_ignore_collect(fast, Config("not slow and not full")) is None

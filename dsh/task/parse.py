@@ -100,15 +100,36 @@ def _to_int(s: str) -> int | None:
         return None
 
 
+def _pattern_lead(pattern: str) -> str:
+    """The letter every match of one of ``MARKER_PATTERNS`` starts with (after its optional look-behind)."""
+    body = pattern.removeprefix("(?<![a-z])")
+    assert body[0].isalpha() and body[1:2] not in ("?", "*", "{", "|"), pattern
+    return body[0]
+
+
+_PATTERN_LEADS = {p: _pattern_lead(p) for p in MARKER_PATTERNS}
+
+
 @functools.lru_cache(maxsize=64)
 def _marker_regex_cached(markers: tuple) -> re.Pattern | None:
-    parts = []
+    parts, leads = [], set()
     lits = sorted({m.strip() for m in markers if isinstance(m, str) and m.strip()}, key=len, reverse=True)
     for m in lits:
         e = re.escape(m).replace("'", "['\u2019]")  # straight or curly apostrophe
         parts.append(r"(?<![A-Za-z])" + e + r"(?![A-Za-z])")
-    parts += [f"(?:{m.pattern})" for m in markers if isinstance(m, re.Pattern)]
-    return re.compile("|".join(parts), re.IGNORECASE) if parts else None
+        leads |= {m[0], "\u2019"} if m[0] == "'" else {m[0]}
+    patterns = [m for m in markers if isinstance(m, re.Pattern)]
+    parts += [f"(?:{m.pattern})" for m in patterns]
+    if not parts:
+        return None
+    # where every marker's first character is known (literals; MARKER_PATTERNS compiled case-insensitively), a
+    # look-ahead on them lets the search skip every other position at once: the same matches, ~10x faster
+    known = all(m.pattern in _PATTERN_LEADS and m.flags & re.IGNORECASE for m in patterns)
+    if known:
+        leads |= {_PATTERN_LEADS[m.pattern] for m in patterns}
+        head = "(?=[" + "".join(re.escape(c) for c in sorted(leads)) + "])"
+        return re.compile(head + "(?:" + "|".join(parts) + ")", re.IGNORECASE)
+    return re.compile("|".join(parts), re.IGNORECASE)
 
 
 def marker_regex(markers=DEFAULT_MARKERS) -> re.Pattern | None:
