@@ -145,7 +145,7 @@ def _cmd_pipeline(args) -> int:
         raise ValueError("stages must name at least one stage, e.g. rl or rl-s0 (leave --stages out for the whole plan)")
     summary = run_pipeline(preset=args.preset, results_dir=args.results_dir, runs_dir=args.runs_dir, model=args.model,
                            overrides=overrides or None, stages=stages, eval_overrides=eval_overrides or None,
-                           seed=args.seed, seeds=_int_list("seeds", args.seeds) if args.seeds else None,
+                           seeds=_int_list("seeds", args.seeds) if args.seeds else None,
                            ablation_seeds=(_int_list("ablation_seeds", args.ablation_seeds)
                                            if args.ablation_seeds is not None else None),
                            progress=not args.quiet, fresh=args.fresh,
@@ -355,7 +355,8 @@ def _add_evaluate(sub, model_help) -> None:
 
 
 def _add_pipeline(sub, presets_help, model_help) -> None:
-    pl = sub.add_parser("pipeline", help="train every stage, evaluate and calibrate: one results folder")
+    pl = sub.add_parser("pipeline", help="train every stage, evaluate and calibrate: one results folder",
+                        allow_abbrev=False)   # --seed is not --seeds: each option by its whole name
     pl.add_argument("--preset", default=DEFAULT, help=presets_help)
     pl.add_argument("--model", help=f"the model the first stages start from: '{EMBEDDED}', a Hugging Face id, a local "
                     "path or a run directory (default: the preset's: embedded, or the shipped laptop base for laptop)")
@@ -370,8 +371,6 @@ def _add_pipeline(sub, presets_help, model_help) -> None:
     pl.add_argument("--attribution-set", action="append", metavar="KEY=VALUE",
                     help="override a setting of the gradient-attribution study (the laptop presets): levels, prompts_per_level, "
                     "group, temperature, max_new_tokens, objectives")
-    pl.add_argument("--seed", type=int, default=0, help="the evaluation's seed (test questions, sampling streams); "
-                    "only 0, the seed whose test questions every training set leaves out")
     pl.add_argument("--seeds", help="training seeds of every training stage, e.g. 0,1,2 (default: the preset's; "
                     "laptop 0,1,2, the others one unseeded run)")
     pl.add_argument("--ablation-seeds", help="seeds of the preset's ablations, a subset of --seeds (laptop: 0,1,2)")

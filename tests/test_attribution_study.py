@@ -1,4 +1,4 @@
-"""Gradient attribution in the laptop models (issue 31): the laptop segmentation, the split on cases whose answer is
+"""Gradient attribution in the laptop models: the laptop segmentation, the split on cases whose answer is
 known, the length-law fit against known truth, the study end to end on the shipped base."""
 
 import json

@@ -48,7 +48,7 @@ def test_toc_lists_existing_files_and_every_chapter():
 
 
 def test_toc_order_equals_the_files_numbering():
-    """Issue 32: chapters are numbered as they are read: the table of contents lists chapters/NN_* in the order of
+    """Chapters are numbered as they are read: the table of contents lists chapters/NN_* in the order of
     NN, the root page first, with no number repeated."""
     toc = yaml.safe_load((ROOT / "_toc.yml").read_text())
     files = [toc["root"]] + [c["file"] for part in toc.get("parts", []) for c in part["chapters"]]
@@ -114,7 +114,7 @@ def test_papermill_bounds_and_lists_name_the_parameter_before_any_work(tmp_path,
 @pytest.mark.slow
 @pytest.mark.parametrize("md", CHAPTERS, ids=lambda p: p.name)
 def test_papermill_refuses_a_parameter_the_chapter_does_not_have(tmp_path, md):
-    """Issue 34: papermill only warns about an unknown parameter (`-p preset nope` ran chapter 06 as if nothing had
+    """Papermill only warns about an unknown parameter (`-p preset nope` ran chapter 06 as if nothing had
     been asked; chapter 04 has a `preset`, so the name here is one no chapter has); every chapter refuses it in its
     second cell, naming it and the chapter's own parameters."""
     r = _papermill(md.with_suffix(".ipynb"), tmp_path / "out.ipynb", ("no_such_parameter", "nope"))

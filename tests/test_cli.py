@@ -84,7 +84,7 @@ def test_a_comma_separated_set_value_is_a_list(capsys):
 
 
 def test_train_without_model_starts_from_the_presets_model(capsys):
-    """Issue 34: `train --preset laptop` without --model trained the 135M embedded model (25 s a step) instead of
+    """`train --preset laptop` without --model trained the 135M embedded model (25 s a step) instead of
     the preset's tiny base; it starts from the preset's model, and --model or --set model=... still choose another."""
     from dsh.__main__ import main
     from dsh.training.laptop_base import SHIPPED_BASE

@@ -222,7 +222,7 @@ def test_gzip_copy_gives_the_same_bytes_every_time(tmp_path):
 
 
 def test_a_distinct_draw_has_no_repeat_and_is_the_same_stream_with_repeats_skipped():
-    """Issue 34: the laptop ladder's 100 questions of 1x2 (810 problems) hold 7 repeats when drawn with
+    """The laptop ladder's 100 questions of 1x2 (810 problems) hold 7 repeats when drawn with
     replacement. ``distinct=True`` draws the same stream without them: the first occurrences in the same order,
     topped up from further down the stream; a draw that had no repeat (the paper's 3x3..3x9) is the same list."""
     seed = problems.TEST_STREAM   # the test questions' stream (problems.test_problems, seed 0)

@@ -122,7 +122,7 @@ def test_same_seed_same_outputs_and_limits(tiny):
         assert g.stopped or len(g.tokens) == 10
 
 
-# the shipped laptop base in make test, the embedded 135M model in make test-all (issue 32: ~20-60 s each)
+# the shipped laptop base in make test, the embedded 135M model in make test-all (~20-60 s each)
 MODELS = [pytest.param("laptop", id="laptop-base"), pytest.param("embedded", id="embedded", marks=pytest.mark.full)]
 
 

@@ -1,4 +1,4 @@
-"""The findings page (issue 32): every verdict computed by the library, every row linked to a section that exists."""
+"""The findings page: every verdict computed by the library, every row linked to a section that exists."""
 
 import copy
 import re

@@ -69,10 +69,10 @@ def test_results_folder_format(ci_run):
     root, _, _ = ci_run
     res = root / "results"
     files = sorted(str(p.relative_to(res)) for p in res.rglob("*") if p.is_file())
-    assert files == sorted([".dsh-pipeline.json", "summary.json", "provenance.json"]   # the folder's claim: issue 33
+    assert files == sorted([".dsh-pipeline.json", "summary.json", "provenance.json"]   # the folder's claim
                            + [f"calibration/{s}.json" for s in STAGES]
                            + [f"generations/{s}.jsonl.gz" for s in STAGES]
-                           + [f"jobs/{s}.json" for s in STAGES])                  # each job's record: issue 33
+                           + [f"jobs/{s}.json" for s in STAGES])                  # each job's record
     assert sum(p.stat().st_size for p in res.rglob("*") if p.is_file()) < 16e6
     s = json.loads((res / "summary.json").read_text())
     assert set(s) >= {"preset", "stages", "labels", "eval", "seed", "wall_s", "timings_s", "training", "hardware",

@@ -97,7 +97,7 @@ def test_the_results_folder_is_every_presets(killed_and_resumed):
     assert list(report.table1(loaded).index) == ["Base", "SFT (no reflection) (1 seed)", "SFT (reflection) (1 seed)",
                                                  "DFT (1 seed)", "RL (1 seed)"]
     assert [c["verdict"] for c in report.claims(loaded, seed=0)] == ["cannot tell"] * 4   # 2 questions a level
-    # issue 31: the attribution step, each model against the one its training started from, two repeated
+    # the attribution step, each model against the one its training started from, two repeated
     studies = {p.stem: json.loads(p.read_text()) for p in (res / "attribution").glob("*.json")}
     assert sorted(studies) == sorted([*STAGES, "sft_reflection-s0-t1", "rl-s0-t1"])
     assert studies["rl-s0"]["reference"] == "<runs_dir>/sft_reflection-s0" and studies["rl-s0"]["model"] == "<runs_dir>/rl-s0"
@@ -133,7 +133,7 @@ def test_bad_laptop_input_is_one_line_before_any_work(tmp_path):
 
 
 # ------------------------------------------------------------------------------------------------
-# Issue 33: a killed and resumed pipeline writes the results folder of an uninterrupted one
+# A killed and resumed pipeline writes the results folder of an uninterrupted one
 # ------------------------------------------------------------------------------------------------
 VOLATILE = {"wall_s", "timings_s", "load_average_1min", "date", "provenance", "hardware"}       # how long, where
 TRAIN_VOLATILE = {"wall_s", "tokens_per_s", "resumed_from", "hardware", "generation_s", "scoring_s", "update_s"}

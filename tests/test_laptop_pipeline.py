@@ -20,7 +20,7 @@ def test_plan_has_every_stage_for_every_seed_and_both_ablations():
     stages = presets.LAPTOP.plan_stages()           # the preset's seeds and ablation seeds: (0, 1, 2) both
     names = [s.name for s in stages]
     assert len(names) == len(set(names)) == 1 + 3 * 4 + 3 * (len(presets.KL_BETAS) + 2)
-    for k in (0, 1, 2):                             # every arm and both ablations on 3 seeds (issue 30)
+    for k in (0, 1, 2):                             # every arm and both ablations on 3 seeds
         for st in ("sft", "sft_reflection", "dft", "rl", "sft_verdict", "rl_verdict"):
             assert f"{st}-s{k}" in names
         assert {f"rl_beta{b:g}-s{k}" for b in presets.KL_BETAS} <= set(names)

@@ -1,4 +1,4 @@
-"""Reflection SFT that learns no wrong attempt (issue 30, item 3): the traces' segments, the pre-tokenized rows,
+"""Reflection SFT that learns no wrong attempt: the traces' segments, the pre-tokenized rows,
 and TRL's SFTTrainer training on exactly the learned tokens."""
 
 import math

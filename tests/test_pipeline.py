@@ -49,7 +49,7 @@ def test_finished_stages_are_reused_and_mismatches_refused(small_pipeline):
     assert again["training"]["sft"] == json.loads(json.dumps(first["training"]["sft"]))   # its own summary, reused
     assert (root / "runs" / "sft" / "final" / "model.safetensors").stat().st_mtime == mtime
     with pytest.raises(ValueError, match="holds a pipeline run with another overrides; run it with the same options"):
-        pipeline.run_pipeline(**{**kw, "overrides": {"max_steps": 3}})     # issue 33: the folder's claim refuses it
+        pipeline.run_pipeline(**{**kw, "overrides": {"max_steps": 3}})     # the folder's claim refuses it
 
 
 def test_generations_are_kept_for_the_same_weights_and_redone_for_another_model(small_pipeline):

@@ -1,4 +1,4 @@
-"""Issue 33: the pipeline loses nothing and mixes nothing. A results or runs folder it did not write is refused
+"""The pipeline loses nothing and mixes nothing. A results or runs folder it did not write is refused
 before any work and left byte-identical; a folder of another run needs --fresh, which removes only what the
 pipeline wrote; the loader refuses a folder whose stages disagree with its summary; statistics do not depend on the
 order in which an evaluation wrote its records; options the preset cannot honour are refused."""
@@ -145,14 +145,17 @@ def test_statistics_do_not_depend_on_the_order_the_records_were_written_in():
 
 
 @pytest.mark.slow   # a subprocess: make check leaves it out
-def test_a_seed_the_presets_did_not_hold_out_is_refused_before_any_work(tmp_path):
-    with pytest.raises(ValueError, match="^seed must be 0: every training set leaves out the test questions of seed 0"):
+def test_the_pipeline_has_no_evaluation_seed_to_choose(tmp_path):
+    """Every training set leaves out the test questions of seed 0 only: the pipeline evaluates with that seed, and
+    offers no other (a flag with one legal value is no choice)."""
+    with pytest.raises(TypeError, match="seed"):
         pipeline.run_pipeline("laptop", results_dir=str(tmp_path / "r"), runs_dir=str(tmp_path / "w"), seed=5, **SMALL)
-    r = subprocess.run([sys.executable, "-m", "dsh", "pipeline", "--preset", "laptop", "--seed", "5",
+    r = subprocess.run([sys.executable, "-m", "dsh", "pipeline", "--preset", "laptop", "--seed", "0",
                         "--results-dir", str(tmp_path / "r"), "--runs-dir", str(tmp_path / "w")],
                        capture_output=True, text=True)
-    assert r.returncode == 2 and "error: seed must be 0" in r.stderr and "Traceback" not in r.stderr
+    assert r.returncode == 2 and "unrecognized arguments: --seed 0" in r.stderr and "Traceback" not in r.stderr
     assert not any(tmp_path.iterdir())
+    assert pipeline.TEST_SEED == 0
 
 
 def test_a_lock_left_by_a_killed_process_is_cleared_with_a_message(tmp_path, capsys):
@@ -318,7 +321,7 @@ def _strings(x):
 @pytest.mark.slow
 def test_a_results_folder_names_no_machine_path_and_a_relative_base_is_the_same_run(small_results, tmp_path,
                                                                                        monkeypatch):
-    """Issue 34: results record paths from labels (<dsh>, <runs_dir>), and the claim knows the model by content, so
+    """Results record paths from labels (<dsh>, <runs_dir>), and the claim knows the model by content, so
     the same base named by a relative path resumes the run an absolute path started."""
     for p in small_results.rglob("*.json"):
         if p.name != folders.CLAIM:
@@ -342,7 +345,7 @@ def test_the_committed_laptop_results_name_no_machine_path():
 
 @pytest.mark.slow
 def test_the_same_runs_folder_by_a_relative_or_an_absolute_path_is_one_run(tmp_path, monkeypatch, capsys):
-    """Issue 34: a stage's configuration names its starting model by path (the stage before it, under runs_dir), so
+    """A stage's configuration names its starting model by path (the stage before it, under runs_dir), so
     the same runs folder given by an absolute path after a relative one was 'a finished run with another
     configuration'; the starting model is now compared by content and the finished stage reused."""
     monkeypatch.chdir(tmp_path)
@@ -368,7 +371,7 @@ def test_a_claim_of_other_weights_is_refused_naming_the_model(tmp_path):
 
 @pytest.mark.slow
 def test_committed_results_hold_no_machine_path():
-    """Issue 34: a committed results folder names paths by label (<dsh>, <runs_dir>, <scratch>), never by this
+    """A committed results folder names paths by label (<dsh>, <runs_dir>, <scratch>), never by this
     machine's absolute paths (the design logs under design/ are the design runs' raw output and are left as written)."""
     import gzip
     import re

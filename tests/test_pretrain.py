@@ -223,7 +223,7 @@ def _without_times(prov: dict) -> dict:
 @pytest.mark.slow
 @pytest.mark.parametrize("point", KILL_POINTS)
 def test_a_base_killed_at_five_points_resumes_to_the_same_bytes(tmp_path, monkeypatch, uninterrupted_base, point):
-    """Issue 34: `dsh base` (build_base) interrupted at each point (a KeyboardInterrupt where a kill would land, with
+    """`dsh base` (build_base) interrupted at each point (a KeyboardInterrupt where a kill would land, with
     what a kill leaves there: a cut temporary, a cut file), then run again: the model folder's files are byte for
     byte an uninterrupted run's (its provenance without times), a run killed after training trains no step again,
     the work folder is gone, a user's file in it stays."""

@@ -212,7 +212,7 @@ def test_evaluate_bad_input_writes_nothing(tmp_path, kwargs, msg):
     assert not out.exists()
 @pytest.mark.full   # make test-all: the ci preset trains the embedded model (~250 s); make test trains the laptop models
 def test_ci_losses_unchanged_by_refactoring(ci_runs):
-    """The ci runs' losses equal those recorded before the refactor of issue 12 (tests/reference/unchanged.json,
+    """The ci runs' losses equal those recorded before the first refactor (tests/reference/unchanged.json,
     written by the code of that time): same seeds, same data, same training."""
     root, _ = ci_runs
     ref = json.loads((ROOT / "tests" / "reference" / "unchanged.json").read_text())["training_losses"]
@@ -225,7 +225,7 @@ def test_ci_losses_unchanged_by_refactoring(ci_runs):
 
 @pytest.mark.slow
 def test_a_resumed_run_has_the_summary_of_an_uninterrupted_one(tmp_path):
-    """Issue 33: killed at a checkpoint and resumed, a run's train_loss and real_tokens counted the resumed steps
+    """Killed at a checkpoint and resumed, a run's train_loss and real_tokens counted the resumed steps
     only (here: 3.3e-06 vs 5.5e-06 and 844 vs 2,755 tokens); now every field but the wall times (and the tokens/s
     read from them) and the checkpoint it resumed from equals the uninterrupted run's."""
     def cmd(out):

@@ -1,6 +1,6 @@
 """Behaviour unchanged by refactoring: the same seeds give the same data and toy results as the values in
 ``tests/reference/unchanged.json``, recorded by ``tests/reference/record.py`` with the code as it was before the
-refactor of issue 12 (commit in the file). They are read, never recomputed by the code under test. The CPU
+first refactor (commit in the file). They are read, never recomputed by the code under test. The CPU
 training losses of the same file are compared in ``tests/test_train.py`` (they need the trained ci runs)."""
 
 import hashlib
@@ -84,16 +84,16 @@ def test_every_preset_config_and_plan_is_as_before_the_layout_move():
     want["mapping"] = [{("hyperparameter" if k == "paper" else k): x for k, x in r.items()} for r in want["mapping"]]
 
     def changed_on_purpose(x):
-        """Issue 28 changed the laptop preset's GRPO (rounds of 256 rollouts feeding 8 steps of 32, padding-free,
-        32 steps, a checkpoint per two rounds). Issue 29 moved the laptop-only TrainConfig fields laptop_check and
-        laptop_attempts into the task's own settings (task_options, the non-default values only), also in the
-        ablation's overrides. Issue 30 set the laptop preset's reflection traces (SFT with reflection, DFT and the
+        """What changed on purpose since the recording: the laptop preset's GRPO (rounds of 256 rollouts feeding 8
+        steps of 32, padding-free, 32 steps, a checkpoint per two rounds); the laptop-only TrainConfig fields
+        laptop_check and laptop_attempts moved into the task's own settings (task_options, the non-default values only),
+        also in the ablation's overrides; the laptop preset's reflection traces (SFT with reflection, DFT and the
         verdict-only ablation): injected wrong attempts, half of them miscopies, none learned (every SFT method's
-        config carries them; only reflection traces read them); gave every TrainConfig the validation fields (off by
-        default) and the laptop preset's GRPO the design of chapter 07 (10,240 rollouts at temperature 2, learning
+        config carries them; only reflection traces read them); every TrainConfig's validation fields (off by
+        default); the laptop preset's GRPO the design of chapter 07 (10,240 rollouts at temperature 2, learning
         rate 2e-4, validation every 80 steps); its plan runs the ablations on every seed, the KL ablation at beta 0
-        and 0.1 beside the RL arm's 0.001 (below). Issue 28 (again) made the laptop preset's SFT stages (SFT, SFT with
-        reflection, DFT) padding-free: the same batches, the loss equal up to float rounding. Nothing else may
+        and 0.1 beside the RL arm's 0.001 (below); the laptop preset's SFT stages (SFT, SFT with
+        reflection, DFT) made padding-free: the same batches, the loss equal up to float rounding. Nothing else may
         differ."""
         if isinstance(x, dict):
             if "method" in x and "trust_remote_code" in x:          # a TrainConfig
@@ -125,11 +125,11 @@ def test_every_preset_config_and_plan_is_as_before_the_layout_move():
     want["eval/laptop"]["batch_size"] = 256
     for key in [k for k in want if k.startswith("eval/")]:      # the setting of several samples a question: 1 in each
         want[key]["samples_per_question"] = 1
-    # issue 29: the laptop preset has one plan, its seeded stages (laptop/jobs, laptop/configs); the paper's stages
+    # the laptop preset has one plan, its seeded stages (laptop/jobs, laptop/configs); the paper's stages
     # that the training chapter used to train for it (stages/laptop, plan/laptop ...) were a second plan and are gone
     for key in ("stages/laptop", "plan/laptop", "plan/laptop/starts", "needed/laptop"):
         want.pop(key)
-    # issue 30: no KL arm at beta 0.01; the preset's configs hold the ablations on seeds 1 and 2 as on seed 0 (their
+    # no KL arm at beta 0.01; the preset's configs hold the ablations on seeds 1 and 2 as on seed 0 (their
     # seed, names and paths; laptop/jobs is dumped with ablation seed 0 only)
     jobs = [j for j in want["laptop/jobs"] if j["name"] != "rl_beta0.01-s0"]
     abl = [j for j in jobs if j["stage"].startswith(("rl_beta", "sft_verdict", "rl_verdict"))]
@@ -141,7 +141,7 @@ def test_every_preset_config_and_plan_is_as_before_the_layout_move():
                 "output_dir": c["output_dir"].replace("-s0", f"-s{k}")}
     want["laptop/configs"].pop("rl_beta0.01-s0")
     want["laptop/jobs"] = jobs
-    # issue 31: a new preset, laptop-wide (the laptop stages fine-tuned on 1x1 ... 1x10 for the length law); the
+    # a new preset, laptop-wide (the laptop stages fine-tuned on 1x1 ... 1x10 for the length law); the
     # laptop preset itself is unchanged
     # the paper preset starts from the paper's model, Qwen2.5-7B-Instruct (it started from the embedded SmolLM2)
     for c in want["plan/paper"].values():
@@ -155,8 +155,8 @@ def test_every_preset_config_and_plan_is_as_before_the_layout_move():
 
 
 def test_committed_laptop_calibration_reads_the_laptop_format():
-    """The committed laptop run (issue 30's re-run; the run before it was checked here against the general parser's
-    reading recorded before issue 29, a check that went with its generations):
+    """The committed laptop run (its re-run with reflection traces; the run before it was checked here against the general parser's
+    reading recorded before the task had its own settings, a check that went with its generations):
 
     - every committed calibration is calibrate_stage with the laptop task (its reading, its faithfulness):
       the next test recomputes it;

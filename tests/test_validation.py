@@ -65,7 +65,7 @@ def test_grpo_measures_along_the_run_and_the_last_row_is_the_saved_model(tmp_pat
 
 
 def test_a_resume_drops_the_killed_runs_log_lines_past_its_checkpoint(tmp_path):
-    """Issue 34: a resumed run's metrics and validation logs hold each step once (the killed run's lines after the
+    """A resumed run's metrics and validation logs hold each step once (the killed run's lines after the
     checkpoint, and a line the kill cut short, are dropped before the run logs them again)."""
     from dsh.training.run_dir import trim_logs
 

@@ -1,9 +1,9 @@
 """Record every resolved preset, TrainConfig, evaluation setting, pipeline plan and laptop job configuration.
 
-Ran once at commit 4434ce3 (the flat layout, before issue 22 moved the modules into layers; its imports were then
+Ran once at commit 4434ce3 (the flat layout, before the modules moved into layers; its imports were then
 ``from dsh import presets, pipeline, laptop_pipeline`` and ``presets.paper_mapping``) to write
 ``tests/reference/presets.json``; ``tests/test_unchanged.py`` compares the code of today against that file.
-Issue 29 retired ``laptop_pipeline`` (the laptop jobs are now the laptop preset's seeded plan,
+Later the layout retired ``laptop_pipeline`` (the laptop jobs are now the laptop preset's seeded plan,
 ``Preset.plan_stages``): the same keys are dumped from the new API; ``laptop/jobs`` from the plan's stages in the
 old job shape (the base's seed 0, ``init`` None for a stage that starts from the base).
 ``python tests/reference/record_presets.py OUT.json`` writes a fresh dump.

@@ -125,15 +125,15 @@ def stages_needed(stages, chosen, starts: dict | None = None) -> list[str]:
 
 def run_pipeline(preset: str = DEFAULT, results_dir: str | None = None, runs_dir: str | None = None,
                  model: str | None = None, overrides: dict | None = None, stages: tuple | None = None,
-                 eval_overrides: dict | None = None, seed: int = 0, seeds=None, ablation_seeds=None,
+                 eval_overrides: dict | None = None, seeds=None, ablation_seeds=None,
                  progress: bool = True, fresh: bool = False, attribution_overrides: dict | None = None) -> dict:
     """Train every stage (reusing finished runs, resuming killed ones), evaluate every model and calibrate it, and
     run the preset's gradient-attribution study on its attribution stages (:func:`attribution_stage`).
 
     ``stages``: only these (and every stage they start from); ``seeds``, ``ablation_seeds``: the training seeds
-    (default the preset's; :meth:`~dsh.experiment.run.presets.Preset.plan_stages`); ``seed``: the evaluation's (the
-    same test questions and sampling streams for every stage; only :data:`TEST_SEED`, the seed whose test questions
-    every training set leaves out). Weights and the working (resumable) generation files go to ``runs_dir``;
+    (default the preset's; :meth:`~dsh.experiment.run.presets.Preset.plan_stages`). The evaluation's seed is
+    :data:`TEST_SEED` (the same test questions and sampling streams for every stage), the seed whose test questions
+    every training set leaves out. Weights and the working (resumable) generation files go to ``runs_dir``;
     ``results_dir`` receives the small artifacts the book renders (:data:`RESULTS_LAYOUT`). Both folders are claimed
     for this run (:mod:`dsh.experiment.run.folders`): a folder of another run is refused unless ``fresh`` (then what the
     pipeline wrote there is removed first), a folder with anything else in it always, before any work.
@@ -141,10 +141,7 @@ def run_pipeline(preset: str = DEFAULT, results_dir: str | None = None, runs_dir
     replace the preset's (a smaller study; its seed is the step's: 0, and 1 for the repeats). Each step's
     time is printed as it ends (``progress``). Returns the summary that is also written to
     ``results_dir/summary.json``."""
-    v.length("seed", seed)
-    if seed != TEST_SEED:
-        raise ValueError(f"seed must be {TEST_SEED}: every training set leaves out the test questions of seed "
-                         f"{TEST_SEED} only, so another seed would test on questions the models trained on; got {seed!r}")
+    seed = TEST_SEED
     if not isinstance(fresh, bool):
         raise ValueError(f"fresh must be true or false, got {fresh!r}")
     p = get(preset)
