@@ -178,3 +178,21 @@ def test_several_samples_a_question_get_intervals_that_cover_the_truth_and_one_s
     assert calibration.design_effect([1, 1, 0, 0], [1, 1, 1, 1], ["a", "a", "b", "b"]) == pytest.approx(2.0)
     with pytest.raises(ValueError, match="^questions must be"):
         clustered_coverage(0.7, 1.0, questions=0, samples=2, replications=2)
+
+
+def test_a_stage_without_truncated_responses_reports_the_same_calibration_twice_and_one_with_them_drops_them():
+    from dsh.measure.calibration import calibrate
+    from dsh.measure.stage import calibrate_stage
+    from dsh.task.synthetic import synthetic_records
+
+    recs = synthetic_records(0.6, 0.9, 0.5, n=120, level="1x3", seed=3)
+    assert not any(r["truncated"] for r in recs)
+    got = calibrate_stage(recs, n_bootstrap=20)
+    assert got["drop_truncated"] == calibrate(recs, drop_truncated=True, n_bootstrap=20) == got["all"]
+    assert got["drop_truncated"] is not got["all"]          # two blocks: a reader may change one
+    cut = [dict(r, truncated=True) if i % 4 == 0 else r for i, r in enumerate(recs)]
+    got = calibrate_stage(cut, n_bootstrap=20)
+    assert got["drop_truncated"] == calibrate([r for r in cut if not r["truncated"]], n_bootstrap=20)
+    assert got["drop_truncated"]["overall"]["n"] == 90
+    assert got["all"]["overall"]["n"] == 120 and got["truncated"] == 0.25
+    assert calibrate_stage([dict(r, truncated=True) for r in recs], n_bootstrap=20)["drop_truncated"] is None

@@ -3,6 +3,8 @@ without the truncated responses, decision faithfulness, the truncated share, and
 
 from __future__ import annotations
 
+import copy
+
 from ..task.parse import DEFAULT_MARKERS
 from ..task.records import by_question
 from . import tasks
@@ -20,9 +22,15 @@ def calibrate_stage(records, seed: int = 0, n_bootstrap: int = 100, task: str = 
     t = tasks.get(task)
     records = by_question(record_list(records))     # the order of the questions, not of their completion
     parse = parsed_once(t.parse)
-    return {"all": calibrate(records, n_bootstrap=n_bootstrap, seed=seed, parse=parse),
-            "drop_truncated": calibrate(records, drop_truncated=True, n_bootstrap=n_bootstrap, seed=seed, parse=parse)
-            if any(not r["truncated"] for r in records) else None,
+    full = calibrate(records, n_bootstrap=n_bootstrap, seed=seed, parse=parse)
+    truncated = [bool(r.get("truncated", False)) for r in records]
+    if all(truncated):
+        dropped = None
+    elif any(truncated):
+        dropped = calibrate(records, drop_truncated=True, n_bootstrap=n_bootstrap, seed=seed, parse=parse)
+    else:       # nothing to drop: the same records, the same draws, the same result
+        dropped = copy.deepcopy(full)
+    return {"all": full, "drop_truncated": dropped,
             "faithfulness": t.faithfulness(records), "task": task,
             "truncated": float(sum(r["truncated"] for r in records) / len(records)) if records else None,
             "unfitted": unfitted_predictions(records, parse=parse) if records else None,
