@@ -100,7 +100,8 @@ def load():
     asked = os.environ.get("DSH_KERNELS_MARCH")
     march = f"-march={asked or 'native'}"
     # an architecture asked for is built for or not at all (the portable build would round otherwise)
-    for cflags, ldflags in [fs for fs in FLAG_SETS if "-march=native" in fs[0]] if asked else FLAG_SETS:
+    flag_sets = [fs for fs in FLAG_SETS if "-march=native" in fs[0]] if asked else FLAG_SETS
+    for cflags, ldflags in flag_sets:
         cflags = [march if f == "-march=native" else f for f in cflags]
         key = store.key_digest({"source": hashlib.sha256(src).hexdigest(), "cc": cc, "flags": cflags + ldflags,
                                 "cpu": _cpu_flags()})[:16]

@@ -23,7 +23,7 @@ def calibrate_stage(records, seed: int = 0, n_bootstrap: int = 100, task: str = 
     records = by_question(record_list(records))     # the order of the questions, not of their completion
     parse = parsed_once(t.parse)
     full = calibrate(records, n_bootstrap=n_bootstrap, seed=seed, parse=parse)
-    truncated = [bool(r.get("truncated", False)) for r in records]
+    truncated = [r["truncated"] for r in records]
     if all(truncated):
         dropped = None
     elif any(truncated):
@@ -32,7 +32,7 @@ def calibrate_stage(records, seed: int = 0, n_bootstrap: int = 100, task: str = 
         dropped = copy.deepcopy(full)
     return {"all": full, "drop_truncated": dropped,
             "faithfulness": t.faithfulness(records), "task": task,
-            "truncated": float(sum(r["truncated"] for r in records) / len(records)) if records else None,
+            "truncated": float(sum(truncated) / len(records)) if records else None,
             "unfitted": unfitted_predictions(records, parse=parse) if records else None,
             "unfitted_mixture": unfitted_predictions(records, mixture=True, parse=parse) if records else None}
 

@@ -122,10 +122,10 @@ def _marker_regex_cached(markers: tuple) -> re.Pattern | None:
     parts += [f"(?:{m.pattern})" for m in patterns]
     if not parts:
         return None
-    # where every marker's first character is known (literals; MARKER_PATTERNS compiled case-insensitively), a
-    # look-ahead on them lets the search skip every other position at once: the same matches, ~10x faster
-    known = all(m.pattern in _PATTERN_LEADS and m.flags & re.IGNORECASE for m in patterns)
-    if known:
+    # where every marker's first character is known (literals; MARKER_PATTERNS, whose text is joined in and read
+    # case-insensitively like the rest), a look-ahead on them lets the search skip every other position at once:
+    # the same matches, ~15x faster on the committed responses
+    if all(m.pattern in _PATTERN_LEADS for m in patterns):
         leads |= {_PATTERN_LEADS[m.pattern] for m in patterns}
         head = "(?=[" + "".join(re.escape(c) for c in sorted(leads)) + "])"
         return re.compile(head + "(?:" + "|".join(parts) + ")", re.IGNORECASE)
