@@ -404,7 +404,18 @@ def test_resume_refuses_a_run_of_other_settings_and_takes_a_path_as_its_folder(t
     for change, said in ((dict(method="dft"), "method: 'sft' -> 'dft'"), (dict(learning_rate=1e-3), "learning_rate")):
         with pytest.raises(ValueError, match=r"^output_dir .* holds a run with other settings \(.*" + re.escape(said)):
             run_dir.check_run_dir(dataclasses.replace(cfg, **change))
+    older = json.loads((run / "run_config.json").read_text())     # recorded before packed_attention existed
+    del older["dsh"]["packed_attention"]
+    (run / "run_config.json").write_text(json.dumps(older))
+    assert run_dir.check_run_dir(cfg) == run                           # its default is what that run did
+    with pytest.raises(ValueError, match=r"holds a run with other settings \(packed_attention: 'torch' -> 'kernels'"):
+        run_dir.check_run_dir(dataclasses.replace(cfg, packed_attention="kernels"))
+    del older["dsh"]["learning_rate"]                                  # not a field added later: another run
+    (run / "run_config.json").write_text(json.dumps(older))
+    with pytest.raises(ValueError, match=r"holds a run with other settings \(learning_rate: None"):
+        run_dir.check_run_dir(cfg)
     no_digest = json.loads((run / "run_config.json").read_text())
+    no_digest["dsh"]["learning_rate"] = cfg.learning_rate
     del no_digest["model_digest"]
     (run / "run_config.json").write_text(json.dumps(no_digest))
     with pytest.raises(ValueError, match=r"holds a run with other settings \(model: .*\(None\) -> 'base'"):

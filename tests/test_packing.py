@@ -28,11 +28,13 @@ def _loss_and_grad(model, batch):
     return loss.item(), g
 
 
-def test_packed_loss_equals_padded_loss(batches):
-    """Fails if attention crossed from one packed example into the next or RoPE positions did not restart."""
+@pytest.mark.parametrize("path", sorted(packing.PATHS))
+def test_packed_loss_equals_padded_loss(batches, path):
+    """Fails if attention crossed from one packed example into the next or RoPE positions did not restart (both
+    packed paths: per-example torch calls and the C kernels; the embedded model: head size 64, grouped KV heads)."""
     model, padded, packed = batches
     ref_loss, ref_grad = _loss_and_grad(model, padded)
-    model.set_attn_implementation(packing.register())
+    model.set_attn_implementation(packing.register(path))
     try:
         loss, grad = _loss_and_grad(model, packed)
         # the same packed row without its boundaries: attention crosses examples, the loss changes
@@ -48,10 +50,11 @@ def test_packed_loss_equals_padded_loss(batches):
     assert again == pytest.approx(ref_loss, abs=1e-5)
 
 
-def test_boundaries_from_position_ids_alone(batches):
+@pytest.mark.parametrize("path", sorted(packing.PATHS))
+def test_boundaries_from_position_ids_alone(batches, path):
     model, padded, packed = batches
     ref_loss, _ = _loss_and_grad(model, padded)
-    model.set_attn_implementation(packing.register())
+    model.set_attn_implementation(packing.register(path))
     try:
         loss, _ = _loss_and_grad(model, {k: packed[k] for k in ("input_ids", "labels", "position_ids")})
     finally:

@@ -93,11 +93,12 @@ def test_every_preset_config_and_plan_is_as_before_the_layout_move():
         default); the laptop preset's GRPO the design of chapter 07 (10,240 rollouts at temperature 2, learning
         rate 2e-4, validation every 80 steps); its plan runs the ablations on every seed, the KL ablation at beta 0
         and 0.1 beside the RL arm's 0.001 (below); the laptop preset's SFT stages (SFT, SFT with
-        reflection, DFT) made padding-free: the same batches, the loss equal up to float rounding. Nothing else may
-        differ."""
+        reflection, DFT) made padding-free: the same batches, the loss equal up to float rounding; every TrainConfig's
+        packed_attention field (torch, the path before it existed). Nothing else may differ."""
         if isinstance(x, dict):
             if "method" in x and "trust_remote_code" in x:          # a TrainConfig
-                x.update(validation_every=0, validation_per_level=25, validation_max_new_tokens=None)
+                x.update(validation_every=0, validation_per_level=25, validation_max_new_tokens=None,
+                         packed_attention="torch")
             if x.get("method") == "grpo" and x.get("task") == "laptop_task":
                 x.update(generation_batch_size=256, max_steps=32, save_steps=16, padding_free=True)
                 x.update(n_train=1280, max_steps=320, learning_rate=2e-4, temperature=2.0, validation_every=80)

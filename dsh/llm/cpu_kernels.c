@@ -10,6 +10,7 @@
 #include <float.h>
 #include <math.h>
 #include <stdint.h>
+#include <stdlib.h>
 #if defined(__F16C__) || defined(__AVX512F__)
 #include <immintrin.h>
 #endif
@@ -258,4 +259,201 @@ double fma_rate(int64_t n) {
   }
   const double t = omp_get_wtime() - t0;
   return total != 12345.f ? 2.0 * lanes * (double)n / t : 0.0; /* the sum keeps the chains live */
+}
+
+/* Causal attention over packed sequences, for training and scoring (dsh.llm.packing). q, k, v [H, T, D]: the heads
+   of T tokens that are S sequences one after another, sequence s at rows cu[s] .. cu[s + 1] - 1; each query attends
+   to the keys of its own sequence up to its own position. One task per (sequence, head), on one thread, so the sums
+   never depend on the thread count. Keys (and, in the backward pass, values) are transposed within tiles of TILE
+   positions (TILE scores are one vector product over D); QB queries are processed together, their sums interleaved
+   so that their dependency chains overlap. Scores are scale * q . k; softmax with the running maximum. The bodies
+   are inlined for head sizes 32 and 64 (the loops over D then run in registers) and for any other D. */
+#define QB 8
+#define INLINE static inline __attribute__((always_inline))
+static void tiles_of(const float *restrict x, int64_t n, int64_t D, float *restrict t) {
+  const int64_t nt = (n + TILE - 1) / TILE;
+  for (int64_t b = 0; b < nt; ++b)
+    for (int64_t d = 0; d < D; ++d)
+      for (int64_t j = 0; j < TILE; ++j) {
+        const int64_t p = b * TILE + j;
+        t[(b * D + d) * TILE + j] = p < n ? x[p * D + d] : 0.f;
+      }
+}
+
+/* sc[r][j] = scale * x_r . t_j for the QB rows x (row stride D; rows from nq on count as 0) against one tile t
+   ([D][TILE]). */
+INLINE void tile_products(const float *restrict x, int64_t nq, const float *restrict t, const int64_t D, float scale,
+                          float sc[QB][TILE]) {
+  for (int64_t r = 0; r < QB; ++r)
+    for (int64_t j = 0; j < TILE; ++j) sc[r][j] = 0.f;
+  for (int64_t d = 0; d < D; ++d)
+    for (int64_t r = 0; r < QB; ++r) {
+      const float xs = r < nq ? x[r * D + d] * scale : 0.f;
+#pragma omp simd
+      for (int64_t j = 0; j < TILE; ++j) sc[r][j] += xs * t[d * TILE + j];
+    }
+}
+
+/* How many keys of tile b query i0 + r may see (0 .. TILE; 0 for rows from nq on). */
+INLINE void visible(int64_t i0, int64_t nq, int64_t b, int64_t valid[QB]) {
+  for (int64_t r = 0; r < QB; ++r) {
+    const int64_t c = i0 + r - b * TILE + 1;
+    valid[r] = r < nq ? (c < 0 ? 0 : (c > TILE ? TILE : c)) : 0;
+  }
+}
+
+INLINE void forward_task(const float *restrict Q, const float *restrict K, const float *restrict V, int64_t n,
+                         const int64_t D, float scale, float *restrict kt, float *restrict out, int64_t ostride,
+                         float *restrict lse) {
+  tiles_of(K, n, D, kt);
+  for (int64_t i0 = 0; i0 < n; i0 += QB) {
+    const int64_t nq = n - i0 < QB ? n - i0 : QB;
+    float m[QB], l[QB], sc[QB][TILE], acc[QB][D];
+    int64_t valid[QB];
+    for (int64_t r = 0; r < QB; ++r) {
+      m[r] = -FLT_MAX, l[r] = 0.f;
+      for (int64_t d = 0; d < D; ++d) acc[r][d] = 0.f;
+    }
+    const int64_t last = (i0 + nq - 1) / TILE;
+    for (int64_t b = 0; b <= last; ++b) {
+      tile_products(Q + i0 * D, nq, kt + b * D * TILE, D, scale, sc);
+      visible(i0, nq, b, valid);
+      for (int64_t r = 0; r < nq; ++r) {
+        if (!valid[r]) continue;
+        float mx = m[r];
+        for (int64_t j = 0; j < valid[r]; ++j) mx = sc[r][j] > mx ? sc[r][j] : mx;
+        const float corr = l[r] > 0.f ? expf(m[r] - mx) : 0.f;
+        float p[TILE], sum = 0.f;
+#pragma omp simd
+        for (int64_t j = 0; j < TILE; ++j) p[j] = expf((j < valid[r] ? sc[r][j] : mx) - mx);
+        for (int64_t j = valid[r]; j < TILE; ++j) p[j] = 0.f;
+        for (int64_t j = 0; j < TILE; ++j) sum += p[j];
+        l[r] = l[r] * corr + sum;
+        m[r] = mx;
+        float o[D];
+        for (int64_t d = 0; d < D; ++d) o[d] = acc[r][d] * corr;
+        for (int64_t j = 0; j < valid[r]; ++j) {
+          const float *vr = V + (b * TILE + j) * D;
+          for (int64_t d = 0; d < D; ++d) o[d] += p[j] * vr[d];
+        }
+        for (int64_t d = 0; d < D; ++d) acc[r][d] = o[d];
+      }
+    }
+    for (int64_t r = 0; r < nq; ++r) {
+      const float inv = 1.f / l[r];
+      for (int64_t d = 0; d < D; ++d) out[(i0 + r) * ostride + d] = acc[r][d] * inv;
+      lse[i0 + r] = m[r] + logf(l[r]);
+    }
+  }
+}
+
+/* out [T, H, D]; lse [H, T]: the log-sum-exp of each query's scores (kept for the backward pass). */
+void varlen_attention(const float *restrict q, const float *restrict k, const float *restrict v,
+                      const int64_t *restrict cu, int64_t S, int64_t H, int64_t T, int64_t D, float scale,
+                      float *restrict out, float *restrict lse) {
+  int64_t longest = 1;
+  for (int64_t s = 0; s < S; ++s) longest = cu[s + 1] - cu[s] > longest ? cu[s + 1] - cu[s] : longest;
+#pragma omp parallel
+  {
+    float *kt = malloc(sizeof(float) * (size_t)(((longest + TILE - 1) / TILE) * TILE * D));
+#pragma omp for collapse(2) schedule(dynamic, 1)
+    for (int64_t s = 0; s < S; ++s)
+      for (int64_t h = 0; h < H; ++h) {
+        const int64_t a = cu[s], n = cu[s + 1] - cu[s], at = (h * T + a) * D;
+        if (n <= 0) continue;
+        float *o = out + (a * H + h) * D, *ls = lse + h * T + a;
+        if (D == 32)
+          forward_task(q + at, k + at, v + at, n, 32, scale, kt, o, H * D, ls);
+        else if (D == 64)
+          forward_task(q + at, k + at, v + at, n, 64, scale, kt, o, H * D, ls);
+        else
+          forward_task(q + at, k + at, v + at, n, D, scale, kt, o, H * D, ls);
+      }
+    free(kt);
+  }
+}
+
+INLINE void backward_task(const float *restrict Q, const float *restrict K, const float *restrict V, int64_t n,
+                          const int64_t D, float scale, const float *restrict dout, int64_t ostride,
+                          const float *restrict lse, const float *restrict delta, float *restrict kt,
+                          float *restrict vt, float *restrict dQ, float *restrict dK, float *restrict dV) {
+  for (int64_t x = 0; x < n * D; ++x) dK[x] = 0.f, dV[x] = 0.f;
+  tiles_of(K, n, D, kt);
+  tiles_of(V, n, D, vt);
+  for (int64_t i0 = 0; i0 < n; i0 += QB) {
+    const int64_t nq = n - i0 < QB ? n - i0 : QB;
+    float sc[QB][TILE], dp[QB][TILE], p[QB][TILE], ds[QB][TILE], g[QB][D], gq[QB][D];
+    int64_t valid[QB];
+    for (int64_t r = 0; r < QB; ++r)
+      for (int64_t d = 0; d < D; ++d) {
+        g[r][d] = r < nq ? dout[(i0 + r) * ostride + d] : 0.f;
+        gq[r][d] = 0.f;
+      }
+    const int64_t last = (i0 + nq - 1) / TILE;
+    for (int64_t b = 0; b <= last; ++b) {
+      tile_products(Q + i0 * D, nq, kt + b * D * TILE, D, scale, sc);
+      tile_products(&g[0][0], nq, vt + b * D * TILE, D, 1.f, dp);
+      visible(i0, nq, b, valid);
+      for (int64_t r = 0; r < QB; ++r) {
+        const float L = r < nq ? lse[i0 + r] : 0.f, dl = r < nq ? delta[i0 + r] : 0.f;
+#pragma omp simd
+        for (int64_t j = 0; j < TILE; ++j) {
+          const float e = expf((j < valid[r] ? sc[r][j] : L) - L);
+          p[r][j] = j < valid[r] ? e : 0.f;
+          ds[r][j] = p[r][j] * (dp[r][j] - dl) * scale;
+        }
+      }
+      for (int64_t r = 0; r < nq; ++r) { /* dq_r += sum_j ds_rj k_j */
+        float acc[D];
+        for (int64_t d = 0; d < D; ++d) acc[d] = gq[r][d];
+        for (int64_t j = 0; j < valid[r]; ++j)
+          for (int64_t d = 0; d < D; ++d) acc[d] += ds[r][j] * K[(b * TILE + j) * D + d];
+        for (int64_t d = 0; d < D; ++d) gq[r][d] = acc[d];
+      }
+      const int64_t nk = n - b * TILE < TILE ? n - b * TILE : TILE;
+      for (int64_t j = 0; j < nk; ++j) { /* dk_j += sum_r ds_rj q_r; dv_j += sum_r p_rj dout_r */
+        float *dk = dK + (b * TILE + j) * D, *dv = dV + (b * TILE + j) * D, ak[D], av[D];
+        for (int64_t d = 0; d < D; ++d) ak[d] = dk[d], av[d] = dv[d];
+        for (int64_t r = 0; r < nq; ++r)
+          for (int64_t d = 0; d < D; ++d) {
+            ak[d] += ds[r][j] * Q[(i0 + r) * D + d];
+            av[d] += p[r][j] * g[r][d];
+          }
+        for (int64_t d = 0; d < D; ++d) dk[d] = ak[d], dv[d] = av[d];
+      }
+    }
+    for (int64_t r = 0; r < nq; ++r)
+      for (int64_t d = 0; d < D; ++d) dQ[(i0 + r) * D + d] = gq[r][d];
+  }
+}
+
+/* The gradients of varlen_attention: dout [T, H, D] of out, delta [H, T] = dout . out of each query; dq, dk, dv
+   [H, T, D] (written whole). With p = exp(score - lse): dv_j = sum_i p_ij dout_i, ds_ij = p_ij (dout_i . v_j -
+   delta_i), dq_i = scale sum_j ds_ij k_j, dk_j = scale sum_i ds_ij q_i. */
+void varlen_attention_backward(const float *restrict q, const float *restrict k, const float *restrict v,
+                               const int64_t *restrict cu, int64_t S, int64_t H, int64_t T, int64_t D, float scale,
+                               const float *restrict dout, const float *restrict lse, const float *restrict delta,
+                               float *restrict dq, float *restrict dk, float *restrict dv) {
+  int64_t longest = 1;
+  for (int64_t s = 0; s < S; ++s) longest = cu[s + 1] - cu[s] > longest ? cu[s + 1] - cu[s] : longest;
+#pragma omp parallel
+  {
+    const size_t tiles = (size_t)(((longest + TILE - 1) / TILE) * TILE * D);
+    float *kt = malloc(sizeof(float) * tiles), *vt = malloc(sizeof(float) * tiles);
+#pragma omp for collapse(2) schedule(dynamic, 1)
+    for (int64_t s = 0; s < S; ++s)
+      for (int64_t h = 0; h < H; ++h) {
+        const int64_t a = cu[s], n = cu[s + 1] - cu[s], at = (h * T + a) * D;
+        if (n <= 0) continue;
+        const float *g = dout + (a * H + h) * D, *ls = lse + h * T + a, *dl = delta + h * T + a;
+        if (D == 32)
+          backward_task(q + at, k + at, v + at, n, 32, scale, g, H * D, ls, dl, kt, vt, dq + at, dk + at, dv + at);
+        else if (D == 64)
+          backward_task(q + at, k + at, v + at, n, 64, scale, g, H * D, ls, dl, kt, vt, dq + at, dk + at, dv + at);
+        else
+          backward_task(q + at, k + at, v + at, n, D, scale, g, H * D, ls, dl, kt, vt, dq + at, dk + at, dv + at);
+      }
+    free(kt);
+    free(vt);
+  }
 }

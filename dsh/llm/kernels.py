@@ -162,6 +162,10 @@ def _declare(lib):
         lib.attend_f16.argtypes = lib.attend.argtypes
     lib.fma_rate.restype = ctypes.c_double
     lib.fma_rate.argtypes = [N]
+    lib.varlen_attention.restype = None
+    lib.varlen_attention.argtypes = [P, P, P, P, N, N, N, N, F, P, P]
+    lib.varlen_attention_backward.restype = None
+    lib.varlen_attention_backward.argtypes = [P, P, P, P, N, N, N, N, F, P, P, P, P, P, P]
 
 
 def half_cache(lib) -> bool:

@@ -188,9 +188,14 @@ def check_run_dir(cfg: TrainConfig, digest: str | None = None) -> Path:
     return run
 
 
+# TrainConfig fields added after runs were recorded, each with the default that is the behaviour those runs had
+ADDED = ("packed_attention",)
+
+
 def resume_mismatch(run: Path, cfg: TrainConfig, digest: str | None = None) -> str:
     """What differs between the run in ``run`` (its ``run_config.json``) and ``cfg``, as ``field: was -> now`` (empty
-    when nothing does): every field but ``output_dir``, ``resume`` and ``model``, the starting model compared by content
+    when nothing does): every field but ``output_dir``, ``resume`` and ``model`` (one of :data:`ADDED` that the record
+    lacks counts as its default), the starting model compared by content
     (:func:`dsh.llm.models.model_digest`: the same weights under a relative, an absolute or another path are the
     same model; other weights in the same folder are not; a run that recorded no digest is another run).
     Compared by :func:`dsh.core.store.differences`. ``digest``: the starting model's
@@ -201,6 +206,8 @@ def resume_mismatch(run: Path, cfg: TrainConfig, digest: str | None = None) -> s
     except (OSError, ValueError, KeyError, TypeError):
         return "run_config.json unreadable"
     now = store.as_json({k: x for k, x in dataclasses.asdict(cfg).items() if k not in ("output_dir", "resume", "model")})
+    if isinstance(was, dict):       # a field added to TrainConfig after the run was recorded: its default then
+        was = {**store.as_json({f.name: f.default for f in dataclasses.fields(cfg) if f.name in ADDED}), **was}
     out = [f"{k}: {was.get(k)!r} -> {now[k]!r}" for k in store.differences(was, now)]
     after = resolve_model(cfg.model)
     digest = digest or model_digest(after)       # by content: the same weights under any path, other weights never

@@ -173,7 +173,7 @@ def _grpo_trainer(cfg: TrainConfig, trl_cfg, model, tok, ds, peft_config, callba
     if cfg.padding_free and getattr(trainer, "ref_model", None) is not None:
         from ..llm.packing import register
 
-        trainer.ref_model.set_attn_implementation(register())
+        trainer.ref_model.set_attn_implementation(register(cfg.packed_attention))
     if cfg.generation_backend == "dsh":
         why = engine_unsuitable(trainer)
         if why:
@@ -289,7 +289,7 @@ def _train_in(cfg: TrainConfig, run: Path, trl_cfg, model, tok, records, resume_
     if packed:
         from ..llm.packing import register
 
-        model.set_attn_implementation(register())
+        model.set_attn_implementation(register(cfg.packed_attention))
     rows = token_records(tok, records) if has_segments(records) else records   # partly learned completions
     holder = []
     callbacks = [_metrics_callback(run / "metrics.jsonl"), _totals_callback(holder, resume_from)]

@@ -1,0 +1,66 @@
+"""Causal attention over packed sequences on the CPU, forward and backward in C (:mod:`dsh.llm.kernels`).
+
+Training and scoring pack the sequences of a step into one row (:mod:`dsh.llm.packing`); each query attends to the
+keys of its own sequence up to its own position. torch has no such call on the CPU: one causal
+``scaled_dot_product_attention`` per sequence runs at a few percent of the matmul peak at the tiny model's head size
+(32), and on the GRPO update its calls take as long as all the matrix products (README, "Performance").
+:func:`packed_causal_attention` computes every (sequence, head) in one call, in the flash-attention form (scores
+recomputed in the backward pass from the stored log-sum-exp, no ``T x T`` matrix kept), over OpenMP threads, one task
+per (sequence, head): the same values whatever the thread count. The results equal the per-sequence torch call up to
+float rounding (a test compares values and gradients).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from . import kernels
+
+
+def available() -> bool:
+    """Whether the C kernels are built (:func:`dsh.llm.kernels.load`)."""
+    return kernels.load() is not None
+
+
+class _PackedCausal(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, q, k, v, cu, scale: float):
+        lib = kernels.load()
+        H, T, D = q.shape
+        q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
+        out = torch.empty(T, H, D, dtype=torch.float32)
+        lse = torch.empty(H, T, dtype=torch.float32)
+        lib.varlen_attention(q.data_ptr(), k.data_ptr(), v.data_ptr(), cu.data_ptr(), cu.numel() - 1, H, T, D,
+                             float(scale), out.data_ptr(), lse.data_ptr())
+        ctx.save_for_backward(q, k, v, cu, out, lse)
+        ctx.scale = scale
+        return out
+
+    @staticmethod
+    def backward(ctx, dout):
+        lib = kernels.load()
+        q, k, v, cu, out, lse = ctx.saved_tensors
+        H, T, D = q.shape
+        dout = dout.contiguous()
+        delta = (dout * out).sum(-1).T.contiguous()          # [H, T]: dout_i . out_i
+        dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+        lib.varlen_attention_backward(q.data_ptr(), k.data_ptr(), v.data_ptr(), cu.data_ptr(), cu.numel() - 1, H, T,
+                                      D, float(ctx.scale), dout.data_ptr(), lse.data_ptr(), delta.data_ptr(),
+                                      dq.data_ptr(), dk.data_ptr(), dv.data_ptr())
+        return dq, dk, dv, None, None
+
+
+def packed_causal_attention(q, k, v, cu, scale: float):
+    """``q, k, v [H, T, D]`` (float32, CPU; as many key/value heads as query heads) of sequences packed one after
+    another, sequence ``s`` at rows ``cu[s] .. cu[s + 1] - 1`` (``cu`` int64, from 0 to ``T``) -> ``[T, H, D]``:
+    softmax(scale * q . k) . v over the keys of the query's own sequence up to its position. Differentiable in
+    ``q``, ``k`` and ``v``."""
+    if not available():
+        raise RuntimeError(f"packed_causal_attention needs the C kernels: {kernels.unavailable()}")
+    if q.dtype != torch.float32 or q.device.type != "cpu" or k.shape != q.shape or v.shape != q.shape:
+        raise ValueError(f"q, k, v must be float32 CPU tensors of one shape [H, T, D]; got {tuple(q.shape)} "
+                         f"{q.dtype} on {q.device}, k {tuple(k.shape)}, v {tuple(v.shape)}")
+    cu = cu.to(dtype=torch.int64, device="cpu").contiguous()
+    if cu.numel() < 2 or int(cu[0]) != 0 or int(cu[-1]) != q.shape[1] or bool((cu.diff() < 0).any()):
+        raise ValueError(f"cu must rise from 0 to T={q.shape[1]}; got {cu.tolist()[:8]}...")
+    return _PackedCausal.apply(q, k, v, cu, float(scale))
