@@ -29,13 +29,15 @@ class Completion:
 
 
 def complete(model, tok, questions, max_new_tokens: int, temperature: float = 1.0, seed: int = 0, rows: int = 64,
-             keys=None, on_finish=None, progress: bool = False, prefixes=None) -> list[Completion]:
+             keys=None, on_finish=None, progress: bool = False, prefixes=None,
+             kv_cache: str = "float32") -> list[Completion]:
     """:class:`Completion` of each question string (in order): at most ``max_new_tokens`` new tokens, sampled at
     ``temperature`` (0: greedy) with the counted streams of ``seed`` and ``keys`` (one int per question; default
     the index), ``rows`` rows decoded at once (capped by what the KV cache can hold on a GPU).
     ``prefixes`` (one string per question): the start of each response, written for the model, which goes on from
     it (the completion's text and token count leave the prefix out).
-    ``on_finish(i, completion)`` is called as question ``i`` finishes (e.g. to write it at once)."""
+    ``on_finish(i, completion)`` is called as question ``i`` finishes (e.g. to write it at once). ``kv_cache``: the
+    engine's KV cache dtype on the CPU path (:class:`dsh.llm.engine.Engine`)."""
     from .engine import Engine, fit_slots
 
     questions = list(questions)
@@ -53,7 +55,8 @@ def complete(model, tok, questions, max_new_tokens: int, temperature: float = 1.
     max_len = max(map(len, prompts)) + max_new_tokens
     eos = model.generation_config.eos_token_id
     eos = [tok.eos_token_id] if eos is None else ([eos] if isinstance(eos, int) else list(eos))
-    engine = Engine(model, eos, slots=fit_slots(model, min(rows, len(prompts)), max_len), max_len=max_len)
+    engine = Engine(model, eos, slots=fit_slots(model, min(rows, len(prompts)), max_len), max_len=max_len,
+                    kv_cache=kv_cache)
     out: list = [None] * len(prompts)
 
     def finished(i, g):

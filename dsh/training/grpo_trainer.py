@@ -19,6 +19,7 @@ class EngineGRPOTrainer(GRPOTrainer):
 
     _engine = None
     rollout_backend = "dsh"      # dsh, auto (dsh where possible, else TRL's path) or trl
+    rollout_kv_cache = "float32"  # the engine's KV cache dtype (float16: half the bytes its CPU attention reads)
     padding_free = False         # length-sorted steps and packed log-probability passes (module docstring)
     generation_seconds = 0.0     # wall time spent generating rollouts (for dsh bench)
     scoring_seconds = 0.0        # wall time of the reference and old-policy log-probabilities
@@ -131,11 +132,14 @@ class EngineGRPOTrainer(GRPOTrainer):
             bucket = 128
             max_len = -(-max_len // bucket) * bucket   # room for slightly longer prompts later
             slots = fit_slots(model, len(prompt_ids), max_len)
-            self._engine = eng = Engine(model, self.eos_token_ids, slots=slots, max_len=max_len, bucket=bucket)
+            self._engine = eng = Engine(model, self.eos_token_ids, slots=slots, max_len=max_len, bucket=bucket,
+                                        kv_cache=self.rollout_kv_cache)
         # seed=None: the trainer's RNG stream (seeded by TRL from args.seed) drives the samples
         gens = eng.generate(prompt_ids, self.max_completion_length, temperature=self.temperature, seed=None)
         # the CPU path samples in float32 from the same weights TRL scores with; on CUDA (bfloat16 autocast) the
-        # two would differ by rounding, so TRL's own pass is kept there
+        # two would differ by rounding, so TRL's own pass is kept there. With a float16 KV cache the tokens were drawn
+        # from the distribution of half-rounded keys and values: its log-probabilities are the old policy's, the
+        # distribution the round was sampled from (what the importance ratio divides by)
         self._sampled_logps = [g.logprobs for g in gens] if eng.attention == "kernels" else None
         return [g.tokens for g in gens], None
 

@@ -169,6 +169,7 @@ def _grpo_trainer(cfg: TrainConfig, trl_cfg, model, tok, ds, peft_config, callba
     trainer = EngineGRPOTrainer(model=model, reward_funcs=[task_reward(cfg.task)], args=trl_cfg, train_dataset=ds,
                                 processing_class=tok, peft_config=peft_config, callbacks=callbacks)
     trainer.rollout_backend = cfg.generation_backend
+    trainer.rollout_kv_cache = cfg.rollout_kv_cache
     trainer.padding_free = cfg.padding_free
     if cfg.padding_free and getattr(trainer, "ref_model", None) is not None:
         from ..llm.packing import register
@@ -297,7 +298,7 @@ def _train_in(cfg: TrainConfig, run: Path, trl_cfg, model, tok, records, resume_
         callbacks.append(validation.make_callback(
             tok, tasks.get(cfg.task).validation_questions(cfg.train_levels, cfg.validation_per_level), cfg.task,
             cfg.validation_every, cfg.temperature, cfg.validation_max_new_tokens or cfg.max_completion_length,
-            run / "validation.jsonl", seed=cfg.seed))
+            run / "validation.jsonl", seed=cfg.seed, kv_cache=cfg.rollout_kv_cache))
     trainer = TRAINERS[cfg.method](cfg, trl_cfg, model, tok, Dataset.from_list(rows), _lora(cfg), callbacks)
     holder.append(trainer)
     cut = example_truncation(records, tok, cfg.max_length) if cfg.method != "grpo" else None

@@ -25,11 +25,12 @@ KEYS = ("n", "observed_accuracy", "ci_low", "ci_high", "p_s", "p_s_ci", "p_d_giv
         "p_d_given_wrong", "p_d_given_wrong_ci", "n_correct_candidates", "n_wrong_candidates")
 
 
-def measure(model, tok, questions, task: str, temperature: float, max_new_tokens: int, seed: int = 0) -> dict:
+def measure(model, tok, questions, task: str, temperature: float, max_new_tokens: int, seed: int = 0,
+            kv_cache: str = "float32") -> dict:
     """One validation measurement of ``model``: its answers to ``questions`` (:class:`dsh.task.problems.Problem`)
     sampled at ``temperature`` with at most ``max_new_tokens`` new tokens (streams of ``seed``), calibrated as
     ``task`` reads them: the overall block's accuracy, p_s, p_dC, p_dW with intervals (:data:`KEYS`), and the share
-    of answers cut at the token limit."""
+    of answers cut at the token limit. ``kv_cache``: the engine's KV cache dtype (the rollouts')."""
     import torch
 
     was_training = model.training
@@ -37,7 +38,7 @@ def measure(model, tok, questions, task: str, temperature: float, max_new_tokens
     try:
         with torch.no_grad():
             outs = complete(model, tok, [p.question for p in questions], max_new_tokens, temperature, seed,
-                            rows=max(1, min(256, len(questions))))
+                            rows=max(1, min(256, len(questions))), kv_cache=kv_cache)
     finally:
         model.train(was_training)
     recs = [{"question": p.question, "answer": str(p.answer), "response": c.text, "level": p.level,
@@ -54,9 +55,10 @@ def read_log(path) -> list[dict]:
 
 
 def make_callback(tok, questions, task: str, every: int, temperature: float, max_new_tokens: int, path,
-                  seed: int = 0):
-    """A ``transformers.TrainerCallback`` measuring (:func:`measure`) at step 0, every ``every`` optimizer steps and
-    at the last step, appending to ``path`` (steps already there are not measured again: a resumed run)."""
+                  seed: int = 0, kv_cache: str = "float32"):
+    """A ``transformers.TrainerCallback`` measuring (:func:`measure`, KV cache in ``kv_cache``) at step 0, every
+    ``every`` optimizer steps and at the last step, appending to ``path`` (steps already there are not measured again:
+    a resumed run)."""
     from transformers import TrainerCallback
 
     path = Path(path)
@@ -66,7 +68,7 @@ def make_callback(tok, questions, task: str, every: int, temperature: float, max
             if not state.is_world_process_zero or state.global_step in {r["step"] for r in read_log(path)}:
                 return
             row = {"step": state.global_step, **measure(model, tok, questions, task, temperature, max_new_tokens,
-                                                        seed)}
+                                                        seed, kv_cache)}
             with path.open("a") as f:
                 f.write(json.dumps(row) + "\n")
 

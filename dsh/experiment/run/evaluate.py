@@ -41,8 +41,9 @@ class EvalSettings:
     """The evaluation protocol (paper, Appendix "Evaluation Protocol"): ``n_per_level`` questions per level,
     ``samples_per_question`` samples each (the paper: one) at ``temperature``, at most ``max_new_tokens`` new tokens
     (a preset may give a :class:`dsh.experiment.run.presets.Budget` instead, derived from its traces),
-    ``batch_size`` rows decoded at once. The defaults are the paper's; :func:`evaluate` and ``dsh evaluate`` take
-    theirs from here."""
+    ``batch_size`` rows decoded at once, the engine's KV cache in ``kv_cache`` (``float32``, or ``float16``: half the
+    bytes the CPU path's attention reads; :class:`dsh.llm.engine.Engine`). The defaults are the paper's;
+    :func:`evaluate` and ``dsh evaluate`` take theirs from here."""
 
     levels: tuple = tuple(f"{m}x{n}" for m, n in TEST_LEVELS)
     n_per_level: int = N_TEST
@@ -50,14 +51,17 @@ class EvalSettings:
     temperature: float = 1.0
     batch_size: int = 16
     samples_per_question: int = 1
+    kv_cache: str = "float32"
 
     def key(self) -> dict:
         """These settings as the records of an evaluation (job keys, summaries) hold them: every field, but
-        ``samples_per_question`` only above 1 (one sample a question is the protocol of every evaluation recorded
-        without the field)."""
+        ``samples_per_question`` only above 1 and ``kv_cache`` only when ``float16`` (the protocol of every evaluation
+        recorded without the field)."""
         s = dataclasses.asdict(self)
         if s["samples_per_question"] == 1:
             del s["samples_per_question"]
+        if s["kv_cache"] == "float32":
+            del s["kv_cache"]
         return s
 
     def checked(self) -> EvalSettings:
@@ -72,6 +76,7 @@ class EvalSettings:
         if len(set(levels)) != len(levels):
             raise ValueError(f"levels must name each level once; got {list(self.levels)!r}")
         v.temperature("temperature", self.temperature)
+        v.choice("kv_cache", self.kv_cache, ("float32", "float16"))
         n = v.at_most("n_per_level", self.n_per_level, MAX_PROBLEMS, "test problems a level")
         k = v.at_most("samples_per_question", self.samples_per_question, MAX_SAMPLES, "samples a question")
         return dataclasses.replace(self, levels=levels, n_per_level=n, samples_per_question=k,
@@ -219,7 +224,7 @@ def _evaluate(loc, out, problems, settings: EvalSettings, seed, backend, progres
         else:
             def run(write):
                 complete(model, tok, questions, s.max_new_tokens, s.temperature, seed, s.batch_size, keys, write,
-                         progress)
+                         progress, kv_cache=s.kv_cache)
     out.parent.mkdir(parents=True, exist_ok=True)
     with open(out, "a") as f:
         def write(j, c):

@@ -1,0 +1,75 @@
+"""The opt-in fast paths of training and evaluation reach the code that runs them: the float16 KV cache
+(``EvalSettings.kv_cache``, ``TrainConfig.rollout_kv_cache``) and the packed attention in C
+(``TrainConfig.packed_attention``). Their values are tested where they are computed (test_kernels,
+test_packed_attention); here: the settings, their errors, and that a run uses what it was given."""
+
+import dataclasses
+
+import pytest
+
+from dsh.experiment.run.evaluate import EvalSettings
+from dsh.experiment.run.presets import resolve
+from dsh.llm import kernels
+from dsh.training.train_config import TrainConfig
+
+HALF = kernels.half_cache(kernels.load())
+half = pytest.mark.skipif(not HALF, reason="no half floats in hardware here")
+
+
+def test_settings_keys_and_one_line_errors():
+    assert "kv_cache" not in EvalSettings().key()                 # the records made before the field: reused as before
+    assert EvalSettings(kv_cache="float16").key()["kv_cache"] == "float16"
+    with pytest.raises(ValueError, match=r"^kv_cache must be one of float32, float16; got 'bfloat16'"):
+        EvalSettings(kv_cache="bfloat16").checked()
+    with pytest.raises(ValueError, match=r"^rollout_kv_cache must be one of float32, float16; got 'half'"):
+        TrainConfig(method="grpo", rollout_kv_cache="half")
+    with pytest.raises(ValueError, match=r"^packed_attention must be one of torch, kernels; got 'c'"):
+        TrainConfig(method="sft", packed_attention="c")
+
+
+def _spy_engines(monkeypatch) -> list:
+    from dsh.llm.engine import Engine
+
+    seen, init = [], Engine.__init__
+
+    def spy(self, *a, **k):
+        seen.append(k.get("kv_cache", "float32"))
+        init(self, *a, **k)
+
+    monkeypatch.setattr(Engine, "__init__", spy)
+    return seen
+
+
+@pytest.mark.slow   # loads the shipped base
+@half
+def test_an_evaluation_samples_with_the_kv_cache_it_names(tmp_path, monkeypatch):
+    from dsh.experiment.run.evaluate import evaluate
+    from dsh.training.laptop_base import SHIPPED_BASE
+
+    seen = _spy_engines(monkeypatch)
+    s = EvalSettings(levels=("1x2",), n_per_level=3, max_new_tokens=40, batch_size=4)
+    for kv in ("float32", "float16"):
+        evaluate(str(SHIPPED_BASE), out=str(tmp_path / f"{kv}.jsonl"), settings=dataclasses.replace(s, kv_cache=kv),
+                 backend="dsh", progress=False)
+    assert seen == ["float32", "float16"]
+    assert (tmp_path / "float16.jsonl").read_text().count("\n") == 3
+
+
+@pytest.mark.slow   # trains: two GRPO steps of the laptop preset from the shipped base
+@half
+def test_grpo_rollouts_validation_and_update_use_the_paths_they_name(tmp_path, monkeypatch):
+    from dsh.llm import packed_attention
+    from dsh.training.laptop_base import SHIPPED_BASE
+    from dsh.training.train import train
+
+    seen = _spy_engines(monkeypatch)
+    calls, apply = [], packed_attention._PackedCausal.apply
+    monkeypatch.setattr(packed_attention._PackedCausal, "apply", lambda *a: calls.append(1) or apply(*a))
+    cfg = resolve("grpo", "laptop", model=str(SHIPPED_BASE), output_dir=str(tmp_path / "rl"), max_steps=2,
+                  generation_batch_size=32, per_device_train_batch_size=16, max_completion_length=48,
+                  validation_every=1, validation_per_level=1, save_steps=10 ** 6, report_to=(),
+                  rollout_kv_cache="float16", packed_attention="kernels")
+    s = train(cfg)
+    assert s["global_step"] == 2 and s["generation_backend"] == "dsh"
+    assert seen and set(seen) == {"float16"}                   # the rollouts' engine and every validation pass
+    assert calls                                              # the update's and the scoring's attention in C
