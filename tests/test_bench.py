@@ -62,8 +62,10 @@ def test_bench_cli_on_cpu(tmp_path):
         assert x["share_of_serial_bound_at_step_shapes"] == pytest.approx(shapes["serial_s"] / x["seconds"])
     assert [x["ratio_to_generate"] for x in samp[::len(paths)]] == [1.0] * (len(samp) // len(paths))
     grpo = tiny["grpo"]
-    assert [x["backend_used"] for x in grpo] == ["dsh", "trl", "dsh"] and grpo[0]["ratio_to_before"] == 1.0
-    assert [x["completions_per_round"] for x in grpo] == [32, 256, 256]
+    assert [x["backend_used"] for x in grpo] == ["dsh", "trl", "dsh", "dsh"] and grpo[0]["ratio_to_before"] == 1.0
+    assert [x["completions_per_round"] for x in grpo] == [32, 256, 256, 256]
+    assert [x["packed_attention"] for x in grpo] == ["torch"] * 3 + ["kernels"]
+    assert grpo[3]["rollout_kv_cache"] == bench_tiny.fast_paths()["rollout_kv_cache"]
     for x in grpo:
         assert x["rollouts"] == 8 * 32 and x["rollouts_per_s"] > 0
         assert x["rollout_tokens_per_s"] == pytest.approx(x["rollouts_per_s"] * x["mean_completion_tokens"])
@@ -71,11 +73,11 @@ def test_bench_cli_on_cpu(tmp_path):
             x["ratio_to_before"] * x["mean_completion_tokens"] / grpo[0]["mean_completion_tokens"])
         assert x["generation_s"] > 0 and x["update_s"] > 0 and x["scoring_s"] >= 0 and x["other_s"] > -0.5
     ev = tiny["evaluation"]
-    assert [x["questions"] for x in ev] == [7 * 4] * 2 and ev[0]["time_share_of_before"] == 1.0
-    assert 0 <= ev[0]["identical_responses"] <= 1
+    assert [x["questions"] for x in ev] == [7 * 4] * 3 and ev[0]["time_share_of_before"] == 1.0
+    assert ev[0]["identical_responses"] == 1 and all(0 <= x["identical_responses"] <= 1 for x in ev)
     train = tiny["training"]
     assert all(x["tokens_per_s"] > 0 and 0 < x["share_of_peak"] < 1 for x in train)
-    assert train[0]["ratio_to_default"] == 1.0
+    assert train[0]["ratio_to_default"] == 1.0 and len(train) == 4 and "packed attention in C" in train[2]["path"]
     table = r.stderr[r.stderr.index("dsh bench ("):]
     for x in bench.table(res):
         assert x["path"][:69] in table

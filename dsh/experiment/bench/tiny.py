@@ -23,13 +23,15 @@ baseline in the same run, and against the machine's roofline measured in the sam
   laptop preset's GRPO three ways: the baseline configuration (one rollout round of 32 completions per step
   through the engine's torch path, padded batches), TRL's own generation path (``model.generate``) in the
   preset's configuration, and the preset as it is; rollouts per second end to end (trainer wall time) with the
-  time split (sampling, reference/old-policy scoring, update); the preset's validation passes (p_s, p_dC, p_dW
-  measured along a run) are turned off in all three.
+  time split (sampling, reference/old-policy scoring, update); and the preset with its opt-in fast paths
+  (:func:`fast_paths`: the packed attention in C, a float16 KV cache); the preset's validation passes (p_s, p_dC,
+  p_dW measured along a run) are turned off in all four.
 - **evaluation**: ``dsh evaluate`` of the shipped base on the laptop ladder (the preset's settings) through the
-  engine's torch path at 64 rows (the baseline) and the preset's path, interleaved; the share of identical
-  responses (the same counted random streams).
-- **training**: tokens/s of the laptop preset's reflection SFT (padding-free), TRL's ``SFTTrainer`` defaults on the
-  same data (padded batches) and ``dsh.training.pretrain``'s plain loop, each against the 6N bound at the matmul peak.
+  engine's torch path at 64 rows (the baseline), the preset's path, and that path with a float16 KV cache (where
+  the CPU has half floats), interleaved; each one's share of responses identical to the baseline's (the same
+  counted random streams).
+- **training**: tokens/s of the laptop preset's reflection SFT (padding-free; and with the packed attention in C),
+  TRL's ``SFTTrainer`` defaults on the same data (padded batches) and ``dsh.training.pretrain``'s plain loop, each against the 6N bound at the matmul peak.
 """
 
 from __future__ import annotations
@@ -249,7 +251,16 @@ def add_rooflines(rows: list, peaks: dict) -> None:
 # ------------------------------------------------------------------------------------------------
 GRPO_PATHS = ("the baseline: a round of 32 per step, engine's torch path, padded",
               "TRL's generation (model.generate), the preset's rounds, padding-free",
-              "dsh laptop preset: rounds of 256, CPU path, padding-free")
+              "dsh laptop preset: rounds of 256, CPU path, padding-free",
+              "the preset with the fast paths: packed attention in C, float16 KV cache")
+
+
+def fast_paths() -> dict:
+    """The opt-in fast paths of training and sampling on this machine: the packed attention in C
+    (``packed_attention``), the float16 KV cache where :func:`dsh.llm.kernels.half_cache` holds
+    (``rollout_kv_cache``)."""
+    half = kernels.half_cache(kernels.load())
+    return {"packed_attention": "kernels", "rollout_kv_cache": "float16" if half else "float32"}
 
 
 def grpo_rows(size: TinySize, workdir: Path, seed: int = 0) -> list:
@@ -266,7 +277,8 @@ def grpo_rows(size: TinySize, workdir: Path, seed: int = 0) -> list:
         common["max_completion_length"] = size.grpo_max_completion
     runs = ((GRPO_PATHS[0], dict(generation_batch_size=32, padding_free=False), True),
             (GRPO_PATHS[1], dict(generation_backend="trl"), False),
-            (GRPO_PATHS[2], {}, False))
+            (GRPO_PATHS[2], {}, False),
+            (GRPO_PATHS[3], fast_paths(), False))
     out = []
     for k, (label, over, old) in enumerate(runs):
         cfg = resolve("grpo", LAPTOP.name, output_dir=str(workdir / f"grpo_{k}"), **common, **over)
@@ -281,7 +293,8 @@ def grpo_rows(size: TinySize, workdir: Path, seed: int = 0) -> list:
                     "seconds": s["wall_s"], "rollouts_per_s": rows / s["wall_s"],
                     "generation_s": s["generation_s"], "scoring_s": s["scoring_s"], "update_s": s["update_s"],
                     "other_s": s["wall_s"] - s["generation_s"] - s["scoring_s"] - s["update_s"],
-                    "backend_used": s["generation_backend"]})
+                    "backend_used": s["generation_backend"],
+                    **{k: getattr(cfg, k) for k in ("packed_attention", "rollout_kv_cache")}})
     for r in out:
         r["ratio_to_before"] = r["rollouts_per_s"] / out[0]["rollouts_per_s"]
         # rollouts per second depend on how long the paths' rollouts are (the path before updates its policy every
@@ -302,28 +315,31 @@ def evaluation_rows(size: TinySize, seed: int = 0) -> list:
     settings = LAPTOP.evaluation
     if size.eval_n_per_level:
         settings = dataclasses.replace(settings, n_per_level=size.eval_n_per_level)
-    runs = (("dsh evaluate, the baseline: engine's torch path, 64 rows", 64, True),
-            (f"dsh evaluate, laptop preset: CPU path, {settings.batch_size} rows", settings.batch_size, False))
+    kv = fast_paths()["rollout_kv_cache"]
+    runs = (("dsh evaluate, the baseline: engine's torch path, 64 rows", 64, True, "float32"),
+            (f"dsh evaluate, laptop preset: CPU path, {settings.batch_size} rows", settings.batch_size, False,
+             "float32"),
+            (f"dsh evaluate, CPU path, {kv} KV cache, {settings.batch_size} rows", settings.batch_size, False, kv))
     out, responses = [], {}
     with tempfile.TemporaryDirectory(prefix="dsh-bench-eval-") as d:
         for rep in range(size.eval_repeats):
-            for label, batch, old in runs:
-                path = Path(d) / f"{rep}-{batch}-{old}.jsonl"
+            for k, (label, batch, old, cache) in enumerate(runs):
+                path = Path(d) / f"{rep}-{k}.jsonl"
                 with kernels.disabled() if old else contextlib.nullcontext():
                     t = time.perf_counter()
-                    evaluate(str(SHIPPED_BASE), out=str(path), settings=dataclasses.replace(settings, batch_size=batch),
-                             seed=seed, backend="dsh", progress=False)
+                    evaluate(str(SHIPPED_BASE), out=str(path), seed=seed, backend="dsh", progress=False,
+                             settings=dataclasses.replace(settings, batch_size=batch, kv_cache=cache))
                     secs = time.perf_counter() - t
                 recs = {(r["level"], r["index"]): r["response"] for r in map(json.loads, path.read_text().splitlines())}
                 responses[label] = recs
                 out.append({"part": "tiny evaluation", "path": label, "repeat": rep, "questions": len(recs),
                             "seconds": round(secs, 2)})
-    a, b = (responses[label] for label, _, _ in runs)
-    same = sum(a[k] == b.get(k) for k in a) / len(a)
+    a = responses[runs[0][0]]
     for r in out:
         before = [x for x in out if x["repeat"] == r["repeat"]][0]
         r["time_share_of_before"] = r["seconds"] / before["seconds"]
-        r["identical_responses"] = same
+        b = responses[r["path"]]
+        r["identical_responses"] = sum(a[k] == b.get(k) for k in a) / len(a)     # to the baseline's
     return out
 
 
@@ -344,7 +360,10 @@ def training_rows(size: TinySize, workdir: Path, seed: int = 0) -> list:
                 learning_rate=2e-5, lr_scheduler_type="linear", warmup_ratio=0.0, per_device_train_batch_size=8,
                 padding_free=False)),
             ("dsh laptop preset (TRL, batch 8, padding-free, lr 3e-4 cosine)", resolve(
-                "sft_reflection", LAPTOP.name, output_dir=str(workdir / "tiny_dsh"), **common)))
+                "sft_reflection", LAPTOP.name, output_dir=str(workdir / "tiny_dsh"), **common)),
+            ("dsh laptop preset, packed attention in C", resolve(
+                "sft_reflection", LAPTOP.name, output_dir=str(workdir / "tiny_dsh_c"), **common,
+                packed_attention="kernels")))
     rows = []
     for label, cfg in cfgs:
         s = train(cfg)
