@@ -10,7 +10,11 @@ baseline in the same run, and against the machine's roofline measured in the sam
   ``max_new`` new tokens a row, ``prompts_per_row`` prompts per row so that the rows stay busy until the last ones
   drain): ``model.generate`` in batches of ``rows``, :class:`dsh.llm.engine.Engine`'s torch path and its CPU path
   (:mod:`dsh.llm.kernel_engine`) with ``rows`` slots, and that path with a float16 KV cache where the CPU has
-  half floats in hardware (its share of completions identical to the float32 cache's, same streams), interleaved,
+  half floats in hardware (its share of completions identical to the float32 cache's, same streams), and
+  ``model.generate`` again with freed memory kept in glibc's heap (:func:`run_generate_heap_kept`, in a process of
+  its own; by default its growing cache
+  costs a minor page fault a fresh page, and every ratio to it would ride on them: ``ratio_to_generate_heap_kept``
+  is the ratio to this one), interleaved,
   ``repeats`` times, each run with its load average and minor page faults. Each run's roofline
   (:func:`sampling_roofline`) is computed from its own prompts and completions: the larger of the matmul time (every
   prompt and generated token through every linear layer, plus attention's products, at the matmul peak) and the
@@ -145,12 +149,61 @@ def _run_engine(model, tok, prompts, rows, max_new, seed, attention, kv_cache="f
 
 SAMPLING_PATHS = ("model.generate", "dsh engine, torch path", "dsh engine, CPU path (C kernels)")
 HALF_PATH = "dsh engine, CPU path, float16 KV cache"
+HEAP_PATH = "model.generate, freed memory kept in the heap"
+# glibc's allocator told to keep freed memory (allocations up to 32 MB from the heap, the heap never trimmed)
+HEAP_KEPT_ENV = {"MALLOC_MMAP_THRESHOLD_": str(32 * 1024 * 1024), "MALLOC_TRIM_THRESHOLD_": str(1 << 30)}
+_HEAP_CHILD = """
+import json, resource, sys
+from dsh.experiment.bench.tiny import _run_generate
+from dsh.llm.models import load
+a = json.load(open(sys.argv[1]))
+model, tok = load(a["model"])
+model.eval()
+before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+secs, gen = _run_generate(model, tok, a["prompts"], a["rows"], a["max_new"], a["seed"])
+json.dump({"seconds": secs, "gen": gen, "faults": resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before},
+          open(sys.argv[1], "w"))
+"""
+
+
+def heap_kept_available() -> bool:
+    """Whether the C library is glibc (whose allocator :data:`HEAP_KEPT_ENV` tunes)."""
+    import platform
+
+    return platform.system() == "Linux" and platform.libc_ver()[0] == "glibc"
+
+
+def run_generate_heap_kept(prompts, rows, max_new, seed, env=None) -> tuple:
+    """``model.generate`` of the shipped base as :func:`_run_generate` runs it, in a process of its own whose glibc
+    keeps freed memory in its heap (:data:`HEAP_KEPT_ENV`; ``env`` replaces it): by default its growing cache is freed
+    and allocated again every step, each fresh page a minor page fault (microseconds each on a VM), and a ratio to it
+    rides on them. This process's allocator is left as it is. -> (seconds, completion lengths, minor page faults of
+    the generation)."""
+    import json
+    import subprocess
+    import sys
+
+    with tempfile.TemporaryDirectory(prefix="dsh-bench-heap-") as d:
+        io = Path(d) / "io.json"
+        io.write_text(json.dumps({"model": str(SHIPPED_BASE), "prompts": prompts, "rows": rows, "max_new": max_new,
+                                  "seed": seed}))
+        root = str(Path(__file__).resolve().parents[3])
+        child_env = {**os.environ, **(HEAP_KEPT_ENV if env is None else env),
+                     "PYTHONPATH": os.pathsep.join(x for x in (root, os.environ.get("PYTHONPATH")) if x)}
+        r = subprocess.run([sys.executable, "-c", _HEAP_CHILD, str(io)], env=child_env, capture_output=True,
+                           text=True)
+        if r.returncode:
+            raise RuntimeError(f"the heap-kept generate run failed: {r.stderr.strip().splitlines()[-1:]}")
+        out = json.loads(io.read_text())
+    return out["seconds"], out["gen"], out["faults"]
 
 
 def sampling_paths() -> tuple:
-    """The sampling paths compared here: :data:`SAMPLING_PATHS`, and the CPU path with a float16 KV cache where
-    :func:`dsh.llm.kernels.half_cache` holds."""
-    return SAMPLING_PATHS + ((HALF_PATH,) if kernels.half_cache(kernels.load()) else ())
+    """The sampling paths compared here: :data:`SAMPLING_PATHS`, the CPU path with a float16 KV cache where
+    :func:`dsh.llm.kernels.half_cache` holds, and ``model.generate`` with freed memory kept in the heap
+    (:func:`run_generate_heap_kept`) where the C library is glibc."""
+    return (SAMPLING_PATHS + ((HALF_PATH,) if kernels.half_cache(kernels.load()) else ())
+            + ((HEAP_PATH,) if heap_kept_available() else ()))
 
 
 def _minor_faults() -> int:
@@ -208,8 +261,12 @@ def sampling_rows(size: TinySize, seed: int = 0) -> list:
             fp32 = None
             for path in sampling_paths():
                 load_1min, faults = os.getloadavg()[0], _minor_faults()
+                child_faults = None
                 if path == "model.generate":
                     secs, gen = _run_generate(model, tok, ps, rows, size.max_new, seed + rep)
+                    toks = None
+                elif path == HEAP_PATH:
+                    secs, gen, child_faults = run_generate_heap_kept(ps, rows, size.max_new, seed + rep)
                     toks = None
                 else:
                     secs, toks = _run_engine(model, tok, ps, rows, size.max_new, seed + rep,
@@ -219,7 +276,7 @@ def sampling_rows(size: TinySize, seed: int = 0) -> list:
                 row = {"part": "tiny sampling", "path": f"{path}, {rows} rows", "rows": rows, "repeat": rep,
                        "prompts": len(ps), "prompt_tokens": sum(map(len, ps)), "generated_tokens": sum(gen),
                        "seconds": round(secs, 3), "tokens_per_s": sum(gen) / secs, "load_1min": load_1min,
-                       "minor_page_faults": _minor_faults() - faults,
+                       "minor_page_faults": _minor_faults() - faults if child_faults is None else child_faults,
                        "work": sampling_work(half if path == HALF_PATH else shape, [len(p) for p in ps], gen),
                        "step_matmul_flops": rate}
                 if path == SAMPLING_PATHS[2]:
@@ -230,6 +287,9 @@ def sampling_rows(size: TinySize, seed: int = 0) -> list:
     for r in out:
         same = [x for x in out if x["rows"] == r["rows"] and x["repeat"] == r["repeat"]]
         r["ratio_to_generate"] = r["tokens_per_s"] / same[0]["tokens_per_s"]
+        kept = [x for x in same if x["path"].startswith(HEAP_PATH)]
+        if kept:                         # against a baseline that does not ride on page faults
+            r["ratio_to_generate_heap_kept"] = r["tokens_per_s"] / kept[0]["tokens_per_s"]
     return out
 
 
