@@ -35,7 +35,8 @@ baseline in the same run, and against the machine's roofline measured in the sam
   the CPU has half floats), interleaved; each one's share of responses identical to the baseline's (the same
   counted random streams).
 - **training**: tokens/s of the laptop preset's reflection SFT (padding-free; and with the packed attention in C),
-  TRL's ``SFTTrainer`` defaults on the same data (padded batches) and ``dsh.training.pretrain``'s plain loop, each against the 6N bound at the matmul peak.
+  TRL's ``SFTTrainer`` defaults on the same data (padded batches) and ``dsh.training.pretrain``'s plain loop, each
+  against the 6N bound at the matmul peak.
 """
 
 from __future__ import annotations
