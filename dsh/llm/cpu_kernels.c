@@ -1,4 +1,5 @@
-/* dsh.llm.kernels: the two memory-bound parts of a decoding step on the CPU, for dsh.llm.engine.
+/* dsh.llm.kernels: the two memory-bound parts of a decoding step on the CPU, for dsh.llm.engine; and, at the end,
+   the causal attention over packed sequences of training and scoring, forward and backward (dsh.llm.packed_attention).
 
    A decoding step of a small model spends most of its time reading the KV cache (the linear layers are
    matrix products that MKL already runs near the machine's peak). torch's batched matmul reads the cache of

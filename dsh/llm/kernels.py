@@ -1,4 +1,5 @@
-"""The CPU loops of :mod:`dsh.llm.kernel_engine`, in C (``cpu_kernels.c``), compiled on first use, called through ctypes.
+"""The CPU loops of :mod:`dsh.llm.kernel_engine` and of :mod:`dsh.llm.packed_attention`, in C (``cpu_kernels.c``),
+compiled on first use, called through ctypes.
 
 On the CPU a decoding step of a tiny model spends its time reading the KV cache: ``torch.matmul`` of one query
 against the cache runs as many 1 x D by D x L products, over every row up to the longest row's length (measured
@@ -85,7 +86,8 @@ def _build(cc: str, cflags: list, ldflags: list, out: Path) -> str | None:
 
 
 def load():
-    """The compiled kernels (a ctypes library with ``rope_store`` and ``decode_attention``), or None when no
+    """The compiled kernels (a ctypes library: ``attend``, ``rms_norm``, ``silu_mul``, ``sample_tokens``,
+    ``varlen_attention`` and its backward, ``fma_rate``), or None when no
     compiler could build them (reason in :data:`why_not`). ``DSH_KERNELS=0`` turns them off."""
     global _lib, why_not
     if os.environ.get("DSH_KERNELS", "1") == "0":
