@@ -4,10 +4,12 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
 
+from dsh.experiment.bench import baselines
 from dsh.experiment.bench import compare as bench
 from dsh.experiment.bench import tiny as bench_tiny
 
@@ -61,10 +63,13 @@ def test_bench_cli_on_cpu(tmp_path):
         assert shapes["matmul_s"] == pytest.approx(shapes["flops"] / x["step_matmul_flops"])
         assert x["share_of_serial_bound_at_step_shapes"] == pytest.approx(shapes["serial_s"] / x["seconds"])
     assert [x["ratio_to_generate"] for x in samp[::len(paths)]] == [1.0] * (len(samp) // len(paths))
-    if bench_tiny.HEAP_PATH in paths:                                 # glibc: generate with its freed memory kept
-        kept = [x for x in samp if x["path"].startswith(bench_tiny.HEAP_PATH)]
+    if baselines.HEAP_PATH in paths:                                 # glibc: generate with its freed memory kept
+        kept = [x for x in samp if x["path"].startswith(baselines.HEAP_PATH)]
         assert kept and all(x["ratio_to_generate_heap_kept"] == 1.0 for x in kept)
         assert all(x["ratio_to_generate_heap_kept"] > 0 for x in samp)
+    if baselines.CT2_PATH in paths:                                   # CTranslate2 installed: a second baseline
+        ct2 = [x for x in samp if x["path"].startswith(baselines.CT2_PATH)]
+        assert ct2 and all(x["ratio_to_ctranslate2"] == 1.0 and x["ctranslate2"] for x in ct2)
     grpo = tiny["grpo"]
     assert [x["backend_used"] for x in grpo] == ["dsh", "trl", "dsh", "dsh"] and grpo[0]["ratio_to_before"] == 1.0
     assert [x["completions_per_round"] for x in grpo] == [32, 256, 256, 256]
@@ -131,13 +136,34 @@ def test_generate_in_a_heap_keeping_process_takes_fewer_fresh_pages():
     from dsh.llm.models import load
     from dsh.training.laptop_base import SHIPPED_BASE
 
-    if not bench_tiny.heap_kept_available():
+    if not baselines.heap_kept_available():
         pytest.skip("the C library is not glibc")
     _, tok = load(str(SHIPPED_BASE))
     prompts = bench_tiny._ladder_prompts(tok, 64, seed=0)
-    _, gen_kept, kept = bench_tiny.run_generate_heap_kept(prompts, 64, 120, seed=1)
+    _, gen_kept, kept = baselines.run_generate_heap_kept(prompts, 64, 120, seed=1)
     default = {"MALLOC_MMAP_THRESHOLD_": str(128 * 1024), "MALLOC_TRIM_THRESHOLD_": str(128 * 1024)}
-    _, gen_plain, plain = bench_tiny.run_generate_heap_kept(prompts, 64, 120, seed=1, env=default)
+    _, gen_plain, plain = baselines.run_generate_heap_kept(prompts, 64, 120, seed=1, env=default)
     assert gen_kept == gen_plain and sum(gen_kept) > 64 * 10
     print("minor faults, heap kept vs defaults:", kept, plain)
     assert kept < plain / 3, (kept, plain)
+
+
+@pytest.mark.slow   # a child process converts the shipped base and samples it with CTranslate2 (~10 s)
+def test_ctranslate2_samples_the_shipped_base_like_the_engine():
+    """CTranslate2 (where installed) writes completions of the shipped base whose lengths follow the engine's on the
+    same prompts: the same model and sampling protocol, so the mean completion length agrees within 15 % (fails if the
+    conversion, the token mapping, the end token or the temperature were wrong: the base then writes garbage to the
+    limit or stops at once)."""
+    if not baselines.ctranslate2_available():
+        pytest.skip("CTranslate2 is not installed")
+    from dsh.llm.models import load
+    from dsh.training.laptop_base import SHIPPED_BASE
+
+    model, tok = load(str(SHIPPED_BASE))
+    prompts = bench_tiny._ladder_prompts(tok, 128, seed=0)
+    with tempfile.TemporaryDirectory() as d:
+        _, gen, _, version = baselines.run_ctranslate2(prompts, 32, 200, seed=1, converted=Path(d) / "ct2")
+    _, toks = bench_tiny._run_engine(model, tok, prompts, 32, 200, 1, "kernels")
+    engine = [len(t) for t in toks]
+    assert version and len(gen) == len(prompts) and max(gen) < 200
+    assert abs(sum(gen) / sum(engine) - 1) < 0.15, (sum(gen), sum(engine))

@@ -9,22 +9,21 @@ baseline in the same run, and against the machine's roofline measured in the sam
 - **sampling** (the shipped base, the laptop task's test ladder 1x2 ... 1x8 as prompts, temperature 1, up to
   ``max_new`` new tokens a row, ``prompts_per_row`` prompts per row so that the rows stay busy until the last ones
   drain): ``model.generate`` in batches of ``rows``, :class:`dsh.llm.engine.Engine`'s torch path and its CPU path
-  (:mod:`dsh.llm.kernel_engine`) with ``rows`` slots, and that path with a float16 KV cache where the CPU has
-  half floats in hardware (its share of completions identical to the float32 cache's, same streams), and
-  ``model.generate`` again with freed memory kept in glibc's heap (:func:`run_generate_heap_kept`, in a process of
-  its own; by default its growing cache
-  costs a minor page fault a fresh page, and every ratio to it would ride on them: ``ratio_to_generate_heap_kept``
-  is the ratio to this one), interleaved,
+  (:mod:`dsh.llm.kernel_engine`) with ``rows`` slots, and that path with a float16 KV cache where the CPU has half
+  floats in hardware (its share of completions identical to the float32 cache's, same streams), and in processes of
+  their own (:mod:`.baselines`) ``model.generate`` with freed memory kept in glibc's heap (by default its growing
+  cache costs a minor page fault a fresh page, and a ratio to it rides on them: ``ratio_to_generate_heap_kept`` is the
+  ratio to this one) and CTranslate2 where it is installed (float32: ``ratio_to_ctranslate2``), interleaved,
   ``repeats`` times, each run with its load average and minor page faults. Each run's roofline
   (:func:`sampling_roofline`) is computed from its own prompts and completions: the larger of the matmul time (every
   prompt and generated token through every linear layer, plus attention's products, at the matmul peak) and the
-  KV-read time (each generated token reads the keys and values of its context once, in the cache's dtype, at the
-  read bandwidth); the
-  serial bound (the two added) is reported beside it, and the serial bound again with the products at the rate that
-  the decoding step's own matrix shapes reach when measured alone at that many rows (:func:`step_matmul_rate`).
+  KV-read time (each generated token reads the keys and values of its context once, in the cache's dtype, at the read
+  bandwidth); the serial bound (the two added) is reported beside it, and the serial bound again with the products at
+  the rate that the decoding step's own matrix shapes reach when measured alone at that many rows
+  (:func:`step_matmul_rate`).
 - **GRPO**: a policy that writes reflection traces of the laptop task's length (the shipped base after
   ``policy_sft_steps`` steps of the laptop preset's reflection SFT), then ``grpo_steps`` optimizer steps of the
-  laptop preset's GRPO three ways: the baseline configuration (one rollout round of 32 completions per step
+  laptop preset's GRPO four ways: the baseline configuration (one rollout round of 32 completions per step
   through the engine's torch path, padded batches), TRL's own generation path (``model.generate``) in the
   preset's configuration, and the preset as it is; rollouts per second end to end (trainer wall time) with the
   time split (sampling, reference/old-policy scoring, update); and the preset with its opt-in fast paths
@@ -45,6 +44,7 @@ import contextlib
 import dataclasses
 import os
 import random
+import shutil
 import tempfile
 import time
 from dataclasses import dataclass
@@ -63,6 +63,15 @@ from ...training.pretrain import PretrainConfig, encode, pretrain
 from ...training.train import build_dataset, train
 from ..run.evaluate import evaluate
 from ..run.presets import LAPTOP, resolve
+from .baselines import (
+    CT2_PATH,
+    HEAP_PATH,
+    ctranslate2_available,
+    heap_kept_available,
+    run_ctranslate2,
+    run_generate,
+    run_generate_heap_kept,
+)
 
 
 @dataclass(frozen=True)
@@ -119,24 +128,6 @@ def _ladder_prompts(tok, n: int, seed: int) -> list:
     return [tok(chat_prompt(tok, q), add_special_tokens=False)["input_ids"] for q in qs[:n]]
 
 
-def _run_generate(model, tok, prompts, rows, max_new, seed):
-    import torch
-
-    tok.padding_side = "left"
-    eos, gen = tok.eos_token_id, []
-    torch.manual_seed(seed)
-    t = time.perf_counter()
-    for s in range(0, len(prompts), rows):
-        chunk = prompts[s:s + rows]
-        enc = tok.pad({"input_ids": chunk}, return_tensors="pt")
-        with torch.no_grad():
-            out = model.generate(**enc, max_new_tokens=max_new, do_sample=True, temperature=1.0, top_k=0, top_p=1.0,
-                                 pad_token_id=tok.pad_token_id, eos_token_id=eos)
-        for row in out[:, enc["input_ids"].shape[1]:].tolist():
-            gen.append(row.index(eos) + 1 if eos in row else len(row))
-    return time.perf_counter() - t, gen
-
-
 def _run_engine(model, tok, prompts, rows, max_new, seed, attention, kv_cache="float32"):
     from ...llm.engine import Engine
 
@@ -150,61 +141,12 @@ def _run_engine(model, tok, prompts, rows, max_new, seed, attention, kv_cache="f
 
 SAMPLING_PATHS = ("model.generate", "dsh engine, torch path", "dsh engine, CPU path (C kernels)")
 HALF_PATH = "dsh engine, CPU path, float16 KV cache"
-HEAP_PATH = "model.generate, freed memory kept in the heap"
-# glibc's allocator told to keep freed memory (allocations up to 32 MB from the heap, the heap never trimmed)
-HEAP_KEPT_ENV = {"MALLOC_MMAP_THRESHOLD_": str(32 * 1024 * 1024), "MALLOC_TRIM_THRESHOLD_": str(1 << 30)}
-_HEAP_CHILD = """
-import json, resource, sys
-from dsh.experiment.bench.tiny import _run_generate
-from dsh.llm.models import load
-a = json.load(open(sys.argv[1]))
-model, tok = load(a["model"])
-model.eval()
-before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
-secs, gen = _run_generate(model, tok, a["prompts"], a["rows"], a["max_new"], a["seed"])
-json.dump({"seconds": secs, "gen": gen, "faults": resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before},
-          open(sys.argv[1], "w"))
-"""
-
-
-def heap_kept_available() -> bool:
-    """Whether the C library is glibc (whose allocator :data:`HEAP_KEPT_ENV` tunes)."""
-    import platform
-
-    return platform.system() == "Linux" and platform.libc_ver()[0] == "glibc"
-
-
-def run_generate_heap_kept(prompts, rows, max_new, seed, env=None) -> tuple:
-    """``model.generate`` of the shipped base as :func:`_run_generate` runs it, in a process of its own whose glibc
-    keeps freed memory in its heap (:data:`HEAP_KEPT_ENV`; ``env`` replaces it): by default its growing cache is freed
-    and allocated again every step, each fresh page a minor page fault (microseconds each on a VM), and a ratio to it
-    rides on them. This process's allocator is left as it is. -> (seconds, completion lengths, minor page faults of
-    the generation)."""
-    import json
-    import subprocess
-    import sys
-
-    with tempfile.TemporaryDirectory(prefix="dsh-bench-heap-") as d:
-        io = Path(d) / "io.json"
-        io.write_text(json.dumps({"model": str(SHIPPED_BASE), "prompts": prompts, "rows": rows, "max_new": max_new,
-                                  "seed": seed}))
-        root = str(Path(__file__).resolve().parents[3])
-        child_env = {**os.environ, **(HEAP_KEPT_ENV if env is None else env),
-                     "PYTHONPATH": os.pathsep.join(x for x in (root, os.environ.get("PYTHONPATH")) if x)}
-        r = subprocess.run([sys.executable, "-c", _HEAP_CHILD, str(io)], env=child_env, capture_output=True,
-                           text=True)
-        if r.returncode:
-            raise RuntimeError(f"the heap-kept generate run failed: {r.stderr.strip().splitlines()[-1:]}")
-        out = json.loads(io.read_text())
-    return out["seconds"], out["gen"], out["faults"]
-
-
 def sampling_paths() -> tuple:
     """The sampling paths compared here: :data:`SAMPLING_PATHS`, the CPU path with a float16 KV cache where
-    :func:`dsh.llm.kernels.half_cache` holds, and ``model.generate`` with freed memory kept in the heap
-    (:func:`run_generate_heap_kept`) where the C library is glibc."""
+    :func:`dsh.llm.kernels.half_cache` holds, and in processes of their own (:mod:`.baselines`) ``model.generate``
+    with freed memory kept in the heap where the C library is glibc and CTranslate2 where it is installed."""
     return (SAMPLING_PATHS + ((HALF_PATH,) if kernels.half_cache(kernels.load()) else ())
-            + ((HEAP_PATH,) if heap_kept_available() else ()))
+            + ((HEAP_PATH,) if heap_kept_available() else ()) + ((CT2_PATH,) if ctranslate2_available() else ()))
 
 
 def _minor_faults() -> int:
@@ -255,42 +197,50 @@ def sampling_rows(size: TinySize, seed: int = 0) -> list:
     prompts = _ladder_prompts(tok, max(size.rows) * size.prompts_per_row, seed)
     half = {**shape, "kv_bytes_per_token": shape["kv_bytes_per_token"] // 2}
     out = []
-    for rows in size.rows:
-        ps = prompts[:rows * size.prompts_per_row]
-        rate = step_matmul_rate(model, rows)
-        for rep in range(size.repeats):
-            fp32 = None
-            for path in sampling_paths():
-                load_1min, faults = os.getloadavg()[0], _minor_faults()
-                child_faults = None
-                if path == "model.generate":
-                    secs, gen = _run_generate(model, tok, ps, rows, size.max_new, seed + rep)
-                    toks = None
-                elif path == HEAP_PATH:
-                    secs, gen, child_faults = run_generate_heap_kept(ps, rows, size.max_new, seed + rep)
-                    toks = None
-                else:
-                    secs, toks = _run_engine(model, tok, ps, rows, size.max_new, seed + rep,
-                                             "torch" if "torch" in path else "kernels",
-                                             "float16" if path == HALF_PATH else "float32")
-                    gen = [len(t) for t in toks]
-                row = {"part": "tiny sampling", "path": f"{path}, {rows} rows", "rows": rows, "repeat": rep,
-                       "prompts": len(ps), "prompt_tokens": sum(map(len, ps)), "generated_tokens": sum(gen),
-                       "seconds": round(secs, 3), "tokens_per_s": sum(gen) / secs, "load_1min": load_1min,
-                       "minor_page_faults": _minor_faults() - faults if child_faults is None else child_faults,
-                       "work": sampling_work(half if path == HALF_PATH else shape, [len(p) for p in ps], gen),
-                       "step_matmul_flops": rate}
-                if path == SAMPLING_PATHS[2]:
-                    fp32 = toks
-                elif path == HALF_PATH:         # the same streams: a completion differs only where rounding moved it
-                    row["identical_to_float32_cache"] = sum(a == b for a, b in zip(toks, fp32)) / len(toks)
-                out.append(row)
+    d = tempfile.mkdtemp(prefix="dsh-bench-ct2-")
+    converted = Path(d) / "ct2"           # CTranslate2's copy of the base, converted once
+    try:
+        for rows in size.rows:
+            ps = prompts[:rows * size.prompts_per_row]
+            rate = step_matmul_rate(model, rows)
+            for rep in range(size.repeats):
+                fp32 = None
+                for path in sampling_paths():
+                    load_1min, faults = os.getloadavg()[0], _minor_faults()
+                    child_faults, toks, extra = None, None, {}
+                    if path == "model.generate":
+                        secs, gen = run_generate(model, tok, ps, rows, size.max_new, seed + rep)
+                    elif path == HEAP_PATH:
+                        secs, gen, child_faults = run_generate_heap_kept(ps, rows, size.max_new, seed + rep)
+                    elif path == CT2_PATH:
+                        secs, gen, child_faults, version = run_ctranslate2(ps, rows, size.max_new, seed + rep,
+                                                                           converted)
+                        extra = {"ctranslate2": version}
+                    else:
+                        secs, toks = _run_engine(model, tok, ps, rows, size.max_new, seed + rep,
+                                                 "torch" if "torch" in path else "kernels",
+                                                 "float16" if path == HALF_PATH else "float32")
+                        gen = [len(t) for t in toks]
+                    row = {"part": "tiny sampling", "path": f"{path}, {rows} rows", "rows": rows, "repeat": rep,
+                           "prompts": len(ps), "prompt_tokens": sum(map(len, ps)), "generated_tokens": sum(gen),
+                           "seconds": round(secs, 3), "tokens_per_s": sum(gen) / secs, "load_1min": load_1min,
+                           "minor_page_faults": _minor_faults() - faults if child_faults is None else child_faults,
+                           "work": sampling_work(half if path == HALF_PATH else shape, [len(p) for p in ps], gen),
+                           "step_matmul_flops": rate, **extra}
+                    if path == SAMPLING_PATHS[2]:
+                        fp32 = toks
+                    elif path == HALF_PATH:         # the same streams: a completion differs only where rounding moved it
+                        row["identical_to_float32_cache"] = sum(a == b for a, b in zip(toks, fp32)) / len(toks)
+                    out.append(row)
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
     for r in out:
         same = [x for x in out if x["rows"] == r["rows"] and x["repeat"] == r["repeat"]]
         r["ratio_to_generate"] = r["tokens_per_s"] / same[0]["tokens_per_s"]
-        kept = [x for x in same if x["path"].startswith(HEAP_PATH)]
-        if kept:                         # against a baseline that does not ride on page faults
-            r["ratio_to_generate_heap_kept"] = r["tokens_per_s"] / kept[0]["tokens_per_s"]
+        for key, base in (("ratio_to_generate_heap_kept", HEAP_PATH), ("ratio_to_ctranslate2", CT2_PATH)):
+            other = [x for x in same if x["path"].startswith(base)]
+            if other:                    # against a baseline that does not ride on page faults; a kept library
+                r[key] = r["tokens_per_s"] / other[0]["tokens_per_s"]
     return out
 
 
