@@ -123,7 +123,7 @@ def _cmd_evaluate(args) -> int:
     levels = [x.strip() for x in args.levels.split(",") if x.strip()]
     settings = EvalSettings(levels=levels, n_per_level=args.n, temperature=args.temperature,
                             max_new_tokens=args.max_new_tokens, batch_size=args.batch_size,
-                            samples_per_question=args.samples)
+                            samples_per_question=args.samples, kv_cache=args.kv_cache)
     path = evaluate(model=args.model, out=args.out, settings=settings, seed=args.seed, backend=args.backend)
     recs = read_jsonl(path)
     cut = sum(bool(r.get("truncated")) for r in recs)
@@ -350,6 +350,9 @@ def _add_evaluate(sub, model_help) -> None:
     ev.add_argument("--max-new-tokens", type=int, default=EvalSettings.max_new_tokens)
     ev.add_argument("--seed", type=int, default=0)
     ev.add_argument("--batch-size", type=int, default=EvalSettings.batch_size)
+    ev.add_argument("--kv-cache", default=EvalSettings.kv_cache,
+                    help="the engine's KV cache on the CPU: float32 (default) or float16 (half the bytes read; where "
+                         "the CPU has F16C)")
     ev.add_argument("--backend", default=BACKENDS[0], help=", ".join(BACKENDS))
     ev.set_defaults(func=_cmd_evaluate)
 

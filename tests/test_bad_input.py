@@ -96,6 +96,7 @@ CLI_CASES = [
     ("evaluate-n", ["evaluate", "--n", "0", "--out", "{tmp}/g.jsonl"], "n_per_level must be an integer >= 1"),
     ("evaluate-level", ["evaluate", "--levels", "three", "--out", "{tmp}/g.jsonl"], "level must look like '3x5'"),
     ("evaluate-backend", ["evaluate", "--backend", "tgi", "--out", "{tmp}/g.jsonl"], "backend must be one of auto, dsh, hf, vllm"),
+    ("evaluate-kv-cache", ["evaluate", "--kv-cache", "bf16", "--out", "{tmp}/g.jsonl"], "kv_cache must be one of float32, float16"),
     ("evaluate-temperature", ["evaluate", "--temperature", "-1", "--out", "{tmp}/g.jsonl"], "temperature must be a number >= 0"),
     ("evaluate-max-new-tokens", ["evaluate", "--max-new-tokens", "0", "--out", "{tmp}/g.jsonl"], "max_new_tokens must be an integer >= 1"),
     ("evaluate-batch-size", ["evaluate", "--batch-size", "0", "--out", "{tmp}/g.jsonl"], "batch_size must be an integer >= 1"),
