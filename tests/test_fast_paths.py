@@ -25,6 +25,9 @@ def test_settings_keys_and_one_line_errors():
         TrainConfig(method="grpo", rollout_kv_cache="half")
     with pytest.raises(ValueError, match=r"^packed_attention must be one of torch, kernels; got 'c'"):
         TrainConfig(method="sft", packed_attention="c")
+    with pytest.raises(ValueError, match=r"^packed_attention 'kernels' attends over packed rows: it needs padding_free"):
+        TrainConfig(method="sft", packed_attention="kernels", padding_free=False)
+    assert TrainConfig(method="sft", packed_attention="kernels", padding_free=True).packed_attention == "kernels"
 
 
 def _spy_engines(monkeypatch) -> list:

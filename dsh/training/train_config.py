@@ -198,6 +198,9 @@ class TrainConfig:
         if not isinstance(self.padding_free, bool):
             raise ValueError(f"padding_free must be true or false, got {self.padding_free!r}")
         v.choice("packed_attention", self.packed_attention, ("torch", "kernels"))
+        if self.packed_attention == "kernels" and not self.padding_free:
+            raise ValueError("packed_attention 'kernels' attends over packed rows: it needs padding_free=true "
+                             "(or packed_attention=torch)")
         v.choice("rollout_kv_cache", self.rollout_kv_cache, ("float32", "float16"))
         if self.method == "grpo":
             if self.num_generations < 2:
