@@ -167,3 +167,22 @@ def test_ctranslate2_samples_the_shipped_base_like_the_engine():
     engine = [len(t) for t in toks]
     assert version and len(gen) == len(prompts) and max(gen) < 200
     assert abs(sum(gen) / sum(engine) - 1) < 0.15, (sum(gen), sum(engine))
+
+
+def test_a_baseline_that_fails_is_left_out_and_the_sampling_part_goes_on(monkeypatch, capsys):
+    """CTranslate2 installed but failing (a model it cannot convert): its row is left out with a one-line reason on
+    stderr, tried once, and every other path is measured."""
+    calls = []
+
+    def broken(*a, **k):
+        calls.append(1)
+        raise RuntimeError("a bench baseline's process failed: ['ValueError: unsupported model']")
+
+    monkeypatch.setattr(bench_tiny, "ctranslate2_available", lambda: True)
+    monkeypatch.setattr(bench_tiny, "run_ctranslate2", broken)
+    size = bench_tiny.dataclasses.replace(bench_tiny.TINY_SIZES["cpu"], rows=(8,), repeats=2, max_new=8)
+    rows = bench_tiny.sampling_rows(size)
+    paths = {r["path"].rsplit(",", 1)[0] for r in rows}
+    assert baselines.CT2_PATH not in paths and bench_tiny.SAMPLING_PATHS[2] in paths and len(calls) == 1
+    assert len(rows) == 2 * (len(bench_tiny.sampling_paths()) - 1)
+    assert f"dsh bench: {baselines.CT2_PATH} left out: a bench baseline's process failed" in capsys.readouterr().err
