@@ -295,6 +295,13 @@ INLINE void tile_products(const float *restrict x, int64_t nq, const float *rest
     }
 }
 
+/* The longest of the S sequences at offsets cu (at least 1): the size of each thread's tile buffers. */
+static int64_t longest_of(const int64_t *cu, int64_t S) {
+  int64_t longest = 1;
+  for (int64_t s = 0; s < S; ++s) longest = cu[s + 1] - cu[s] > longest ? cu[s + 1] - cu[s] : longest;
+  return longest;
+}
+
 /* How many keys of tile b query i0 + r may see (0 .. TILE; 0 for rows from nq on). */
 INLINE void visible(int64_t i0, int64_t nq, int64_t b, int64_t valid[QB]) {
   for (int64_t r = 0; r < QB; ++r) {
@@ -352,8 +359,7 @@ INLINE void forward_task(const float *restrict Q, const float *restrict K, const
 void varlen_attention(const float *restrict q, const float *restrict k, const float *restrict v,
                       const int64_t *restrict cu, int64_t S, int64_t H, int64_t T, int64_t D, float scale,
                       float *restrict out, float *restrict lse) {
-  int64_t longest = 1;
-  for (int64_t s = 0; s < S; ++s) longest = cu[s + 1] - cu[s] > longest ? cu[s + 1] - cu[s] : longest;
+  const int64_t longest = longest_of(cu, S);
 #pragma omp parallel
   {
     float *kt = malloc(sizeof(float) * (size_t)(((longest + TILE - 1) / TILE) * TILE * D));
@@ -435,8 +441,7 @@ void varlen_attention_backward(const float *restrict q, const float *restrict k,
                                const int64_t *restrict cu, int64_t S, int64_t H, int64_t T, int64_t D, float scale,
                                const float *restrict dout, const float *restrict lse, const float *restrict delta,
                                float *restrict dq, float *restrict dk, float *restrict dv) {
-  int64_t longest = 1;
-  for (int64_t s = 0; s < S; ++s) longest = cu[s + 1] - cu[s] > longest ? cu[s + 1] - cu[s] : longest;
+  const int64_t longest = longest_of(cu, S);
 #pragma omp parallel
   {
     const size_t tiles = (size_t)(((longest + TILE - 1) / TILE) * TILE * D);

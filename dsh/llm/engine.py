@@ -49,7 +49,7 @@ from .streams import counted_uniform, stream_key
 
 SUPPORTED_MODEL_TYPES = ("llama", "qwen2", "mistral", "qwen3")
 ATTENTION = ("auto", "kernels", "torch")
-KV_CACHE = ("float32", "float16")    # the CPU path's KV cache dtype (Engine's kv_cache)
+KV_CACHE = kernels.KV_CACHE         # the CPU path's KV cache dtype (Engine's kv_cache)
 
 
 def supports(model) -> str | None:

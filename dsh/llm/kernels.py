@@ -39,6 +39,7 @@ from ..core.provenance import cpu_flags
 
 SOURCE = Path(__file__).with_name("cpu_kernels.c")
 TILE = 16                      # positions per key tile (TILE in cpu_kernels.c)
+KV_CACHE = ("float32", "float16")    # the dtypes of the CPU path's KV cache (float16: attend_f16, see half_cache)
 # tried in order: vectorised expf and OpenMP; OpenMP without libmvec; single-threaded portable C
 FLAG_SETS = (
     (["-O3", "-march=native", "-ffast-math", "-fopenmp"], ["-fopenmp", "-lmvec", "-lm"]),

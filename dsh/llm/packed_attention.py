@@ -18,11 +18,6 @@ import torch
 from . import kernels
 
 
-def available() -> bool:
-    """Whether the C kernels are built (:func:`dsh.llm.kernels.load`)."""
-    return kernels.load() is not None
-
-
 class _PackedCausal(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q, k, v, cu, scale: float):
@@ -56,8 +51,9 @@ def packed_causal_attention(q, k, v, cu, scale: float):
     another, sequence ``s`` at rows ``cu[s] .. cu[s + 1] - 1`` (``cu`` int64, from 0 to ``T``) -> ``[T, H, D]``:
     softmax(scale * q . k) . v over the keys of the query's own sequence up to its position. Differentiable in
     ``q``, ``k`` and ``v``."""
-    if not available():
-        raise RuntimeError(f"packed_causal_attention needs the C kernels: {kernels.unavailable()}")
+    why = kernels.unavailable()
+    if why:
+        raise RuntimeError(f"packed_causal_attention needs the C kernels: {why}")
     if q.dtype != torch.float32 or q.device.type != "cpu" or k.shape != q.shape or v.shape != q.shape:
         raise ValueError(f"q, k, v must be float32 CPU tensors of one shape [H, T, D]; got {tuple(q.shape)} "
                          f"{q.dtype} on {q.device}, k {tuple(k.shape)}, v {tuple(v.shape)}")

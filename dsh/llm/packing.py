@@ -29,6 +29,8 @@ import inspect
 
 import torch
 
+from .kernels import unavailable as kernels_unavailable
+
 VARLEN = "dsh_varlen"
 VARLEN_KERNELS = "dsh_varlen_kernels"
 PATHS = {"torch": VARLEN, "kernels": VARLEN_KERNELS}   # TrainConfig.packed_attention -> attention implementation
@@ -103,9 +105,9 @@ def varlen_attention_forward(module, query, key, value, attention_mask, dropout:
     if rep > 1:
         key, value = key.repeat_interleave(rep, 1), value.repeat_interleave(rep, 1)
     if kernels and query.dtype == torch.float32 and query.device.type == "cpu":
-        from .packed_attention import available, packed_causal_attention
+        from .packed_attention import packed_causal_attention
 
-        if available():
+        if kernels_unavailable() is None:
             scale = scaling if scaling is not None else query.shape[-1] ** -0.5
             return packed_causal_attention(query[0], key[0], value[0], cu, scale)[None], None
     lens = [n for n in cu.diff().tolist() if n > 0]

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 
 from ..core import settings as typed_settings
 from ..core import validate as v
+from ..llm.kernels import KV_CACHE
 from ..llm.models import EMBEDDED, vllm_available
 from ..measure import tasks
 from ..task.arithmetic import CHECKS
@@ -201,7 +202,7 @@ class TrainConfig:
         if self.packed_attention == "kernels" and not self.padding_free:
             raise ValueError("packed_attention 'kernels' attends over packed rows: it needs padding_free=true "
                              "(or packed_attention=torch)")
-        v.choice("rollout_kv_cache", self.rollout_kv_cache, ("float32", "float16"))
+        v.choice("rollout_kv_cache", self.rollout_kv_cache, KV_CACHE)
         if self.method == "grpo":
             if self.num_generations < 2:
                 raise ValueError("num_generations must be an integer >= 2 for GRPO (advantages are relative to the group)")

@@ -142,6 +142,8 @@ def _run_engine(model, tok, prompts, rows, max_new, seed, attention, kv_cache="f
 
 SAMPLING_PATHS = ("model.generate", "dsh engine, torch path", "dsh engine, CPU path (C kernels)")
 HALF_PATH = "dsh engine, CPU path, float16 KV cache"
+
+
 def sampling_paths() -> tuple:
     """The sampling paths compared here: :data:`SAMPLING_PATHS`, the CPU path with a float16 KV cache where
     :func:`dsh.llm.kernels.half_cache` holds, and in processes of their own (:mod:`.baselines`) ``model.generate``

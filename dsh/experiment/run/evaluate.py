@@ -28,6 +28,7 @@ from ...core import store
 from ...core import validate as v
 from ...core.files import exclusive, read_jsonl, write_jsonl, write_text
 from ...llm.complete import complete, complete_hf, complete_vllm
+from ...llm.kernels import KV_CACHE
 from ...llm.models import EMBEDDED, fetched, load, model_digest, resolve_model, vllm_available
 from ...task.problems import MAX_PROBLEMS, N_TEST, TEST_LEVELS, parse_level, test_problems
 
@@ -76,7 +77,7 @@ class EvalSettings:
         if len(set(levels)) != len(levels):
             raise ValueError(f"levels must name each level once; got {list(self.levels)!r}")
         v.temperature("temperature", self.temperature)
-        v.choice("kv_cache", self.kv_cache, ("float32", "float16"))
+        v.choice("kv_cache", self.kv_cache, KV_CACHE)
         n = v.at_most("n_per_level", self.n_per_level, MAX_PROBLEMS, "test problems a level")
         k = v.at_most("samples_per_question", self.samples_per_question, MAX_SAMPLES, "samples a question")
         return dataclasses.replace(self, levels=levels, n_per_level=n, samples_per_question=k,
