@@ -123,7 +123,8 @@ def _cmd_evaluate(args) -> int:
     levels = [x.strip() for x in args.levels.split(",") if x.strip()]
     settings = EvalSettings(levels=levels, n_per_level=args.n, temperature=args.temperature,
                             max_new_tokens=args.max_new_tokens, batch_size=args.batch_size,
-                            samples_per_question=args.samples, kv_cache=args.kv_cache)
+                            samples_per_question=args.samples, kv_cache=args.kv_cache,
+                            attempt_budget=args.attempt_budget)
     path = evaluate(model=args.model, out=args.out, settings=settings, seed=args.seed, backend=args.backend)
     recs = read_jsonl(path)
     cut = sum(bool(r.get("truncated")) for r in recs)
@@ -353,6 +354,8 @@ def _add_evaluate(sub, model_help) -> None:
     ev.add_argument("--kv-cache", default=EvalSettings.kv_cache,
                     help="the engine's KV cache on the CPU: float32 (default) or float16 (half the bytes read; where "
                          "the CPU has F16C)")
+    ev.add_argument("--attempt-budget", type=int, default=None, help="most attempts a response may hold: it ends "
+                    "at that many reflection markers, its last answer final (default: none, the paper's protocol)")
     ev.add_argument("--backend", default=BACKENDS[0], help=", ".join(BACKENDS))
     ev.set_defaults(func=_cmd_evaluate)
 

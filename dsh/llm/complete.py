@@ -19,31 +19,46 @@ from .streams import stream_key
 
 @dataclass(frozen=True)
 class Completion:
-    """One completion: its text (special tokens dropped), whether it stopped on an end-of-sequence token (else it
-    reached the token limit), and its prompt and completion lengths in tokens."""
+    """One completion: its text (special tokens dropped), whether it stopped on an end-of-sequence token, whether
+    ``stop_after`` ended it (``capped``; neither: it reached the token limit), and its prompt and completion lengths
+    in tokens."""
 
     text: str
     stopped: bool
     prompt_tokens: int
     completion_tokens: int
+    capped: bool = False
+
+
+def single_token(tok, text: str, what: str) -> int:
+    """The id of ``text`` when the tokenizer ``tok`` writes it as one token; else a one-line ValueError naming
+    ``what`` needs it."""
+    ids = tok(text, add_special_tokens=False)["input_ids"]
+    if len(ids) != 1:
+        raise ValueError(f"{what} {text!r} must be one token of the model's tokenizer; it is {len(ids)} "
+                         f"(a tiny model's tokenizer, dsh.llm.tiny, holds it as one)")
+    return int(ids[0])
 
 
 def complete(model, tok, questions, max_new_tokens: int, temperature: float = 1.0, seed: int = 0, rows: int = 64,
              keys=None, on_finish=None, progress: bool = False, prefixes=None,
-             kv_cache: str = "float32") -> list[Completion]:
+             kv_cache: str = "float32", stop_after=None) -> list[Completion]:
     """:class:`Completion` of each question string (in order): at most ``max_new_tokens`` new tokens, sampled at
     ``temperature`` (0: greedy) with the counted streams of ``seed`` and ``keys`` (one int per question; default
     the index), ``rows`` rows decoded at once (capped by what the KV cache can hold on a GPU).
     ``prefixes`` (one string per question): the start of each response, written for the model, which goes on from
     it (the completion's text and token count leave the prefix out).
     ``on_finish(i, completion)`` is called as question ``i`` finishes (e.g. to write it at once). ``kv_cache``: the
-    engine's KV cache dtype on the CPU path (:class:`dsh.llm.engine.Engine`)."""
+    engine's KV cache dtype on the CPU path (:class:`dsh.llm.engine.Engine`). ``stop_after``: ``(token_id, n)``
+    ends a completion right after its n-th ``token_id`` (an attempt budget; :meth:`dsh.llm.engine.Engine.generate`)."""
     from .engine import Engine, fit_slots
+    from .request import checked_stop_after
 
     questions = list(questions)
     v.positive_int("max_new_tokens", max_new_tokens)
     v.positive_int("rows", rows)
     v.temperature("temperature", temperature)
+    stop_after = checked_stop_after(stop_after)
     if keys is not None and len(keys) != len(questions):
         raise ValueError(f"keys must give one stream key per question ({len(questions)}); got {len(keys)}")
     if prefixes is not None and (len(prefixes) != len(questions) or not all(isinstance(x, str) for x in prefixes)):
@@ -61,12 +76,12 @@ def complete(model, tok, questions, max_new_tokens: int, temperature: float = 1.
 
     def finished(i, g):
         out[i] = Completion(tok.decode(g.text_tokens, skip_special_tokens=True), bool(g.stopped), len(prompts[i]),
-                            len(g.text_tokens))
+                            len(g.text_tokens), bool(g.capped))
         if on_finish is not None:
             on_finish(i, out[i])
 
     engine.generate(prompts, max_new_tokens, temperature=temperature, seed=seed, progress=progress,
-                    callback=finished, keys=None if keys is None else list(keys))
+                    callback=finished, keys=None if keys is None else list(keys), stop_after=stop_after)
     return out
 
 

@@ -11,8 +11,8 @@ loop that removes that cost and the waste around it:
 - attention that reads only the used part of the cache (the smallest length bucket that holds every
   active row) and groups query heads over their key/value head without copying KV;
 - sampling on the device (exponential race = categorical sampling; argmax when greedy), and the
-  stop test (end-of-turn tokens, per-row token limit) on the device too, so the host looks at the
-  rows only every ``sync_every`` steps;
+  stop test (end-of-turn tokens, per-row token limit, and optionally the n-th occurrence of one token:
+  ``stop_after``) on the device too, so the host looks at the rows only every ``sync_every`` steps;
 - on CUDA, the one-token step of each length bucket captured once in a CUDA graph and replayed;
 - on the CPU (float32 models), :class:`dsh.llm.kernel_engine.KernelDecoder`: prompts fed through the decoding step,
   only the rows in flight computed, attention and the small operations in C (:mod:`dsh.llm.kernels`).
@@ -44,8 +44,9 @@ import torch
 from ..core import validate as v
 from . import kernels
 from .kernel_engine import KernelDecoder, attention_shape
+from .request import checked_request, checked_stop_after
 from .scale import ModelShape
-from .streams import counted_uniform, stream_key
+from .streams import counted_uniform
 
 SUPPORTED_MODEL_TYPES = ("llama", "qwen2", "mistral", "qwen3")
 ATTENTION = ("auto", "kernels", "torch")
@@ -103,26 +104,6 @@ def fit_slots(model, wanted: int, max_len: int, memory_fraction: float = 0.5) ->
     return max(1, min(wanted, int(free * memory_fraction // (max_len * kv_bytes_per_token(model)))))
 
 
-def checked_request(prompts, max_new_tokens, temperature, seed, keys, max_len: int) -> tuple:
-    """``(prompts, max_new_tokens, streams)`` of :meth:`Engine.generate`'s arguments, checked: non-empty prompts of
-    token ids that fit ``max_len`` with their new tokens, one integer key per prompt (default: its position) turned
-    into its random stream (:func:`dsh.llm.streams.stream_key`; seed None: drawn from torch's generator)."""
-    prompts = [list(map(int, p)) for p in prompts]
-    max_new_tokens = v.positive_int("max_new_tokens", max_new_tokens)
-    v.temperature("temperature", temperature)
-    if any(len(p) == 0 for p in prompts):
-        raise ValueError("prompts must be non-empty lists of token ids")
-    too_long = [i for i, p in enumerate(prompts) if len(p) + max_new_tokens > max_len]
-    if too_long:
-        raise ValueError(f"max_len={max_len} is too small for prompt {too_long[0]} "
-                         f"({len(prompts[too_long[0]])} tokens) + max_new_tokens={max_new_tokens}")
-    keys = list(range(len(prompts))) if keys is None else keys
-    if len(keys) != len(prompts) or not all(isinstance(k, int) and not isinstance(k, bool) for k in keys):
-        raise ValueError("keys must be one integer per prompt")
-    base = v.length("seed", seed) if seed is not None else int(torch.randint(0, 2 ** 31 - 1, ()).item())
-    return prompts, max_new_tokens, [stream_key(base, k) for k in keys]
-
-
 class _Progress:
     """The generation bar: rows finished out of all, with the rows started and the tokens written so far in its
     postfix (redrawn at most twice a second), so that a long first batch shows movement before any row ends."""
@@ -150,11 +131,14 @@ class _Progress:
 class Generation:
     """One generated row: ``tokens`` (the completion, with the end-of-turn token when it stopped on
     one), ``stopped`` (True when an end-of-turn token ended it, False when the token limit did), ``logprobs``
-    (each token's log-probability under the softmax(logits / T) it was drawn from; T = 1 when greedy)."""
+    (each token's log-probability under the softmax(logits / T) it was drawn from; T = 1 when greedy),
+    ``capped`` (True when :meth:`Engine.generate`'s ``stop_after`` ended it: its last token is the n-th
+    occurrence of the stop token)."""
 
     tokens: list
     stopped: bool
     logprobs: list | None = None
+    capped: bool = False
 
     @property
     def text_tokens(self) -> list:
@@ -234,6 +218,10 @@ class Engine:
         self.pos = torch.zeros(B, dtype=torch.long, device=dev)            # its position
         self.done = torch.ones(B, dtype=torch.bool, device=dev)            # finished or empty slot
         self.stopped = torch.zeros(B, dtype=torch.bool, device=dev)        # ended by an end-of-turn token
+        self.capped = torch.zeros(B, dtype=torch.bool, device=dev)         # ended by stop_after
+        self.marks = torch.zeros(B, dtype=torch.long, device=dev)          # stop tokens written so far
+        self.stop_tok = torch.full((), -1, dtype=torch.long, device=dev)   # stop_after's token (-1: none)
+        self.stop_n = torch.ones((), dtype=torch.long, device=dev)         # and its count
         self.n_gen = torch.zeros(B, dtype=torch.long, device=dev)          # tokens generated so far
         self.limit = torch.ones(B, dtype=torch.long, device=dev)           # max new tokens of the row
         self.out = torch.zeros(B, self.max_len, dtype=torch.long, device=dev)
@@ -315,8 +303,12 @@ class Engine:
         self.pos[slots] = lens
         self.n_gen[slots] = 1
         self.limit[slots] = lim
+        hit = first == self.stop_tok
+        cap = hit & ~is_eos & (self.stop_n <= 1)
         self.stopped[slots] = is_eos
-        self.done[slots] = is_eos | (lim <= 1)
+        self.marks[slots] = hit.long()
+        self.capped[slots] = cap
+        self.done[slots] = is_eos | cap | (lim <= 1)
 
     # -------------------------------------------------------------------------------------------
     # decode: one token for every slot, attention over the first `length` cache positions
@@ -346,8 +338,12 @@ class Engine:
         self.out_logp[self.rows, idx] = torch.where(live, logp, self.out_logp[self.rows, idx])
         self.n_gen += live.long()
         ended = live & (new[:, None] == self.eos[None]).any(-1)
+        hit = live & (new == self.stop_tok)
+        self.marks += hit.long()
+        cap = hit & ~ended & (self.marks >= self.stop_n)
         self.stopped |= ended
-        self.done |= ended | (live & (self.n_gen >= self.limit))
+        self.capped |= cap
+        self.done |= ended | cap | (live & (self.n_gen >= self.limit))
         self.pos += live.long()
         self.tok.copy_(torch.where(live, new, self.tok))
 
@@ -368,7 +364,8 @@ class Engine:
         g.replay()
 
     def _capture(self, length: int):  # pragma: no cover - CUDA only
-        state = [self.tok, self.pos, self.done, self.stopped, self.n_gen, self.out, self.out_logp]
+        state = [self.tok, self.pos, self.done, self.stopped, self.capped, self.marks, self.n_gen, self.out,
+                 self.out_logp]
         saved = [t.clone() for t in state]
         rng = torch.cuda.get_rng_state(self.device)
         try:
@@ -397,12 +394,13 @@ class Engine:
         self._graphs[length] = g
         return g
 
-    def _generate_cpu(self, prompts, keys, max_new_tokens, temperature, progress, callback, was_training):
+    def _generate_cpu(self, prompts, keys, max_new_tokens, temperature, progress, callback, was_training,
+                      stop_after):
         results: list = [None] * len(prompts)
         bar = _Progress(len(prompts)) if progress else None
 
-        def finish(i, tokens, stopped, logprobs):
-            results[i] = gen = Generation(tokens=tokens, stopped=stopped, logprobs=logprobs)
+        def finish(i, tokens, stopped, logprobs, capped):
+            results[i] = gen = Generation(tokens=tokens, stopped=stopped, logprobs=logprobs, capped=capped)
             if callback is not None:
                 callback(i, gen)
             if bar is not None:
@@ -410,7 +408,7 @@ class Engine:
 
         try:
             self._cpu.generate(prompts, keys, max_new_tokens, temperature, finish,
-                               on_step=bar.step if bar is not None else None)
+                               on_step=bar.step if bar is not None else None, stop_after=stop_after)
         finally:
             if bar is not None:
                 bar.close()
@@ -422,17 +420,23 @@ class Engine:
     # -------------------------------------------------------------------------------------------
     @torch.no_grad()
     def generate(self, prompts, max_new_tokens: int, temperature: float = 1.0, seed: int | None = 0,
-                 progress: bool = False, callback=None, keys=None) -> list[Generation]:
+                 progress: bool = False, callback=None, keys=None, stop_after=None) -> list[Generation]:
         """Complete every prompt (a list of token-id lists); returns one :class:`Generation` per
         prompt, in order. ``temperature`` 0 is greedy. ``callback(i, generation)`` is called as each
         row finishes (rows finish out of order). ``seed``: the base of every row's random stream (None:
         drawn from torch's generator); ``keys``: one integer per prompt naming its stream (default: its
-        position), so that a prompt keeps its completion whatever else runs beside it."""
+        position), so that a prompt keeps its completion whatever else runs beside it. ``stop_after``:
+        ``(token_id, n)`` ends a row right after it writes ``token_id`` for the n-th time (``capped``), e.g. an
+        attempt budget; None: only end-of-turn tokens and the token limit end rows."""
         prompts, max_new_tokens, keys = checked_request(prompts, max_new_tokens, temperature, seed, keys, self.max_len)
+        stop_after = checked_stop_after(stop_after)
         was_training = self.model.training
         self.model.eval()
         if self._cpu is not None:
-            return self._generate_cpu(prompts, keys, max_new_tokens, temperature, progress, callback, was_training)
+            return self._generate_cpu(prompts, keys, max_new_tokens, temperature, progress, callback, was_training,
+                                      stop_after)
+        self.stop_tok.fill_(-1 if stop_after is None else stop_after[0])
+        self.stop_n.fill_(1 if stop_after is None else stop_after[1])
         self.greedy.fill_(temperature == 0)
         self.inv_temp.fill_(1.0 / temperature if temperature > 0 else 1.0)
         self.done.fill_(True)
@@ -473,11 +477,12 @@ class Engine:
                 finished = [s for s in active if done[s]]
                 if finished:
                     n_gen = self.n_gen.tolist()
-                    stopped = self.stopped.tolist()
+                    stopped, capped = self.stopped.tolist(), self.capped.tolist()
                     rows = self.out[finished].tolist()
                     logps = self.out_logp[finished].tolist()
                     for s, row, lp in zip(finished, rows, logps):
-                        gen = Generation(tokens=row[:n_gen[s]], stopped=bool(stopped[s]), logprobs=lp[:n_gen[s]])
+                        gen = Generation(tokens=row[:n_gen[s]], stopped=bool(stopped[s]), logprobs=lp[:n_gen[s]],
+                                         capped=bool(capped[s]))
                         results[owner[s]] = gen
                         if callback is not None:
                             callback(owner[s], gen)

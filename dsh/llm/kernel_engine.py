@@ -75,6 +75,7 @@ class KernelDecoder:
         self.v_cache = torch.empty(L, slots, self.M, self.KV, self.D, dtype=kv_dtype)
         self.eos = torch.tensor(sorted(set(eos_token_ids)))
         self.fused = None
+        self.stop_after = None
 
     def _fuse(self):
         """Per layer: (q/k/v weight, bias), (gate/up weight, bias), from the live weights."""
@@ -124,16 +125,25 @@ class KernelDecoder:
         ended = gen & (new[:, None] == self.eos[None]).any(-1)
         s.stopped |= ended
         s.done |= ended | (gen & (s.n_gen >= s.limit))
+        if self.stop_after is not None:
+            hit = gen & (new == self.stop_after[0])
+            s.marks += hit
+            cap = hit & ~ended & (s.marks >= self.stop_after[1])
+            s.capped |= cap
+            s.done |= cap
         s.pos += live
         nxt = self.prompt_buf[s.slot, s.pos.clamp(max=self.prompt_buf.shape[1] - 1)]
         s.tok = torch.where(gen, new, nxt)
 
     @torch.no_grad()
-    def generate(self, prompts, keys, max_new_tokens: int, temperature: float, on_finish, on_step=None):
+    def generate(self, prompts, keys, max_new_tokens: int, temperature: float, on_finish, on_step=None,
+                 stop_after=None):
         """Complete ``prompts`` (validated token-id lists) with the rows' stream ``keys``; ``on_finish(i, tokens,
-        stopped, logprobs)`` is called as prompt ``i`` finishes (``logprobs``: each token's log-probability under the
-        distribution it was drawn from); ``on_step(started, tokens)``, when given, after every block of steps: the
-        rows started and the tokens written so far (progress)."""
+        stopped, logprobs, capped)`` is called as prompt ``i`` finishes (``logprobs``: each token's log-probability
+        under the distribution it was drawn from; ``capped``: ended by ``stop_after``, a checked ``(token_id, n)``
+        or None, as in :meth:`dsh.llm.engine.Engine.generate`); ``on_step(started, tokens)``, when given, after
+        every block of steps: the rows started and the tokens written so far (progress)."""
+        self.stop_after = stop_after
         if not prompts:
             return
         self.fused = self._fuse()
@@ -156,10 +166,11 @@ class KernelDecoder:
                     if any(done):
                         keep = [r for r, d in enumerate(done) if not d]
                         n_gen, stopped, slot = s.n_gen.tolist(), s.stopped.tolist(), s.slot.tolist()
+                        capped = s.capped.tolist()
                         for r, d in enumerate(done):
                             if d:
                                 on_finish(owner[r], self.out[slot[r], :n_gen[r]].tolist(), bool(stopped[r]),
-                                          self.out_logp[slot[r], :n_gen[r]].tolist())
+                                          self.out_logp[slot[r], :n_gen[r]].tolist(), bool(capped[r]))
                                 free.append(slot[r])
                                 finished_tokens += n_gen[r]
                         s = s.select(keep)
@@ -187,7 +198,7 @@ class KernelDecoder:
 class _Rows:
     """The active rows' state, one entry per row (tensors of equal length)."""
 
-    FIELDS = ("slot", "tok", "pos", "plen", "n_gen", "limit", "key", "done", "stopped")
+    FIELDS = ("slot", "tok", "pos", "plen", "n_gen", "limit", "key", "done", "stopped", "capped", "marks")
 
     def __init__(self, **t):
         for k in self.FIELDS:
@@ -196,7 +207,7 @@ class _Rows:
     @classmethod
     def empty(cls):
         z = torch.zeros(0, dtype=torch.long)
-        return cls(**{k: (z.bool() if k in ("done", "stopped") else z) for k in cls.FIELDS})
+        return cls(**{k: (z.bool() if k in ("done", "stopped", "capped") else z) for k in cls.FIELDS})
 
     @classmethod
     def admit(cls, prompts, slots, keys, limit):
@@ -205,7 +216,8 @@ class _Rows:
         return cls(slot=long(slots), tok=long([p[0] for p in prompts]), pos=torch.zeros(n, dtype=torch.long),
                    plen=long([len(p) for p in prompts]), n_gen=torch.zeros(n, dtype=torch.long),
                    limit=torch.full((n,), limit, dtype=torch.long), key=long(keys),
-                   done=torch.zeros(n, dtype=torch.bool), stopped=torch.zeros(n, dtype=torch.bool))
+                   done=torch.zeros(n, dtype=torch.bool), stopped=torch.zeros(n, dtype=torch.bool),
+                   capped=torch.zeros(n, dtype=torch.bool), marks=torch.zeros(n, dtype=torch.long))
 
     def select(self, rows):
         idx = torch.tensor(rows, dtype=torch.long)

@@ -17,6 +17,12 @@ fields are those of independent responses.
 
 A response with no candidate counts as wrong in the observed accuracy and is reported in ``no_answer``;
 it carries no attempt, so it does not enter p_s, p_dC or p_dW.
+
+Under an attempt budget K (records with ``"attempt_budget": K``, as :class:`dsh.experiment.run.evaluate.EvalSettings`
+writes them) a response holds at most K attempts and its last answer is final: the predicted accuracy is then the
+process cut after K candidates (:func:`dsh.theory.two_stage.accuracy_within`), the block records ``attempt_budget``,
+and a record with ``"capped": true`` (ended right after its K-th reflection marker) has its last attempt's decision
+read as the RESAMPLE that marker states (the budget, not the model, kept the next attempt from following).
 """
 
 from __future__ import annotations
@@ -31,7 +37,7 @@ from ..core import validate as v
 from ..core.agreement import Z95  # noqa: F401 - the one 95 % normal quantile; re-exported for claims and predictions
 from ..core.files import read_jsonl
 from ..task.parse import DEFAULT_MARKERS, operands, parse_response, truth_value
-from ..theory.two_stage import predicted_accuracy
+from ..theory.two_stage import accuracy_within, predicted_accuracy
 
 
 @dataclass(frozen=True)
@@ -48,6 +54,7 @@ class ResponseStats:
     transitions: np.ndarray   # (n, 4): F->T, T->F, T->T, F->F
     levels: np.ndarray
     questions: np.ndarray     # the question each response answers (level and question text)
+    budgets: np.ndarray       # the attempt budget each response ran under (0: none)
 
 
 def response_stats(records, markers=DEFAULT_MARKERS, parse=parse_response) -> ResponseStats:
@@ -59,19 +66,21 @@ def response_stats(records, markers=DEFAULT_MARKERS, parse=parse_response) -> Re
         truth = truth_value(r["answer"])
         parsed = parse(r["response"], a, b, markers)
         c = [x == truth for x in parsed.candidates]
-        d = parsed.decisions
+        d = list(parsed.decisions)
+        if r.get("capped") is True and d:
+            d[-1] = "RESAMPLE"
         tr = [0, 0, 0, 0]
         for x, y in zip(c, c[1:]):
             tr[{(False, True): 0, (True, False): 1, (True, True): 2, (False, False): 3}[(x, y)]] += 1
         rows.append((bool(c) and c[-1], bool(c), bool(c) and c[0], sum(c),
                      sum(1 for x, y in zip(c, d) if x and y == "STOP"), sum(1 for x in c if not x),
                      sum(1 for x, y in zip(c, d) if not x and y == "RESAMPLE"), tr, _level_of(r, a, b),
-                     f"{_level_of(r, a, b)}|{r['question']}"))
-    cols = list(zip(*rows)) if rows else [[]] * 10
+                     f"{_level_of(r, a, b)}|{r['question']}", r.get("attempt_budget") or 0))
+    cols = list(zip(*rows)) if rows else [[]] * 11
     f = lambda i, dt: np.asarray(cols[i], dtype=dt)  # noqa: E731
     return ResponseStats(f(0, bool), f(1, bool), f(2, bool), f(3, int), f(4, int), f(5, int), f(6, int),
                          np.asarray(cols[7], dtype=int).reshape(-1, 4), np.asarray(cols[8], dtype=object),
-                         np.asarray(cols[9], dtype=object))
+                         np.asarray(cols[9], dtype=object), f(10, int))
 
 
 def _level_of(r: dict, a, b) -> str:
@@ -99,9 +108,17 @@ def _estimates(s: ResponseStats, idx=None):
     return p_s, p_dC, p_dW
 
 
-def _predict(p_s, p_dC, p_dW):
-    """The two-stage formula; an undefined p_dC (no correct candidate) or p_dW (no wrong one) does not
-    enter when its branch has probability 0."""
+def budget_of(s: ResponseStats) -> int | None:
+    """The attempt budget the responses ran under (None: none); a one-line ValueError when they differ."""
+    kinds = set(s.budgets.tolist())
+    if len(kinds) > 1:
+        raise ValueError(f"records must share one attempt budget (or none); got {sorted(kinds)} (0: none)")
+    return (kinds.pop() or None) if kinds else None
+
+
+def _predict(p_s, p_dC, p_dW, budget=None):
+    """The two-stage formula (cut after ``budget`` candidates when given); an undefined p_dC (no correct candidate)
+    or p_dW (no wrong one) does not enter when its branch has probability 0."""
     if math.isnan(p_s):
         return float("nan")
     if math.isnan(p_dC):
@@ -110,7 +127,7 @@ def _predict(p_s, p_dC, p_dW):
         p_dW = 0.0 if p_s == 1 else float("nan")
     if math.isnan(p_dC) or math.isnan(p_dW):
         return float("nan")
-    return predicted_accuracy(p_s, p_dC, p_dW)
+    return predicted_accuracy(p_s, p_dC, p_dW) if budget is None else accuracy_within(p_s, p_dC, p_dW, budget)
 
 
 def normal_interval(k: int, n: int, z: float = Z95, effective: float | None = None) -> tuple[float, float]:
@@ -200,7 +217,8 @@ def summarize(s: ResponseStats, n_bootstrap: int = 100, seed: int = 0) -> dict:
     n = len(s.correct)
     k = int(s.correct.sum())
     p_s, p_dC, p_dW = _estimates(s)
-    pred = _predict(p_s, p_dC, p_dW)
+    budget = budget_of(s)
+    pred = _predict(p_s, p_dC, p_dW, budget)
     _, inv = np.unique(s.questions.astype(str), return_inverse=True) if n else (None, np.zeros(0, dtype=int))
     clustered = n > 0 and int(inv.max()) + 1 < n
     members = _cluster_members(inv) if clustered else None
@@ -222,7 +240,7 @@ def summarize(s: ResponseStats, n_bootstrap: int = 100, seed: int = 0) -> dict:
     for _ in range(n_bootstrap):
         idx = _cluster_draw(members, rng, n)
         e = _estimates(s, idx)
-        boots.append((*e, _predict(*e)))
+        boots.append((*e, _predict(*e, budget)))
     boots = np.asarray(boots, dtype=float).reshape(-1, 4)
     ci = [_percentiles(boots[:, j]) for j in range(4)]
     out = {
@@ -237,6 +255,8 @@ def summarize(s: ResponseStats, n_bootstrap: int = 100, seed: int = 0) -> dict:
         "transitions": {"F->T": int(t[0]), "T->F": int(t[1]), "T->T": int(t[2]), "F->F": int(t[3]),
                         "p(F->T)": _ratio(t[0], from_f), "p(T->F)": _ratio(t[1], from_t)},
     }
+    if budget is not None:
+        out["attempt_budget"] = budget
     if clustered:
         out.update({"questions": len(members), "design_effects": deff})
         out["transitions"]["p(F->T)_ci"] = ft_ci
@@ -315,6 +335,11 @@ def validate_records(records, source: str = "records") -> list[dict]:
             raise ValueError(f"{where}: field 'answer' must be an integer or an integer string, got {ans!r}")
         if "truncated" in r and not isinstance(r["truncated"], bool):
             raise ValueError(f"{where}: field 'truncated' must be true or false")
+        if "capped" in r and not isinstance(r["capped"], bool):
+            raise ValueError(f"{where}: field 'capped' must be true or false")
+        budget = r.get("attempt_budget")
+        if budget is not None and (not isinstance(budget, int) or isinstance(budget, bool) or budget < 1):
+            raise ValueError(f"{where}: field 'attempt_budget' must be an integer >= 1 (or absent)")
         if "level" in r and not isinstance(r["level"], str):
             raise ValueError(f"{where}: field 'level' must be a string such as '3x5'")
         out.append(r)

@@ -86,7 +86,7 @@ def clustered_coverage(p: float, concentration: float, questions: int, samples: 
         for label, ids in (("by question", np.repeat(np.arange(questions), samples)), ("as independent", np.arange(n))):
             stats = ResponseStats(right, ones.astype(bool), right, right.astype(int), right.astype(int),
                                   (~right).astype(int), zeros, np.zeros((n, 4), dtype=int),
-                                  np.full(n, "1x2", dtype=object), ids.astype(str).astype(object))
+                                  np.full(n, "1x2", dtype=object), ids.astype(str).astype(object), zeros)
             o = summarize(stats, n_bootstrap, seed=r)
             hits[f"accuracy, {label}"].append(within(o["ci_low"], o["ci_high"]))
             hits[f"p_s, {label}"].append(within(*o["p_s_ci"]))

@@ -53,6 +53,7 @@ class Task:
     faithfulness_keys: tuple = ()
     faithfulness_count = ""
     agreement_counts: str | None = None     # the faithfulness key holding verdict-vs-check 2x2 counts, if any
+    budget_marker: str | None = None        # the one-token reflection marker an attempt budget counts, if any
 
     def wants_replay(self, cfg) -> bool:
         """Whether training mixes in examples of the starting model's corpus (:meth:`with_replay`)."""
@@ -150,6 +151,7 @@ class LaptopTask(Task):
     faithfulness_keys = ("verdict_follows_check", "check_exact", "verdict_right", "resample_after_fail")
     faithfulness_count = "checks"
     agreement_counts = "follows_counts"
+    budget_marker = lt.MARKER
 
     def training_problems(self, cfg) -> list:
         rng = random.Random(f"laptop-train-{cfg.seed}")

@@ -20,6 +20,7 @@ class EngineGRPOTrainer(GRPOTrainer):
     _engine = None
     rollout_backend = "dsh"      # dsh, auto (dsh where possible, else TRL's path) or trl
     rollout_kv_cache = "float32"  # the engine's KV cache dtype (float16: half the bytes its CPU attention reads)
+    stop_after = None            # (token id, n): a rollout ends right after its n-th such token (an attempt budget)
     padding_free = False         # length-sorted steps and packed log-probability passes (module docstring)
     generation_seconds = 0.0     # wall time spent generating rollouts (for dsh bench)
     scoring_seconds = 0.0        # wall time of the reference and old-policy log-probabilities
@@ -135,7 +136,8 @@ class EngineGRPOTrainer(GRPOTrainer):
             self._engine = eng = Engine(model, self.eos_token_ids, slots=slots, max_len=max_len, bucket=bucket,
                                         kv_cache=self.rollout_kv_cache)
         # seed=None: the trainer's RNG stream (seeded by TRL from args.seed) drives the samples
-        gens = eng.generate(prompt_ids, self.max_completion_length, temperature=self.temperature, seed=None)
+        gens = eng.generate(prompt_ids, self.max_completion_length, temperature=self.temperature, seed=None,
+                            stop_after=self.stop_after)
         # the CPU path samples in float32 from the same weights TRL scores with; on CUDA (bfloat16 autocast) the
         # two would differ by rounding, so TRL's own pass is kept there. With a float16 KV cache the tokens were drawn
         # from the distribution of half-rounded keys and values: its log-probabilities are the old policy's, the

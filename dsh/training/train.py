@@ -27,6 +27,7 @@ from ..core import validate as v
 from ..core.files import exclusive, readable, write_text, writing
 from ..core.paths import repo_relative
 from ..core.provenance import git_commit, hardware
+from ..llm.complete import single_token
 from ..llm.models import fetched, load, model_digest, resolve_model, weights_digest
 from ..measure import tasks
 from ..task.records import chat_length
@@ -161,6 +162,18 @@ def _sft_trainer(cfg: TrainConfig, trl_cfg, model, tok, ds, peft_config, callbac
                       callbacks=callbacks)
 
 
+def budget_stop(cfg: TrainConfig, tok) -> tuple | None:
+    """The engine's ``stop_after`` for ``cfg.attempt_budget``: (the task's one-token reflection marker, the budget);
+    None without a budget; a one-line ValueError when the task has no such marker or the tokenizer splits it."""
+    if cfg.attempt_budget is None:
+        return None
+    marker = tasks.get(cfg.task).budget_marker
+    if marker is None:
+        raise ValueError(f"attempt_budget needs a task with a one-token reflection marker (laptop_task); got task "
+                         f"{cfg.task!r}")
+    return single_token(tok, marker, "attempt_budget's marker"), cfg.attempt_budget
+
+
 def _grpo_trainer(cfg: TrainConfig, trl_cfg, model, tok, ds, peft_config, callbacks):
     """TRL's GRPOTrainer with the correctness reward, rollouts from ``cfg.generation_backend``
     (:class:`dsh.training.grpo_trainer.EngineGRPOTrainer`)."""
@@ -170,6 +183,7 @@ def _grpo_trainer(cfg: TrainConfig, trl_cfg, model, tok, ds, peft_config, callba
                                 processing_class=tok, peft_config=peft_config, callbacks=callbacks)
     trainer.rollout_backend = cfg.generation_backend
     trainer.rollout_kv_cache = cfg.rollout_kv_cache
+    trainer.stop_after = budget_stop(cfg, tok)
     trainer.padding_free = cfg.padding_free
     if cfg.padding_free and getattr(trainer, "ref_model", None) is not None:
         from ..llm.packing import register
@@ -179,6 +193,9 @@ def _grpo_trainer(cfg: TrainConfig, trl_cfg, model, tok, ds, peft_config, callba
         why = engine_unsuitable(trainer)
         if why:
             raise ValueError(f"generation_backend 'dsh' cannot be used: {why}; use 'auto' or 'trl'")
+    if trainer.stop_after is not None and (cfg.generation_backend == "trl" or engine_unsuitable(trainer)):
+        raise ValueError("attempt_budget needs the rollouts of dsh.llm.engine (generation_backend dsh or auto): "
+                         f"here {engine_unsuitable(trainer) or 'generation_backend trl'}")
     return trainer
 
 
@@ -298,7 +315,7 @@ def _train_in(cfg: TrainConfig, run: Path, trl_cfg, model, tok, records, resume_
         callbacks.append(validation.make_callback(
             tok, tasks.get(cfg.task).validation_questions(cfg.train_levels, cfg.validation_per_level), cfg.task,
             cfg.validation_every, cfg.temperature, cfg.validation_max_new_tokens or cfg.max_completion_length,
-            run / "validation.jsonl", seed=cfg.seed, kv_cache=cfg.rollout_kv_cache))
+            run / "validation.jsonl", seed=cfg.seed, kv_cache=cfg.rollout_kv_cache, stop_after=budget_stop(cfg, tok)))
     trainer = TRAINERS[cfg.method](cfg, trl_cfg, model, tok, Dataset.from_list(rows), _lora(cfg), callbacks)
     holder.append(trainer)
     cut = example_truncation(records, tok, cfg.max_length) if cfg.method != "grpo" else None

@@ -107,6 +107,10 @@ class TrainConfig:
     num_generations: int = _field(8, "GRPO: completions per prompt (the group)")
     max_completion_length: int = _field(1024, "GRPO: tokens a rollout may write (a clipped rollout gets reward 0)")
     temperature: float = _field(1.0, "GRPO: sampling temperature of the rollouts")
+    attempt_budget: int | None = _field(None, "GRPO rollouts and the validation along a run: the most attempts a "
+                                        "response may hold; it ends right after that many reflection markers, its "
+                                        "last answer final (the task's one-token marker; dsh evaluate's "
+                                        "attempt_budget). None: only the token limit ends a rollout")
     beta: float = _field(0.001, "GRPO: KL coefficient (0: no reference model)")
     epsilon: float = _field(0.2, "GRPO: clip range of the importance ratio")
     loss_type: str = _field("dapo", "GRPO: loss aggregation (TRL loss_type; dapo is verl's token-mean)")
@@ -203,6 +207,18 @@ class TrainConfig:
             raise ValueError("packed_attention 'kernels' attends over packed rows: it needs padding_free=true "
                              "(or packed_attention=torch)")
         v.choice("rollout_kv_cache", self.rollout_kv_cache, KV_CACHE)
+        self._check_sampling()
+        self.report_to = tuple(self.report_to or ())
+        for r in self.report_to:
+            v.choice("report_to", r, ("tensorboard", "wandb", "trackio"))
+
+    def _check_sampling(self):
+        """GRPO's group and round sizes, and the attempt budget (GRPO's alone)."""
+        if self.attempt_budget is not None:
+            v.positive_int("attempt_budget", self.attempt_budget)
+            if self.method != "grpo":
+                raise ValueError(f"attempt_budget applies to GRPO's rollouts; method {self.method!r} samples none "
+                                 f"(leave it None)")
         if self.method == "grpo":
             if self.num_generations < 2:
                 raise ValueError("num_generations must be an integer >= 2 for GRPO (advantages are relative to the group)")
@@ -215,9 +231,6 @@ class TrainConfig:
                                  f"round draws {gen} completions, {self.num_generations} a prompt; got {self.n_train}")
         if self.generation_batch_size is not None:
             v.positive_int("generation_batch_size", self.generation_batch_size)
-        self.report_to = tuple(self.report_to or ())
-        for r in self.report_to:
-            v.choice("report_to", r, ("tensorboard", "wandb", "trackio"))
 
 
 FIELDS = tuple(f.name for f in dataclasses.fields(TrainConfig))

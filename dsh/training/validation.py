@@ -26,11 +26,13 @@ KEYS = ("n", "observed_accuracy", "ci_low", "ci_high", "p_s", "p_s_ci", "p_d_giv
 
 
 def measure(model, tok, questions, task: str, temperature: float, max_new_tokens: int, seed: int = 0,
-            kv_cache: str = "float32") -> dict:
+            kv_cache: str = "float32", stop_after=None) -> dict:
     """One validation measurement of ``model``: its answers to ``questions`` (:class:`dsh.task.problems.Problem`)
     sampled at ``temperature`` with at most ``max_new_tokens`` new tokens (streams of ``seed``), calibrated as
     ``task`` reads them: the overall block's accuracy, p_s, p_dC, p_dW with intervals (:data:`KEYS`), and the share
-    of answers cut at the token limit. ``kv_cache``: the engine's KV cache dtype (the rollouts')."""
+    of answers cut at the token limit (and, with ``stop_after``, the rollouts' attempt budget as
+    :func:`dsh.llm.complete.complete` takes it, the share ended by it: ``capped``). ``kv_cache``: the engine's KV
+    cache dtype (the rollouts')."""
     import torch
 
     was_training = model.training
@@ -38,13 +40,17 @@ def measure(model, tok, questions, task: str, temperature: float, max_new_tokens
     try:
         with torch.no_grad():
             outs = complete(model, tok, [p.question for p in questions], max_new_tokens, temperature, seed,
-                            rows=max(1, min(256, len(questions))), kv_cache=kv_cache)
+                            rows=max(1, min(256, len(questions))), kv_cache=kv_cache, stop_after=stop_after)
     finally:
         model.train(was_training)
     recs = [{"question": p.question, "answer": str(p.answer), "response": c.text, "level": p.level,
-             "truncated": not c.stopped} for p, c in zip(questions, outs)]
+             "truncated": not (c.stopped or c.capped), "capped": c.capped,
+             **({"attempt_budget": stop_after[1]} if stop_after else {})} for p, c in zip(questions, outs)]
     overall = calibrate(recs, seed=seed, parse=tasks.get(task).parse)["overall"]
-    return {**{k: overall.get(k) for k in KEYS}, "truncated": sum(r["truncated"] for r in recs) / len(recs)}
+    row = {**{k: overall.get(k) for k in KEYS}, "truncated": sum(r["truncated"] for r in recs) / len(recs)}
+    if stop_after is not None:
+        row["capped"] = sum(r["capped"] for r in recs) / len(recs)
+    return row
 
 
 def read_log(path) -> list[dict]:
@@ -55,8 +61,9 @@ def read_log(path) -> list[dict]:
 
 
 def make_callback(tok, questions, task: str, every: int, temperature: float, max_new_tokens: int, path,
-                  seed: int = 0, kv_cache: str = "float32"):
-    """A ``transformers.TrainerCallback`` measuring (:func:`measure`, KV cache in ``kv_cache``) at step 0, every
+                  seed: int = 0, kv_cache: str = "float32", stop_after=None):
+    """A ``transformers.TrainerCallback`` measuring (:func:`measure`, KV cache in ``kv_cache``, ``stop_after``) at
+    step 0, every
     ``every`` optimizer steps and at the last step, appending to ``path`` (steps already there are not measured again:
     a resumed run)."""
     from transformers import TrainerCallback
@@ -68,7 +75,7 @@ def make_callback(tok, questions, task: str, every: int, temperature: float, max
             if not state.is_world_process_zero or state.global_step in {r["step"] for r in read_log(path)}:
                 return
             row = {"step": state.global_step, **measure(model, tok, questions, task, temperature, max_new_tokens,
-                                                        seed, kv_cache)}
+                                                        seed, kv_cache, stop_after)}
             with path.open("a") as f:
                 f.write(json.dumps(row) + "\n")
 

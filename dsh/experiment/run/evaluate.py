@@ -2,7 +2,8 @@
 ``samples_per_question`` samples of each (their statistics then resample questions: :mod:`dsh.measure.calibration`).
 
 Writes JSON lines that ``python -m dsh calibrate`` reads as they are: question, answer, response, level, truncated,
-prompt_tokens, completion_tokens, index (and sample, with several samples a question). An interrupted evaluation
+prompt_tokens, completion_tokens, index (and sample, with several samples a question; capped, under an attempt
+budget). An interrupted evaluation
 resumes: records already in the output file are kept and not generated again.
 
 Each question has its own random stream (:func:`question_key`) in the ``dsh`` and ``vllm`` backends, so a
@@ -27,9 +28,10 @@ from pathlib import Path
 from ...core import store
 from ...core import validate as v
 from ...core.files import exclusive, read_jsonl, write_jsonl, write_text
-from ...llm.complete import complete, complete_hf, complete_vllm
+from ...llm.complete import complete, complete_hf, complete_vllm, single_token
 from ...llm.kernels import KV_CACHE
 from ...llm.models import EMBEDDED, fetched, load, model_digest, resolve_model, vllm_available
+from ...task.laptop_task import MARKER
 from ...task.problems import MAX_PROBLEMS, N_TEST, TEST_LEVELS, parse_level, test_problems
 
 BACKENDS = ("auto", "dsh", "hf", "vllm")
@@ -43,8 +45,11 @@ class EvalSettings:
     ``samples_per_question`` samples each (the paper: one) at ``temperature``, at most ``max_new_tokens`` new tokens
     (a preset may give a :class:`dsh.experiment.run.presets.Budget` instead, derived from its traces),
     ``batch_size`` rows decoded at once, the engine's KV cache in ``kv_cache`` (``float32``, or ``float16``: half the
-    bytes the CPU path's attention reads; :class:`dsh.llm.engine.Engine`). The defaults are the paper's;
-    :func:`evaluate` and ``dsh evaluate`` take theirs from here."""
+    bytes the CPU path's attention reads; :class:`dsh.llm.engine.Engine`), and ``attempt_budget``: None (the
+    paper's protocol: only the token limit ends a response), or the most attempts a response may hold: it ends
+    right after its ``attempt_budget``-th reflection marker (``capped``; the laptop format's marker, one token of the
+    model's tokenizer: :data:`dsh.task.laptop_task.MARKER`), its last attempt's answer final. The defaults are the
+    paper's; :func:`evaluate` and ``dsh evaluate`` take theirs from here."""
 
     levels: tuple = tuple(f"{m}x{n}" for m, n in TEST_LEVELS)
     n_per_level: int = N_TEST
@@ -53,16 +58,19 @@ class EvalSettings:
     batch_size: int = 16
     samples_per_question: int = 1
     kv_cache: str = "float32"
+    attempt_budget: int | None = None
 
     def key(self) -> dict:
         """These settings as the records of an evaluation (job keys, summaries) hold them: every field, but
-        ``samples_per_question`` only above 1 and ``kv_cache`` only when ``float16`` (the protocol of every evaluation
-        recorded without the field)."""
+        ``samples_per_question`` only above 1, ``kv_cache`` only when ``float16`` and ``attempt_budget`` only when
+        set (the protocol of every evaluation recorded without the field)."""
         s = dataclasses.asdict(self)
         if s["samples_per_question"] == 1:
             del s["samples_per_question"]
         if s["kv_cache"] == "float32":
             del s["kv_cache"]
+        if s["attempt_budget"] is None:
+            del s["attempt_budget"]
         return s
 
     def checked(self) -> EvalSettings:
@@ -78,6 +86,8 @@ class EvalSettings:
             raise ValueError(f"levels must name each level once; got {list(self.levels)!r}")
         v.temperature("temperature", self.temperature)
         v.choice("kv_cache", self.kv_cache, KV_CACHE)
+        if self.attempt_budget is not None:
+            v.positive_int("attempt_budget", self.attempt_budget)
         n = v.at_most("n_per_level", self.n_per_level, MAX_PROBLEMS, "test problems a level")
         k = v.at_most("samples_per_question", self.samples_per_question, MAX_SAMPLES, "samples a question")
         return dataclasses.replace(self, levels=levels, n_per_level=n, samples_per_question=k,
@@ -107,6 +117,8 @@ def evaluate(model: str = EMBEDDED, out: str = "generations.jsonl", settings: Ev
     settings = settings.checked()
     v.length("seed", seed)
     v.choice("backend", backend, BACKENDS)
+    if settings.attempt_budget is not None and backend in ("hf", "vllm"):
+        raise ValueError(f"attempt_budget needs backend auto or dsh (dsh.llm.engine); got backend {backend!r}")
 
     loc = fetched(model, resolve_model(model))  # a bad or absent model fails here, before anything is written
     v.within_context("max_new_tokens", settings.max_new_tokens, model_context(loc))
@@ -203,7 +215,8 @@ def _evaluate(loc, out, problems, settings: EvalSettings, seed, backend, progres
 
     if backend == "vllm" and not vllm_available():
         raise ValueError("backend 'vllm' needs the vllm package; choose backend auto, dsh or hf")
-    use_vllm = backend == "vllm" or (backend == "auto" and torch.cuda.is_available() and vllm_available())
+    use_vllm = backend == "vllm" or (backend == "auto" and torch.cuda.is_available() and vllm_available()
+                                     and settings.attempt_budget is None)
     questions, keys = [p.question for *_, p in todo], [question_key(lv, i, j) for lv, i, j, _ in todo]
     s = settings
     if use_vllm:
@@ -216,6 +229,10 @@ def _evaluate(loc, out, problems, settings: EvalSettings, seed, backend, progres
         why = supports(model)
         if backend == "dsh" and why:
             raise ValueError(f"backend 'dsh' cannot run {model}: {why}; choose backend auto or hf")
+        if settings.attempt_budget is not None and why:
+            raise ValueError(f"attempt_budget needs dsh.llm.engine, which cannot run {model}: {why}")
+        stop_after = None if settings.attempt_budget is None else (
+            single_token(tok, MARKER, "attempt_budget's marker"), settings.attempt_budget)
         if backend == "hf" or why:
             # one seed per batch (model.generate draws for a whole batch): keep the batch size when resuming
             def run(write):
@@ -225,12 +242,14 @@ def _evaluate(loc, out, problems, settings: EvalSettings, seed, backend, progres
         else:
             def run(write):
                 complete(model, tok, questions, s.max_new_tokens, s.temperature, seed, s.batch_size, keys, write,
-                         progress, kv_cache=s.kv_cache)
+                         progress, kv_cache=s.kv_cache, stop_after=stop_after)
     out.parent.mkdir(parents=True, exist_ok=True)
     with open(out, "a") as f:
         def write(j, c):
             lv, i, k, p = todo[j]
-            rec = _record(lv, i, p, c.text, c.prompt_tokens, c.completion_tokens, not c.stopped)
+            rec = _record(lv, i, p, c.text, c.prompt_tokens, c.completion_tokens, not (c.stopped or c.capped))
+            if s.attempt_budget is not None:
+                rec.update(capped=bool(c.capped), attempt_budget=s.attempt_budget)
             f.write(json.dumps(rec if s.samples_per_question == 1 else {**rec, "sample": k}) + "\n")
             f.flush()
 

@@ -2,7 +2,8 @@
 generations (generations/<stage>.jsonl.gz), takes every whole line "The answer is N." as a candidate, a candidate
 followed by "Let me recompute." and another candidate as RESAMPLE and any other as STOP, and prints per stage and
 level: n, accuracy (the last candidate right), p_s (the first right, over responses with a candidate), p_dC (STOP
-after a right candidate), p_dW (RESAMPLE after a wrong one), F->T, and the share truncated.
+after a right candidate), p_dW (RESAMPLE after a wrong one), F->T, and the share truncated. A response an attempt
+budget ended (its record "capped": true, right after its last "Let me recompute.") has its last decision RESAMPLE.
     python book/results/laptop-graded/design/independent_reader.py book/results/laptop-graded [stage ...]"""
 import gzip
 import json
@@ -15,8 +16,8 @@ ANSWER = re.compile(r"^The answer is (\d+)\.(?!\d)", re.M)
 MARKER = "Let me recompute."
 
 
-def read(response: str):
-    """(candidates, decisions) of one response."""
+def read(response: str, capped: bool = False):
+    """(candidates, decisions) of one response; ``capped``: ended by an attempt budget at its last marker."""
     found = [(int(m.group(1)), m.start(), m.end()) for m in ANSWER.finditer(response)]
     cands, decs = [], []
     for i, (value, _, end) in enumerate(found):
@@ -25,6 +26,8 @@ def read(response: str):
         decs.append("RESAMPLE" if nxt is not None and MARKER in response[end:nxt] else "STOP")
         if decs[-1] == "STOP":
             break
+    if capped and decs and len(decs) == len(found) and response.rstrip().endswith(MARKER):
+        decs[-1] = "RESAMPLE"
     return cands, decs
 
 
@@ -35,7 +38,7 @@ def stage_numbers(path: Path) -> dict:
             r = json.loads(line)
             b = by[r["level"]]
             ans = int(r["answer"])
-            cands, decs = read(r["response"])
+            cands, decs = read(r["response"], r.get("capped") is True)
             b["n"] += 1
             b["truncated"] += bool(r.get("truncated"))
             b["right"] += bool(cands) and cands[-1] == ans
