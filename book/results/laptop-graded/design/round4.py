@@ -116,12 +116,33 @@ def step_validate():
     print(json.dumps(d["validate"], indent=1))
 
 
+def claimed(p):
+    """The runs folder claimed for the pipeline run of preset ``p`` (its claim record written as the pipeline writes
+    it on an empty folder), the folders already in it (the copied stages, rl-s0) kept."""
+    from dsh.experiment.run import folders, pipeline
+    from dsh.llm.models import model_digest
+    runs = RUNS / "runs"
+    if (runs / folders.CLAIM).is_file():
+        return runs
+    aside = RUNS / "aside"
+    runs.rename(aside)
+    plan_ = p.plan_stages(None, None)
+    ident = folders.identity(p.name, pipeline._plan_rows(plan_), [s.name for s in plan_], model_digest(p.model),
+                             {}, pipeline.TEST_SEED)
+    runs.mkdir()
+    folders.claim({"runs_dir": runs}, ident)
+    for d in sorted(aside.iterdir()):
+        d.rename(runs / d.name)
+    aside.rmdir()
+    return runs
+
+
 def step_run():
     """The pipeline on the test ladder under round 4's protocol (reuses rl-s0 and the copied stages)."""
     from dsh.experiment.run.pipeline import run_pipeline
-    K = load_out()["budget"]["K"]
+    p = preset(load_out()["budget"]["K"])
     copy_sampling_free_stages()
-    run_pipeline(preset(K), results_dir=str(RUNS / "results"), runs_dir=str(RUNS / "runs"))
+    run_pipeline(p, results_dir=str(RUNS / "results"), runs_dir=str(claimed(p)))
 
 
 if __name__ == "__main__":
