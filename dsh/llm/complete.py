@@ -29,6 +29,11 @@ class Completion:
     completion_tokens: int
     capped: bool = False
 
+    @property
+    def truncated(self) -> bool:
+        """Ended by the token limit: neither an end-of-sequence token nor ``stop_after``."""
+        return not (self.stopped or self.capped)
+
 
 def single_token(tok, text: str, what: str) -> int:
     """The id of ``text`` when the tokenizer ``tok`` writes it as one token; else a one-line ValueError naming

@@ -37,7 +37,7 @@ from ..core import validate as v
 from ..core.agreement import Z95  # noqa: F401 - the one 95 % normal quantile; re-exported for claims and predictions
 from ..core.files import read_jsonl
 from ..task.parse import DEFAULT_MARKERS, operands, parse_response, truth_value
-from ..theory.two_stage import accuracy_within, predicted_accuracy
+from ..theory.two_stage import accuracy
 
 
 @dataclass(frozen=True)
@@ -127,7 +127,7 @@ def _predict(p_s, p_dC, p_dW, budget=None):
         p_dW = 0.0 if p_s == 1 else float("nan")
     if math.isnan(p_dC) or math.isnan(p_dW):
         return float("nan")
-    return predicted_accuracy(p_s, p_dC, p_dW) if budget is None else accuracy_within(p_s, p_dC, p_dW, budget)
+    return accuracy(p_s, p_dC, p_dW, budget)
 
 
 def normal_interval(k: int, n: int, z: float = Z95, effective: float | None = None) -> tuple[float, float]:

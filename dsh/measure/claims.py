@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 
 from ..task.problems import level_index
-from ..theory.two_stage import accuracy_within, predicted_accuracy
+from ..theory.two_stage import accuracy
 from .calibration import Z95
 
 MIN_CANDIDATES = 20     # a rate resting on fewer candidates than this carries no verdict
@@ -99,9 +99,7 @@ def blind_prediction(est: dict):
     q = stop_rate(est)
     if q is None or est.get("p_s") is None:
         return None
-    if est.get("attempt_budget"):
-        return accuracy_within(est["p_s"], q, 1 - q, est["attempt_budget"])
-    return predicted_accuracy(est["p_s"], q, 1 - q)
+    return accuracy(est["p_s"], q, 1 - q, est.get("attempt_budget"))
 
 
 def _se_obs(est: dict):

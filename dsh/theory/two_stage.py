@@ -32,6 +32,14 @@ def predicted_accuracy(p_s: float, p_dC: float, p_dW: float) -> float:
     return p_s * p_dC / denom
 
 
+def accuracy(p_s: float, p_dC: float, p_dW: float, max_attempts: int | None = None) -> float:
+    """:func:`predicted_accuracy` (no attempt budget, ``max_attempts`` None) or :func:`accuracy_within` (the process
+    cut after ``max_attempts`` candidates)."""
+    if max_attempts is None:
+        return predicted_accuracy(p_s, p_dC, p_dW)
+    return accuracy_within(p_s, p_dC, p_dW, max_attempts)
+
+
 def accuracy_within(p_s: float, p_dC: float, p_dW: float, max_attempts: int) -> float:
     """Accuracy when the response is cut after ``max_attempts`` candidates (the last one is kept).
 

@@ -44,7 +44,7 @@ def measure(model, tok, questions, task: str, temperature: float, max_new_tokens
     finally:
         model.train(was_training)
     recs = [{"question": p.question, "answer": str(p.answer), "response": c.text, "level": p.level,
-             "truncated": not (c.stopped or c.capped), "capped": c.capped,
+             "truncated": c.truncated, "capped": c.capped,
              **({"attempt_budget": stop_after[1]} if stop_after else {})} for p, c in zip(questions, outs)]
     overall = calibrate(recs, seed=seed, parse=tasks.get(task).parse)["overall"]
     row = {**{k: overall.get(k) for k in KEYS}, "truncated": sum(r["truncated"] for r in recs) / len(recs)}

@@ -76,7 +76,7 @@ def probe_records(model, tok, levels, settings: ProbeSettings, progress: bool = 
                     prefixes=[x["prefix"] for x in items])
     return [{"question": x["problem"].question, "level": x["problem"].level, "candidate": x["candidate"],
              "correct": x["correct"], "prefix": x["prefix"], "continuation": c.text, "response": x["prefix"] + c.text,
-             "truncated": not c.stopped} for x, c in zip(items, outs)]
+             "truncated": c.truncated} for x, c in zip(items, outs)]
 
 
 _CHECK_LINE = re.compile(r"^(Check(?:: [^\n]*?)?: the check (passes|fails)\.)", re.M)

@@ -247,7 +247,7 @@ def _evaluate(loc, out, problems, settings: EvalSettings, seed, backend, progres
     with open(out, "a") as f:
         def write(j, c):
             lv, i, k, p = todo[j]
-            rec = _record(lv, i, p, c.text, c.prompt_tokens, c.completion_tokens, not (c.stopped or c.capped))
+            rec = _record(lv, i, p, c.text, c.prompt_tokens, c.completion_tokens, c.truncated)
             if s.attempt_budget is not None:
                 rec.update(capped=bool(c.capped), attempt_budget=s.attempt_budget)
             f.write(json.dumps(rec if s.samples_per_question == 1 else {**rec, "sample": k}) + "\n")
