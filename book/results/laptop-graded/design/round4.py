@@ -7,7 +7,10 @@ running; each step resumes, its results merged into round4.json beside this file
     python book/results/laptop-graded/design/round4.py run        # the pipeline on the test ladder (after the rule)
 
 Runs go to runs/graded-r4/ (not committed); the stages that sample nothing (SFT, SFT with reflection, DFT, the
-verdict-only SFT) are those of runs/graded-run/, copied, and reused by the pipeline (their settings are unchanged)."""
+verdict-only SFT) are those of runs/graded-run/, copied, and reused by the pipeline (their settings are unchanged);
+without that folder the pipeline trains them. The committed attribution studies of the models round 4 leaves as
+they were (the base and the SFT family) are put in the results folder, where the pipeline reuses each only if the
+weights it has trained have the study's digests (and runs it again otherwise)."""
 import dataclasses
 import json
 import random
@@ -72,7 +75,7 @@ def step_budget():
 def copy_sampling_free_stages():
     """The SFT-family stage folders of the earlier run (their settings do not change in round 4)."""
     (RUNS / "runs").mkdir(parents=True, exist_ok=True)
-    for src in sorted(EARLIER.iterdir()):
+    for src in sorted(EARLIER.iterdir()) if EARLIER.is_dir() else ():
         if src.name.split("-")[0] in ("sft", "sft_reflection", "dft", "sft_verdict") and not (RUNS / "runs" / src.name).exists():
             shutil.copytree(src, RUNS / "runs" / src.name, symlinks=True)
 
@@ -137,12 +140,32 @@ def claimed(p):
     return runs
 
 
+def results_claimed(p):
+    """The results folder claimed for the pipeline run of preset ``p``, holding the committed attribution studies of
+    the stages that sample nothing in training (the pipeline reuses one only for weights of the same digest)."""
+    from dsh.experiment.run import folders, pipeline
+    from dsh.llm.models import model_digest
+    results = RUNS / "results"
+    if (results / folders.CLAIM).is_file():
+        return results
+    plan_ = p.plan_stages(None, None)
+    ident = folders.identity(p.name, pipeline._plan_rows(plan_), [s.name for s in plan_], model_digest(p.model),
+                             {}, pipeline.TEST_SEED)
+    results.mkdir(parents=True)
+    folders.claim({"results_dir": results}, ident)
+    (results / "attribution").mkdir()
+    for f in sorted((HERE.parent / "attribution").glob("*.json")):
+        if f.stem.split("-")[0] in ("base", "sft", "sft_reflection", "dft", "sft_verdict"):
+            shutil.copy2(f, results / "attribution" / f.name)
+    return results
+
+
 def step_run():
     """The pipeline on the test ladder under round 4's protocol (reuses rl-s0 and the copied stages)."""
     from dsh.experiment.run.pipeline import run_pipeline
     p = preset(load_out()["budget"]["K"])
     copy_sampling_free_stages()
-    run_pipeline(p, results_dir=str(RUNS / "results"), runs_dir=str(claimed(p)))
+    run_pipeline(p, results_dir=str(results_claimed(p)), runs_dir=str(claimed(p)))
 
 
 if __name__ == "__main__":
