@@ -50,7 +50,16 @@ from .frame import (  # noqa: F401
     row_label,
     seeds_of,
 )
-from .regime import READ_AGAIN, REGIME_POINTS, graded_design_tables, reading_agreement, regime_rows, regime_table, run_time  # noqa: F401
+from .regime import (  # noqa: F401
+    READ_AGAIN,
+    REGIME_POINTS,
+    graded_design_tables,
+    reading_agreement,
+    regime_rows,
+    regime_table,
+    round4_table,
+    run_time,
+)
 from .stages import (  # noqa: F401
     calibration_frame,
     config_table,

@@ -197,3 +197,29 @@ def graded_design_tables(design: dict) -> tuple[pd.DataFrame, pd.DataFrame]:
                      "rise (95 % interval)": f"{e['reward_rise']:+.3f} ({lo:+.3f}, {hi:+.3f})",
                      "qualifies": e["qualifies"], "chosen": pick.get("lr") == e["lr"]})
     return pd.DataFrame(rows), pd.DataFrame(grpo)
+
+
+def round4_table(round4: dict) -> pd.DataFrame:
+    """Round 4 of the graded design (``book/results/laptop-graded/design/round4.json``): the attempt budget K from
+    the format (the longest 1x8 / 8x1 attempt block in tokens, the token limit) and the validation run under it (GRPO
+    seed 0), one row per validation measurement (step, share at the token limit, share cut by the budget, p_s, p_dC,
+    p_dW, accuracy) with the run's share of mixed-reward groups in its first fifth and the reward's rise (95 %
+    interval) on the first row, and whether the round's rule holds there (every measurement <= 5 % at the limit,
+    >= 50 % mixed)."""
+    if not isinstance(round4, dict) or not {"budget", "validate"} <= set(round4):
+        raise ValueError("round4 must be round4.json's contents (a dict with budget and validate)")
+    b, v = round4["budget"], round4["validate"]
+    holds = max(m["truncated"] for m in v["validation"]) <= 0.05 and v["mixed_first_fifth"] >= 0.5
+    rows = []
+    for i, m in enumerate(v["validation"]):
+        first = i == 0
+        rows.append({"K (limit // longest block)": f"{b['K']} ({b['token_limit']} // {b['longest_attempt_tokens']})"
+                     if first else "", "step": m["step"], "at the token limit": m["truncated"],
+                     "cut by the budget": m["capped"], "p_s": round(m["p_s"], 3),
+                     "p_dC": round(m["p_d_given_correct"], 3), "p_dW": round(m["p_d_given_wrong"], 3),
+                     "accuracy": round(m["observed_accuracy"], 3),
+                     "mixed groups, first fifth": round(v["mixed_first_fifth"], 3) if first else None,
+                     "reward rise (95 %)": f"{v['reward_rise']:+.3f} ({v['reward_rise_ci'][0]:+.3f}, "
+                                           f"{v['reward_rise_ci'][1]:+.3f})" if first else "",
+                     "rule holds": holds if first else None})
+    return pd.DataFrame(rows)
