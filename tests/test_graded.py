@@ -191,3 +191,47 @@ def test_the_graded_evaluation_answers_each_question_as_often_as_round_3_of_its_
     assert ev.samples_per_question == presets.GRADED_SAMPLES == k == 2
     assert math.isclose(ev.n_per_level * (k - 1) * (1 - GRADED[1]), 20)      # one sample would give 20 < 30
     assert presets.get("laptop").eval_settings().samples_per_question == 1  # the laptop run: the paper's protocol
+
+
+def test_the_graded_preset_cuts_responses_at_the_attempt_budget_round_4_of_its_rule_fixed():
+    """RULE.md, round 4: K = the most attempts of the longest ladder level (1x8, 8x1) that fit in the token limit,
+    the same budget in GRPO's rollouts (and the validation along them) and every evaluation; recomputed here from
+    the task's own format and the tiny tokenizer, so a changed format or limit fails this test."""
+    import random
+
+    from dsh.llm.tiny import build_tokenizer
+    from dsh.task import laptop_task as lt
+
+    round4 = json.loads((ROOT / "book/results/laptop-graded/design/round4.json").read_text())
+    tok, rng = build_tokenizer(), random.Random("round4-budget")
+    longest = 0
+    for lv in ("1x8", "8x1"):
+        for _ in range(200):
+            p = lt.draw(lv, rng)
+            block, _ = lt.attempt_block(p, *lt.attempt_text(p.a, p.b))
+            longest = max(longest, len(tok(f"{block}\n{lt.MARKER}\n", add_special_tokens=False)["input_ids"]))
+    assert longest == round4["budget"]["longest_attempt_tokens"]
+    k = presets.GRADED_TOKENS // longest
+    g = presets.get("laptop-graded")
+    assert k == round4["budget"]["K"] == presets.GRADED_ATTEMPT_BUDGET == 4
+    assert g.training["grpo"]["attempt_budget"] == g.eval_settings().attempt_budget == k
+    assert g.train_config("grpo", model="m", output_dir="o").attempt_budget == k
+    # the stages that sample nothing in training, and the laptop run, keep their protocol
+    assert all("attempt_budget" not in g.training[m] for m in ("sft", "sft_reflection", "dft"))
+    assert presets.get("laptop").eval_settings().attempt_budget is None
+
+
+def test_round_4_table_shows_the_validation_run_and_recomputes_its_rule():
+    from dsh.experiment import report
+
+    r4 = json.loads((ROOT / "book/results/laptop-graded/design/round4.json").read_text())
+    t = report.round4_table(r4)
+    assert list(t.step) == [m["step"] for m in r4["validate"]["validation"]]
+    assert t["rule holds"].iloc[0] == bool(r4["validate"]["mixed_first_fifth"] >= 0.5 and all(
+        m["truncated"] <= 0.05 for m in r4["validate"]["validation"]))
+    # one measurement over the limit and the rule fails
+    bad = json.loads(json.dumps(r4))
+    bad["validate"]["validation"][-1]["truncated"] = 0.051
+    assert not report.round4_table(bad)["rule holds"].iloc[0]
+    with pytest.raises(ValueError, match="round4 must be round4.json's contents"):
+        report.round4_table({"budget": {}})

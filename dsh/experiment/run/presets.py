@@ -432,6 +432,9 @@ GRADED_FT_LEVELS = ("1x2", "2x1", "1x4", "4x1", "1x6", "6x1", "1x8", "8x1")   # 
 GRADED_GRPO_LR = 3e-5
 GRADED_TOKENS = 1024      # new tokens of an evaluated response and of a rollout (RULE.md, round 2)
 GRADED_SAMPLES = 2        # samples a test question: a graded level expects >= 30 wrong first attempts (RULE.md, round 3)
+# attempts a response may make: the most 1x8 attempts that fit in GRADED_TOKENS (RULE.md, round 4; round4.json), the
+# same in GRPO's rollouts, the validation along its runs and every evaluation
+GRADED_ATTEMPT_BUDGET = 4
 _GRADED_TASK = {**LAPTOP_REFLECTION, "replay": "base_corpus"}
 _GRADED_SFT = {**_LAPTOP_SFT, "train_levels": GRADED_FT_LEVELS, "task_options": dict(_GRADED_TASK)}
 GRADED_ABLATIONS = _ablations(_GRADED_TASK)
@@ -441,10 +444,14 @@ LAPTOP_GRADED = Preset(
     training={"sft": dict(_GRADED_SFT), "sft_reflection": dict(_GRADED_SFT), "dft": dict(_GRADED_SFT),
               "grpo": {**LAPTOP.training["grpo"], "train_levels": GRADED_FT_LEVELS,
                        "temperature": LAPTOP.evaluation.temperature,         # rollouts sampled as evaluated
-                       "learning_rate": GRADED_GRPO_LR, "max_completion_length": GRADED_TOKENS}},
+                       "learning_rate": GRADED_GRPO_LR, "max_completion_length": GRADED_TOKENS,
+                       "attempt_budget": GRADED_ATTEMPT_BUDGET,
+                       # speed only (round 4): the rollouts' KV cache in float16, the update's attention in C
+                       "rollout_kv_cache": "float16", "packed_attention": "kernels"}},
     stages=LAPTOP_STAGES,
     evaluation=dataclasses.replace(LAPTOP.evaluation, max_new_tokens=GRADED_TOKENS,
-                                   samples_per_question=GRADED_SAMPLES),
+                                   samples_per_question=GRADED_SAMPLES, attempt_budget=GRADED_ATTEMPT_BUDGET,
+                                   kv_cache="float16"),
     model=GRADED_BASE, seeds=(0, 1, 2), ablations=GRADED_ABLATIONS, ablation_seeds=(0, 1, 2),
     probe=LAPTOP.probe,
     # the laptop run's studies at the evaluation's sampling (design/ATTRIBUTION_RULE.md, committed before they ran)
