@@ -241,7 +241,8 @@ def test_the_report_and_first_page_give_the_recorded_tables_over_the_committed_r
     """The first page's rows and the report's main tables of the laptop and graded results equal those recorded in
     tests/reference/report.json by tests/reference/record_report.py at the commit it names: the laptop tables as the
     code gave them before the store and the report's refactors (b787497; recorded again unchanged), the graded ones
-    as the graded run's second evaluation (two samples a question) gives them."""
+    as the graded run under round 4 of its rule (the attempt budget) gives them (recorded again when that run was
+    committed; the laptop tables and rows came out unchanged)."""
     import sys
 
     sys.path.insert(0, str(Path(__file__).parent / "reference"))
