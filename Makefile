@@ -77,6 +77,7 @@ test: $(STAMP)
 check: $(STAMP)
 	@echo "== ruff and the fast tests =="
 	$(VENV)/bin/ruff check dsh tests
+	@$(PY) -c "from dsh.llm.models import embedded_model_dir; embedded_model_dir()"   # converted once, before the tests
 	PATH="$(abspath $(VENV))/bin:$$PATH" MPLBACKEND=Agg OMP_NUM_THREADS=1 $(PY) -m pytest -q -n 2 --dist loadfile -m "not slow and not full"
 
 # regenerate the paired notebooks from the markdown chapters (outputs stripped)
