@@ -13,6 +13,8 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 JB_FLAGS := -W -n --keep-going --builder html
+# the embedded model converted to safetensors once, before tests that run it side by side (prints its folder)
+CONVERT_EMBEDDED := $(PY) -c "from dsh.llm.models import embedded_model_dir; print(embedded_model_dir())"
 # pip notes about local index folders are noise on the project machines
 QUIET_PIP := { grep -v "^WARNING: Location '" || true; }
 
@@ -64,7 +66,7 @@ test-all: test
 test: $(STAMP)
 	@echo "== the tests and the strict book build, side by side =="
 	@mkdir -p _build
-	$(PY) -c "from dsh.llm.models import embedded_model_dir; print(embedded_model_dir())"
+	$(CONVERT_EMBEDDED)
 	rm -rf _build/html _build/.doctrees _build/jupyter_execute _build/.jupyter_cache _build/screenshots
 	@PATH="$(abspath $(VENV))/bin:$$PATH" MPLBACKEND=Agg OMP_NUM_THREADS=1 $(PY) -m pytest -q -n 2 --dist loadfile $(PYTEST_SELECT) > _build/pytest.log 2>&1 & tests=$$!; \
 	book=0; OMP_NUM_THREADS=1 $(MAKE) --no-print-directory book || book=$$?; \
@@ -77,7 +79,7 @@ test: $(STAMP)
 check: $(STAMP)
 	@echo "== ruff and the fast tests =="
 	$(VENV)/bin/ruff check dsh tests
-	@$(PY) -c "from dsh.llm.models import embedded_model_dir; embedded_model_dir()"   # converted once, before the tests
+	$(CONVERT_EMBEDDED)
 	PATH="$(abspath $(VENV))/bin:$$PATH" MPLBACKEND=Agg OMP_NUM_THREADS=1 $(PY) -m pytest -q -n 2 --dist loadfile -m "not slow and not full"
 
 # regenerate the paired notebooks from the markdown chapters (outputs stripped)

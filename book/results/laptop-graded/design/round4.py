@@ -11,7 +11,6 @@ verdict-only SFT) are those of runs/graded-run/, copied, and reused by the pipel
 without that folder the pipeline trains them. The committed attribution studies of the models round 4 leaves as
 they were (the base and the SFT family) are put in the results folder, where the pipeline reuses each only if the
 weights it has trained have the study's digests (and runs it again otherwise)."""
-import dataclasses
 import json
 import random
 import shutil
@@ -36,16 +35,14 @@ def save_out(d):
 
 
 def preset(budget):
-    """The laptop-graded preset with round 4's protocol: GRPO's rollouts, the validation along its runs and every
-    evaluation end a response at its ``budget``-th marker; rollouts and evaluations use the float16 KV cache, GRPO's
-    passes the packed attention in C (speed; the stages that sample nothing keep their settings)."""
+    """The laptop-graded preset, which is round 4's protocol (GRPO's rollouts, the validation along its runs and every
+    evaluation end a response at its ``budget``-th marker; float16 KV cache, GRPO's passes through the packed attention
+    in C); a one-line error when round4.json's K is not the preset's budget."""
     from dsh.experiment.run import presets
-    g = presets.LAPTOP_GRADED
-    grpo = {**g.training["grpo"], "attempt_budget": budget, "rollout_kv_cache": "float16",
-            "packed_attention": "kernels"}
-    return dataclasses.replace(g, training={**g.training, "grpo": grpo},
-                               evaluation=dataclasses.replace(g.evaluation, attempt_budget=budget,
-                                                              kv_cache="float16"))
+    if budget != presets.GRADED_ATTEMPT_BUDGET:
+        raise ValueError(f"budget {budget} (round4.json's K) is not the laptop-graded preset's attempt budget "
+                         f"{presets.GRADED_ATTEMPT_BUDGET}")
+    return presets.LAPTOP_GRADED
 
 
 def step_budget():
@@ -119,19 +116,25 @@ def step_validate():
     print(json.dumps(d["validate"], indent=1))
 
 
+def identity(p):
+    """The identity the pipeline claims its folders with for a run of preset ``p`` (every stage, the test seed)."""
+    from dsh.experiment.run import folders, pipeline
+    from dsh.llm.models import model_digest
+    plan_ = p.plan_stages(None, None)
+    return folders.identity(p.name, pipeline._plan_rows(plan_), [s.name for s in plan_], model_digest(p.model), {},
+                            pipeline.TEST_SEED)
+
+
 def claimed(p):
     """The runs folder claimed for the pipeline run of preset ``p`` (its claim record written as the pipeline writes
     it on an empty folder), the folders already in it (the copied stages, rl-s0) kept."""
-    from dsh.experiment.run import folders, pipeline
-    from dsh.llm.models import model_digest
+    from dsh.experiment.run import folders
     runs = RUNS / "runs"
     if (runs / folders.CLAIM).is_file():
         return runs
     aside = RUNS / "aside"
     runs.rename(aside)
-    plan_ = p.plan_stages(None, None)
-    ident = folders.identity(p.name, pipeline._plan_rows(plan_), [s.name for s in plan_], model_digest(p.model),
-                             {}, pipeline.TEST_SEED)
+    ident = identity(p)
     runs.mkdir()
     folders.claim({"runs_dir": runs}, ident)
     for d in sorted(aside.iterdir()):
@@ -143,14 +146,11 @@ def claimed(p):
 def results_claimed(p):
     """The results folder claimed for the pipeline run of preset ``p``, holding the committed attribution studies of
     the stages that sample nothing in training (the pipeline reuses one only for weights of the same digest)."""
-    from dsh.experiment.run import folders, pipeline
-    from dsh.llm.models import model_digest
+    from dsh.experiment.run import folders
     results = RUNS / "results"
     if (results / folders.CLAIM).is_file():
         return results
-    plan_ = p.plan_stages(None, None)
-    ident = folders.identity(p.name, pipeline._plan_rows(plan_), [s.name for s in plan_], model_digest(p.model),
-                             {}, pipeline.TEST_SEED)
+    ident = identity(p)
     results.mkdir(parents=True)
     folders.claim({"results_dir": results}, ident)
     (results / "attribution").mkdir()
