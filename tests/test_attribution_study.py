@@ -1,6 +1,7 @@
 """Gradient attribution in the laptop models: the laptop segmentation, the split on cases whose answer is
 known, the length-law fit against known truth, the study end to end on the shipped base."""
 
+import gzip
 import json
 import random
 from dataclasses import replace
@@ -173,8 +174,9 @@ def test_study_on_the_shipped_base_writes_what_it_measured(tmp_path):
     base = str(presets.LAPTOP.model)
     settings = st.StudySettings(levels=("1x2", "1x5"), prompts_per_level=1, group=3, max_new_tokens=120,
                                 min_signal=0)
-    r = st.run_study(base, base, tmp_path / "a.json", settings)
-    assert json.loads((tmp_path / "a.json").read_text()) == json.loads(json.dumps(r))
+    r = st.run_study(base, base, tmp_path / "a.json.gz", settings)
+    with gzip.open(tmp_path / "a.json.gz", "rb") as f:         # gzipped, compact JSON: the record returned
+        assert json.loads(f.read()) == json.loads(json.dumps(r))
     assert r["objectives"] == ["reward", "sft", "dft"]           # reference = the model: no KL terms
     assert len(r["trajectories"]) + r["kl_positions"]["skipped"] == 6 == r["samples"] and r["rounds"] == 1
     assert sum(r["kl_positions"]["skipped_why"].values()) == r["kl_positions"]["skipped"]
@@ -186,13 +188,14 @@ def test_study_on_the_shipped_base_writes_what_it_measured(tmp_path):
                        (dict(objectives=("kl",)), "objectives"), (dict(prompts_per_level=0), "prompts_per_level"),
                        (dict(min_signal=-1), "min_signal"), (dict(max_rounds=0), "max_rounds")):
         with pytest.raises(ValueError, match=match):
-            st.run_study(base, base, tmp_path / "b.json", st.StudySettings(**bad))
-    with pytest.raises(ValueError, match="out"):
-        st.run_study(base, base, tmp_path / "b.txt", settings)
+            st.run_study(base, base, tmp_path / "b.json.gz", st.StudySettings(**bad))
+    for name in ("b.txt", "b.json"):                            # a plain .json name is refused too
+        with pytest.raises(ValueError, match=r"^out must name a \.json\.gz file"):
+            st.run_study(base, base, tmp_path / name, settings)
     (tmp_path / "a_file").write_text("x")
     with pytest.raises(ValueError, match="^out cannot be written: .*a_file is a file"):     # before any sampling
-        st.run_study(base, base, tmp_path / "a_file" / "b.json", settings)
-    assert not (tmp_path / "b.json").exists()
+        st.run_study(base, base, tmp_path / "a_file" / "b.json.gz", settings)
+    assert not (tmp_path / "b.json.gz").exists()
 
 
 @pytest.mark.slow
@@ -229,9 +232,9 @@ def test_a_study_continued_from_its_first_rounds_equals_one_drawn_whole(tmp_path
     base = str(presets.LAPTOP.model)
     s = st.StudySettings(levels=("1x2", "1x4"), prompts_per_level=1, group=3, max_new_tokens=80, min_signal=10 ** 6,
                          max_rounds=1)
-    short = st.run_study(base, base, tmp_path / "short.json", s)
-    whole = st.run_study(base, base, tmp_path / "whole.json", replace(s, max_rounds=3))
-    cont = st.run_study(base, base, tmp_path / "cont.json", replace(s, max_rounds=3), previous=short)
+    short = st.run_study(base, base, tmp_path / "short.json.gz", s)
+    whole = st.run_study(base, base, tmp_path / "whole.json.gz", replace(s, max_rounds=3))
+    cont = st.run_study(base, base, tmp_path / "cont.json.gz", replace(s, max_rounds=3), previous=short)
     assert short["rounds"] == 1 and whole["rounds"] == cont["rounds"] == 3 and cont["samples"] == whole["samples"]
     for k in ("trajectories", "groups", "fits", "settings", "objectives"):
         assert cont[k] == whole[k], k
@@ -252,8 +255,8 @@ def test_a_study_continued_from_its_first_rounds_equals_one_drawn_whole(tmp_path
     # a study whose rule would have stopped before its last round is not this study's first rounds
     assert st.resume_point(whole, replace(s3, min_signal=0, max_rounds=4), obj, w) is None
     with pytest.raises(ValueError, match="previous must be"):
-        st.run_study(base, base, tmp_path / "bad.json", replace(s3, group=2), previous=short)
-    assert not (tmp_path / "bad.json").exists()
+        st.run_study(base, base, tmp_path / "bad.json.gz", replace(s3, group=2), previous=short)
+    assert not (tmp_path / "bad.json.gz").exists()
 
 
 def test_cluster_median_resamples_questions_and_covers_a_known_median():
@@ -415,7 +418,9 @@ def test_slope_correlation_of_a_committed_study():
     2,635 trajectories, so its SFT-loss fits against the decision and against the stage are nearly one fit."""
     from pathlib import Path
 
-    study = json.loads((Path(__file__).parents[1] / "book/results/laptop-wide/attribution/sft-s0.json").read_text())
+    from dsh.core.files import read_json
+
+    study = read_json(Path(__file__).parents[1] / "book/results/laptop-wide/attribution/sft-s0.json.gz")
     c = af.slope_correlation(study, n_boot=300)
     fitted = {tuple(k.split(" / ")) for k, f in study["fits"].items() if f["slope"] is not None}
     assert set(c.index) == set(c.columns) == fitted
@@ -445,21 +450,22 @@ def test_bad_attribution_overrides_are_one_line_before_any_work(tmp_path):
 
 
 def test_the_pipeline_step_reuses_a_study_only_of_the_same_method_settings_and_weights(tmp_path):
+    from dsh.core.files import write_json_gz
     from dsh.experiment.run.steps import Clock, attribution_stage
 
     base = str(presets.LAPTOP.model)
     s = st.StudySettings(levels=("1x2",), prompts_per_level=1, group=2, max_new_tokens=60, min_signal=0)
     first = attribution_stage(base, base, tmp_path, "base", s, Clock(False), tmp_path)
-    path = tmp_path / "base.json"
+    path = tmp_path / "base.json.gz"
     assert first["method"] == st.METHOD and path.is_file()
-    stamp = path.read_text()
+    stamp = path.read_bytes()
     reused = attribution_stage(base, base, tmp_path, "base", s, Clock(False), tmp_path)
     assert reused == json.loads(json.dumps(first))                                             # read back
-    assert path.read_text() == stamp
-    path.write_text(json.dumps(dict(first, method=1, trajectories=[])))             # another split: computed again
+    assert path.read_bytes() == stamp
+    write_json_gz(path, dict(first, method=1, trajectories=[]))             # another split: computed again
     again = attribution_stage(base, base, tmp_path, "base", s, Clock(False), tmp_path)
     assert again["method"] == st.METHOD and again["trajectories"] == first["trajectories"] and "resumed" not in again
-    path.write_text(json.dumps(dict(first, method=2, settings=dict(first["settings"], max_rounds=4))))
+    write_json_gz(path, dict(first, method=2, settings=dict(first["settings"], max_rounds=4)))
     taken = attribution_stage(base, base, tmp_path, "base", s, Clock(False), tmp_path)   # method 2: its rounds taken
     assert taken["resumed"] == {"rounds": 1, "method": 2, "commit": first["commit"], "date": first["date"],
                                 "wall_s": first["wall_s"]}

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from dsh.core.files import read_json
 from dsh.experiment import report
 from dsh.experiment.report import findings
 from dsh.experiment.run import pipeline
@@ -144,7 +145,7 @@ def test_the_length_law_verdicts_count_only_identified_fits(lap):
     assert len(short) == 1 and short[0]["verdict"] == "not testable here", short
     assert short[0]["number"].startswith("no study's attempts span 5x (per-level median lengths span 2.")
     assert [r["verdict"] for r in _law(findings.beyond_findings(lap, narrow, wide=narrow))] == ["not testable here"] * 2
-    one = {"m": json.loads((LAPTOP / "design" / "wide_ladder_study.json").read_text())}
+    one = {"m": read_json(LAPTOP / "design" / "wide_ladder_study.json.gz")}
     assert _law(findings.beyond_findings(lap, narrow, wide=one))[0] == short[0]
     rows = _law(findings.beyond_findings(lap, narrow, wide=one))[1:]
     assert len(rows) == 1 and "1x1 ... 1x10, sampled at temperature 1," in rows[0]["claim"]
@@ -238,9 +239,7 @@ def test_the_premise_row_fails_on_levels_apart_cannot_tell_on_one_size_and_skips
     """Theorem 3.2's premise on the first page: a study whose decision's per-token k1 differs between levels beyond
     the intervals fails it; the same study with one per-token k1 at every level cannot tell; a study whose decision is
     silent on most trajectories is not testable."""
-    import json
-
-    study = json.loads((LAPTOP.parent / "laptop-graded" / "attribution" / "rl-s0.json").read_text())
+    study = read_json(LAPTOP.parent / "laptop-graded" / "attribution" / "rl-s0.json.gz")
     row = findings.premise_rows({"rl-s0": study})
     assert [r["verdict"] for r in row] == ["fails"] and "fails: rl-s0" in row[0]["number"]
     flat = copy.deepcopy(study)

@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from dsh.core.files import read_json
+
 pytestmark = pytest.mark.slow   # trains four tiny models through TRL in a subprocess
 
 SMALL = ["--seeds", "0", "--ablation-seeds", "", "--set", "max_steps=3", "--set", "n_train=24", "--set", "save_steps=1",
@@ -98,7 +100,7 @@ def test_the_results_folder_is_every_presets(killed_and_resumed):
                                                  "DFT (1 seed)", "RL (1 seed)"]
     assert [c["verdict"] for c in report.claims(loaded, seed=0)] == ["cannot tell"] * 4   # 2 questions a level
     # the attribution step, each model against the one its training started from, two repeated
-    studies = {p.stem: json.loads(p.read_text()) for p in (res / "attribution").glob("*.json")}
+    studies = {p.name[:-len(".json.gz")]: read_json(p) for p in (res / "attribution").glob("*.json.gz")}
     assert sorted(studies) == sorted([*STAGES, "sft_reflection-s0-t1", "rl-s0-t1"])
     assert studies["rl-s0"]["reference"] == "<runs_dir>/sft_reflection-s0" and studies["rl-s0"]["model"] == "<runs_dir>/rl-s0"
     assert studies["base"]["reference"] == studies["base"]["model"] == "<dsh>/assets/laptop-base"
@@ -168,7 +170,7 @@ def comparable(results: Path) -> dict:
             out[rel] = {k: x for k, x in json.loads(p.read_text()).items() if k not in ("wall_s", "date")}
             continue
         if rel.startswith("attribution/"):                          # a study records its times and date
-            out[rel] = {k: x for k, x in json.loads(p.read_text()).items() if k not in ("wall_s", "sample_s", "date")}
+            out[rel] = {k: x for k, x in read_json(p).items() if k not in ("wall_s", "sample_s", "date")}
             continue
         if rel.startswith("jobs/"):      # a job's record holds the digest of its probe summary (time and date)
             out[rel] = _without_probe_digest(json.loads(p.read_text()))
@@ -243,7 +245,7 @@ def test_a_study_is_added_to_a_finished_folder_by_running_the_pipeline_again(kil
     for stage in STAGES[1:]:
         assert f"train {stage}: reused" in out, out[-3000:]
     assert "sft_reflection-s0: evaluation, calibration and probe reused" in out
-    s = json.loads((copy / "results" / "attribution" / "rl-s0.json").read_text())
+    s = read_json(copy / "results" / "attribution" / "rl-s0.json.gz")
     assert s["settings"]["levels"] == ["1x3"] and s["reference"] == "<runs_dir>/sft_reflection-s0"
     assert {x["level"] for x in s["trajectories"]} <= {"1x3"}
     before = sorted(p.name for p in (copy / "results" / "attribution").iterdir())

@@ -84,7 +84,7 @@ def test_the_wide_preset_differs_from_the_laptop_preset_only_in_its_fine_tuning_
     assert names == ["base", "sft-s0", "sft_reflection-s0", "dft-s0", "rl-s0", "rl_beta0-s0", "rl_beta0.1-s0"]
     assert set(wide.attribution_stages) <= set(names) and wide.attribution.levels[-1] == "1x10"
     assert wide.attribution_repeats == wide.attribution_stages          # every stage's slopes reproduced
-    committed = {p.stem for p in (ROOT / "book/results/laptop-wide/attribution").glob("*.json")}
+    committed = {p.name[:-len(".json.gz")] for p in (ROOT / "book/results/laptop-wide/attribution").glob("*.json.gz")}
     assert committed == set(wide.attribution_stages) | {f"{s}-t1" for s in wide.attribution_repeats}
     assert wide.probe is None
     # the study's temperature is the one the committed design measurement chose by its rule

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from dsh.core.files import exclusive, read_jsonl
+from dsh.core.files import exclusive, read_json, read_jsonl
 from dsh.experiment.run import folders, pipeline
 from dsh.measure.stage import calibrate_stage
 
@@ -337,9 +337,17 @@ def test_a_results_folder_names_no_machine_path_and_a_relative_base_is_the_same_
     assert (root / "results" / folders.CLAIM).read_text() == claim
 
 
+def test_every_committed_laptop_results_folder_is_at_most_16_mb():
+    """The results a clone carries (design logs included) stay small: the attribution studies are gzipped."""
+    for folder in sorted(LAPTOP.parent.glob("laptop*")):
+        size = sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
+        assert size <= 16e6, (folder.name, size)
+        assert not [p for p in folder.glob("attribution/*") if not p.name.endswith(".json.gz")], folder.name
+
+
 def test_the_committed_laptop_results_name_no_machine_path():
-    for p in [LAPTOP / "summary.json", *sorted((LAPTOP / "attribution").glob("*.json"))]:
-        found = [s for s in _strings(json.loads(p.read_text())) if s.startswith(("/tmp/", "/work/", "/home/", "/root/"))]
+    for p in [LAPTOP / "summary.json", *sorted((LAPTOP / "attribution").glob("*.json.gz"))]:
+        found = [s for s in _strings(read_json(p)) if s.startswith(("/tmp/", "/work/", "/home/", "/root/"))]
         assert not found, (p, found[:3])
 
 

@@ -37,6 +37,23 @@ def test_reusable_reads_the_record_and_refuses_a_missing_broken_or_other_one(tmp
     assert store.reusable(path, {**key, "settings": {"t": 0.5}}) is None
 
 
+def test_a_gzipped_record_is_read_alike_and_a_cut_or_plain_one_is_no_record(tmp_path):
+    from dsh.core.files import read_json, write_json_gz
+
+    key = {"settings": {"t": 1.0}, "weights": "w"}
+    path = tmp_path / "study.json.gz"
+    write_json_gz(path, {**key, "rows": [0.1, 1e-12, 3]})
+    first = path.read_bytes()
+    assert store.reusable(path, key)["rows"] == [0.1, 1e-12, 3] == read_json(path)["rows"]
+    write_json_gz(path, {**key, "rows": [0.1, 1e-12, 3]})
+    assert path.read_bytes() == first                                 # no name or time in the header
+    path.write_bytes(first[: len(first) // 2])                        # cut short
+    assert store.read_record(path) is None and store.reusable(path, key) is None
+    path.write_text(json.dumps(key))                                  # a plain file under a .gz name
+    assert store.read_record(path) is None
+    assert [p.name for p in tmp_path.iterdir()] == ["study.json.gz"]   # nothing half-written beside it
+
+
 def test_the_key_digest_names_the_key_whatever_its_order_and_only_it():
     a = {"weights": "w", "k": 2, "problems": [[1, 2], [3, 4]]}
     b = {"problems": ((1, 2), (3, 4)), "k": 2, "weights": "w"}

@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import hashlib
 import json
-from pathlib import Path
+import zlib
+
+from .files import read_json
 
 
 def as_json(x):
@@ -36,10 +38,11 @@ def made_from(record: dict | None, key: dict) -> bool:
 
 
 def read_record(path) -> dict | None:
-    """The JSON object in ``path``; None when there is none (no file, unreadable, not an object)."""
+    """The JSON object in ``path`` (gzipped when its name ends in ``.gz``); None when there is none (no file,
+    unreadable, cut or damaged, not an object)."""
     try:
-        got = json.loads(Path(path).read_text())
-    except (OSError, ValueError):
+        got = read_json(path)
+    except (OSError, ValueError, EOFError, zlib.error):
         return None
     return got if isinstance(got, dict) else None
 

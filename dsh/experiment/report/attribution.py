@@ -9,7 +9,7 @@ from pathlib import Path
 import pandas as pd
 
 from ...core import validate as v
-from ...core.files import read_jsonl
+from ...core.files import read_json, read_jsonl
 from ...measure.length_law import TOLERANCE, cluster_median, mutual_inclusion
 from ...task.problems import level_index
 from ..run.attribution_fits import PREDICTED_SLOPE, carries, excess_fit, reward_identity, robust_fit, study_record
@@ -17,24 +17,24 @@ from .frame import levels_sorted
 
 
 def load_attribution(results_dir) -> dict:
-    """The gradient-attribution studies of a results folder (``attribution/<stage>.json``, written by the pipeline's
-    attribution step, :func:`dsh.experiment.run.steps.attribution_stage`), by file stem; empty when there are none."""
+    """The gradient-attribution studies of a results folder (``attribution/<stage>.json.gz``, written by the
+    pipeline's attribution step, :func:`dsh.experiment.run.steps.attribution_stage`), by name (the file's without
+    ``.json.gz``); empty when there are none."""
     return _records_in(results_dir, "attribution")
 
 
 def load_dynamics(results_dir) -> dict:
-    """The attribution studies along the GRPO runs (``dynamics/<arm>-step<k>.json``, written by
-    ``book/results/laptop/design/grpo_dynamics.py``), by file stem; empty when there are none."""
+    """The attribution studies along the GRPO runs (``dynamics/<arm>-step<k>.json.gz``, written by
+    ``book/results/laptop/design/grpo_dynamics.py``), by name (without ``.json.gz``); empty when there are none."""
     return _records_in(results_dir, "dynamics")
 
 
 def _records_in(results_dir, sub: str) -> dict:
-    """The JSON records ``<results_dir>/<sub>/*.json`` by file stem; ``results_dir`` must be an existing folder."""
-    import json
-
+    """The gzipped JSON records ``<results_dir>/<sub>/*.json.gz`` by name (``.json.gz`` dropped); ``results_dir``
+    must be an existing folder."""
     if not isinstance(results_dir, (str, Path)) or not Path(results_dir).is_dir():
         raise ValueError(f"results_dir must be an existing folder, got {results_dir!r}")
-    return {f.stem: json.loads(f.read_text()) for f in sorted(Path(results_dir).glob(f"{sub}/*.json"))}
+    return {f.name[:-len(".json.gz")]: read_json(f) for f in sorted(Path(results_dir).glob(f"{sub}/*.json.gz"))}
 
 
 DYNAMICS_TERMS = ("reward", "kl_k3")

@@ -28,7 +28,7 @@ import numpy as np
 
 from ...core import store
 from ...core import validate as v
-from ...core.files import write_text
+from ...core.files import write_json_gz
 from ...core.provenance import git_commit, portable
 from ...llm.complete import complete
 from ...llm.models import load, resolve_model, weights_digest
@@ -368,15 +368,16 @@ def run_study(model: str, reference: str, out, settings: StudySettings = StudySe
               progress: bool = False, roots: dict | None = None, previous: dict | None = None) -> dict:
     """Sample, attribute and fit (:func:`sample_groups`, :func:`attribute_groups`, :func:`fits`) for ``model``
     against ``reference`` (model folders; the reference is the model its training started from) and write ``out``
-    (JSON: settings, models, per-trajectory and per-group rows, the k1 profile, the fits, time, commit). The KL
-    terms are left out when the reference is the model itself (their gradients vanish). The models' paths are
-    recorded from the labels of ``roots`` (``{folder: label}``; :func:`dsh.core.provenance.portable`). ``previous``:
-    a study record whose rounds become this study's first (:func:`resume_point`; refused in one line when they
-    cannot), recorded as ``resumed``; its wall time counts in ``wall_s``. Returns what it wrote."""
+    (a ``.json.gz`` name: one gzipped JSON object, :func:`dsh.core.files.write_json_gz`, holding settings, models,
+    per-trajectory and per-group rows, the k1 profile, the fits, time, commit). The KL terms are left out when the
+    reference is the model itself (their gradients vanish). The models' paths are recorded from the labels of
+    ``roots`` (``{folder: label}``; :func:`dsh.core.provenance.portable`). ``previous``: a study record whose rounds
+    become this study's first (:func:`resume_point`; refused in one line when they cannot), recorded as ``resumed``;
+    its wall time counts in ``wall_s``. Returns what it wrote."""
     settings = settings.checked()
     out = Path(out)
-    if out.suffix != ".json":
-        raise ValueError(f"out must name a .json file, got {str(out)!r}")
+    if not out.name.endswith(".json.gz"):
+        raise ValueError(f"out must name a .json.gz file, got {str(out)!r}")
     v.output_path("out", out)                      # before any sampling: not a folder, no parent a file
     loc, ref_loc = resolve_model(model), resolve_model(reference)
     t0 = time.time()
@@ -406,7 +407,7 @@ def run_study(model: str, reference: str, out, settings: StudySettings = StudySe
         result["resumed"] = {"rounds": start, "method": previous["method"], "commit": previous.get("commit"),
                              "date": previous.get("date"), "wall_s": previous.get("wall_s"),
                              **({"resumed": previous["resumed"]} if "resumed" in previous else {})}
-    write_text(out, json.dumps(result, indent=1))
+    write_json_gz(out, result)
     if progress:
         print(f"[dsh attribution] {model}: {len(rows)} trajectories in {result['wall_s']} s")
     return result

@@ -36,8 +36,8 @@ from ...training.run_dir import run_foreign_files
 CLAIM = ".dsh-pipeline.json"
 # what the pipeline writes in a results folder (provenance.json: its one-command GPU run, dsh.experiment.run.gpu_small),
 # and the temporary and lock files of its atomic writes
-RESULTS_FILES = re.compile(r"summary\.json|provenance\.json|(calibration|probe|attribution|jobs)/[^/]+\.json"
-                           r"|(generations|probe)/[^/]+\.jsonl\.gz")
+RESULTS_FILES = re.compile(r"summary\.json|provenance\.json|(calibration|probe|jobs)/[^/]+\.json"
+                           r"|(generations|probe)/[^/]+\.jsonl\.gz|attribution/[^/]+\.json\.gz")
 RUNS_FILES = re.compile(r"generations/[^/]+\.jsonl(\.settings\.json)?")
 TEMPORARY = re.compile(r"(.*/)?\.[^/]+\.(tmp|lock)")
 

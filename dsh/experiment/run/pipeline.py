@@ -264,8 +264,8 @@ TEST_SEED = 0   # the evaluation seed whose test questions every preset's traini
 
 
 RESULTS_LAYOUT = ("summary.json", "calibration/<stage>.json", "generations/<stage>.jsonl.gz", "probe/<stage>.json",
-                  "probe/<stage>.jsonl.gz", "jobs/<stage>.json", "attribution/<stage>.json",
-                  "attribution/<stage>-t<seed>.json")
+                  "probe/<stage>.jsonl.gz", "jobs/<stage>.json", "attribution/<stage>.json.gz",
+                  "attribution/<stage>-t<seed>.json.gz")
 
 
 def load_results(results_dir) -> dict:

@@ -186,37 +186,38 @@ def study_settings(p, overrides: dict | None = None, name: str = "attribution_ov
 
 
 def study_path(folder: Path, stage: str, seed: int) -> Path:
-    """Where a stage's attribution study goes: ``folder/<stage>.json``, ``<stage>-t<seed>.json`` for a trajectory
-    seed other than 0 (stage names hold dots: no ``with_suffix``)."""
-    return folder / f"{stage if seed == 0 else f'{stage}-t{seed}'}.json"
+    """Where a stage's attribution study goes: ``folder/<stage>.json.gz``, ``<stage>-t<seed>.json.gz`` for a
+    trajectory seed other than 0 (stage names hold dots: no ``with_suffix``)."""
+    return folder / f"{stage if seed == 0 else f'{stage}-t{seed}'}.json.gz"
 
 
 def attribution_stage(model: str, reference: str, folder: Path, name: str, settings, clock: Clock,
                       runs: Path) -> dict:
     """The gradient-attribution study of one stage's model against ``reference`` into
-    ``folder/<name>.json`` (``<name>-t<seed>.json`` for a trajectory seed other than 0), reused when that file
+    ``folder/<name>.json.gz`` (``<name>-t<seed>.json.gz`` for a trajectory seed other than 0), reused when that file
     holds a study with the same settings and method of the same weights, the model's and the reference's; continued
     from its rounds when they are this study's first (:func:`~dsh.experiment.run.attribution_study.resume_point`: an
     earlier method's or a smaller ``max_rounds``)."""
     out = study_path(folder, name, settings.seed)
+    label = out.name[:-len(".json.gz")]
     t0 = time.time()
     weights = weights_digest(resolve_model(model)), weights_digest(resolve_model(reference))
     old = store.read_record(out)
     if store.made_from(old, {"settings": dataclasses.asdict(settings), "method": METHOD, "weights": weights[0],
                              "reference_weights": weights[1]}):
-        clock.say(f"attribution {out.stem}: reused")
+        clock.say(f"attribution {label}: reused")
         return old
     if old is not None:
         objectives = study_objectives(settings, resolve_model(model), resolve_model(reference))
         if resume_point(old, settings, objectives, weights) is None:
             old = None
         else:
-            clock.say(f"attribution {out.stem}: the earlier study's {old['rounds']} round"
+            clock.say(f"attribution {label}: the earlier study's {old['rounds']} round"
                       f"{'s' if old['rounds'] != 1 else ''} taken as this study's first")
     clock.worked = True
     got = run_study(model, reference, out, settings, roots={runs: "<runs_dir>"}, previous=old)
     verdicts = [f["verdict"] for f in got["fits"].values() if f["verdict"]]
-    clock.say(f"attribution {out.stem}: {len(got['trajectories'])} trajectories, verdicts "
+    clock.say(f"attribution {label}: {len(got['trajectories'])} trajectories, verdicts "
               + ", ".join(f"{k} {verdicts.count(k)}" for k in ("holds", "fails", "cannot tell"))
-              + f" in {clock.took(f'attribution_{out.stem}', t0)} s")
+              + f" in {clock.took(f'attribution_{label}', t0)} s")
     return got

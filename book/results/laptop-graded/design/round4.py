@@ -154,8 +154,8 @@ def results_claimed(p):
     results.mkdir(parents=True)
     folders.claim({"results_dir": results}, ident)
     (results / "attribution").mkdir()
-    for f in sorted((HERE.parent / "attribution").glob("*.json")):
-        if f.stem.split("-")[0] in ("base", "sft", "sft_reflection", "dft", "sft_verdict"):
+    for f in sorted((HERE.parent / "attribution").glob("*.json.gz")):
+        if f.name[:-len(".json.gz")].split("-")[0] in ("base", "sft", "sft_reflection", "dft", "sft_verdict"):
             shutil.copy2(f, results / "attribution" / f.name)
     return results
 

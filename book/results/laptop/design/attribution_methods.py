@@ -15,10 +15,12 @@ import subprocess
 import time
 from pathlib import Path
 
+from dsh.core.files import read_json
+
 OLD = "c02b641"
 TERMS = ("reward", "kl_reward", "kl_k3", "kl_immediate")
 folder = "book/results/laptop/attribution"
-names = sorted(p.stem for p in Path(folder).glob("*.json"))
+names = sorted(p.name[:-len(".json.gz")] for p in Path(folder).glob("*.json.gz"))
 
 
 def summary(study: dict) -> dict:
@@ -33,8 +35,8 @@ def summary(study: dict) -> dict:
 rows = []
 for n in names:
     old = json.loads(subprocess.run(["git", "show", f"{OLD}:{folder}/{n}.json"], capture_output=True, text=True,
-                                    check=True).stdout)
-    new = json.loads(Path(f"{folder}/{n}.json").read_text())
+                                    check=True).stdout)      # plain JSON at that commit
+    new = read_json(f"{folder}/{n}.json.gz")
     rows.append({"study": n, "method 1": summary(old), "method 2": summary(new)})
 out = Path(__file__).with_suffix(".json")
 out.write_text(json.dumps({"rows": rows, "method_1_commit": OLD, "date": time.strftime("%Y-%m-%d %H:%M:%S")}, indent=1))

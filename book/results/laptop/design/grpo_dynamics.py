@@ -20,6 +20,7 @@ import sys
 import time
 from pathlib import Path
 
+from dsh.core.files import write_json_gz
 from dsh.core.provenance import git_commit
 from dsh.experiment.run.attribution_study import StudySettings, run_study
 from dsh.experiment.run.pipeline import plan
@@ -57,7 +58,7 @@ for arm in arms:
     if again != validation:
         raise SystemExit(f"{arm}: the re-trained run's validation log differs from the committed run's")
     for step, folder in points:
-        target = out / f"{arm}-step{step}.json"
+        target = out / f"{arm}-step{step}.json.gz"
         key = (str(folder), str(reference))      # step 0 is the same model and reference in every arm: studied once
         if key not in done_studies:
             done_studies[key] = run_study(str(folder), str(reference), target, settings,
@@ -65,6 +66,6 @@ for arm in arms:
         study = dict(done_studies[key])
         study.update(arm=arm, step=step, validation=next((v for v in validation if v["step"] == step), None),
                      final_is_committed=True, train_s=round(train_s, 1))
-        target.write_text(json.dumps(study, indent=1))
+        write_json_gz(target, study)
         print(f"{arm} step {step}: {len(study['trajectories'])} trajectories in {study['wall_s']} s", flush=True)
 print(json.dumps({"commit": git_commit(), "date": time.strftime("%Y-%m-%d %H:%M:%S")}))

@@ -1,5 +1,5 @@
 """The attribution study on the wide-ladder model of wide_ladder_derisk.py (issue 31), written to
-wide_ladder_study.json beside this file: SFT (reflection) fine-tuned from the shipped base on 1x1 ... 1x10 in both
+wide_ladder_study.json.gz beside this file: SFT (reflection) fine-tuned from the shipped base on 1x1 ... 1x10 in both
 orders, against the shipped base (its reference), on its own samples at temperature 1 over 1x1 ... 1x10 (where its
 per-level median attempts span more than 5x; at the rollouts' temperature 2 they do not), 12 questions a level, 8
 samples each, one round (at temperature 1 few groups carry a reward signal: the surrogate reward's fit rests on few
@@ -23,5 +23,5 @@ derisk = json.loads((Path(__file__).parent / "wide_ladder_derisk.json").read_tex
 settings = StudySettings(levels=tuple(f"1x{n}" for n in range(1, 11)), temperature=1.0, min_signal=0)
 if weights_digest(model) != derisk["weights"]:
     raise SystemExit("the model in the scratch folder is not the one wide_ladder_derisk.json measured")
-run_study(str(model), str(SHIPPED_BASE), Path(__file__).with_suffix(".json"), settings, progress=True,
+run_study(str(model), str(SHIPPED_BASE), Path(__file__).with_suffix(".json.gz"), settings, progress=True,
           roots={scratch: "<scratch>", SHIPPED_BASE.parent: "<dsh assets>"})
