@@ -235,3 +235,40 @@ def test_round_4_table_shows_the_validation_run_and_recomputes_its_rule():
     assert not report.round4_table(bad)["rule holds"].iloc[0]
     with pytest.raises(ValueError, match="round4 must be round4.json's contents"):
         report.round4_table({"budget": {}})
+
+
+def test_the_validation_rise_of_the_committed_graded_runs_recomputed_by_hand():
+    """report.validation_rise_table against Newcombe's interval written out here from the Wilson formula, on every
+    committed GRPO run; a curve that does not start at step 0 and an accuracy that is no count are refused."""
+    import copy
+    import math
+
+    from dsh.experiment import report
+    from dsh.experiment.run import pipeline
+
+    res = pipeline.load_results(ROOT / "book/results/laptop-graded")
+    table = report.validation_rise_table(res).set_index("stage")
+    curves = res["summary"]["validation_curves"]
+    assert sorted(table.index) == sorted(curves) and len(table) == 12
+
+    def wilson(k, n, z=1.959963984540054):
+        p, d = k / n, 1 + z * z / n
+        h = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / d
+        return (p + z * z / (2 * n)) / d - h, (p + z * z / (2 * n)) / d + h
+
+    for name, c in curves.items():
+        (k0, n0), (k1, n1) = [(round(r["observed_accuracy"] * r["n"]), r["n"]) for r in (c[0], c[-1])]
+        (l0, u0), (l1, u1) = wilson(k0, n0), wilson(k1, n1)
+        d = k1 / n1 - k0 / n0
+        lo = d - math.sqrt((k1 / n1 - l1) ** 2 + (u0 - k0 / n0) ** 2)
+        hi = d + math.sqrt((u1 - k1 / n1) ** 2 + (k0 / n0 - l0) ** 2)
+        assert table.loc[name, "rise (95 % interval)"] == f"{d:+.3f} ({lo:+.3f}, {hi:+.3f})", name
+        assert table.loc[name, "verdict"] == ("rises" if lo > 0 else "falls" if hi < 0 else "cannot tell")
+    bad = copy.deepcopy(res)
+    bad["summary"]["validation_curves"]["rl-s0"][-1]["observed_accuracy"] += 0.001
+    with pytest.raises(ValueError, match="^rl-s0's validation at step 320: accuracy .* is not a count of its 200"):
+        report.validation_rise_table(bad)
+    bad = copy.deepcopy(res)
+    del bad["summary"]["validation_curves"]["rl-s1"][0]
+    with pytest.raises(ValueError, match=r"^rl-s1's validation curve must run from step 0 to a later step"):
+        report.validation_rise_table(bad)

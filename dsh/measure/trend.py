@@ -1,4 +1,5 @@
-"""Did a training curve rise? The mean of its last fifth against its first fifth, with a 95 % interval.
+"""Did a training curve rise? The mean of its last fifth against its first fifth, with a 95 % interval; or a
+measured share at a run's end against its start (:func:`proportion_rise`).
 
 GRPO logs one mean reward per rollout round (:func:`dsh.experiment.run.steps.reward_curve`). Within a round the
 rollouts are not independent (a group shares its prompt), so the unit here is the round: the two fifths' round
@@ -11,6 +12,7 @@ from __future__ import annotations
 import math
 
 from ..core import validate as v
+from .calibration import wilson_interval
 
 
 def fifths_contrast(values, level: float = 0.95) -> dict | None:
@@ -35,6 +37,32 @@ def fifths_contrast(values, level: float = 0.95) -> dict | None:
     df = se2 ** 2 / ((va / k) ** 2 / (k - 1) + (vb / k) ** 2 / (k - 1))
     half = float(stats.t.ppf(0.5 + level / 2, df)) * math.sqrt(se2)
     return {"first": ma, "last": mb, "delta": mb - ma, "ci": [mb - ma - half, mb - ma + half], "n": k, "df": df}
+
+
+def proportion_rise(k_first, n_first, k_last, n_last, level: float = 0.95) -> dict:
+    """``{"first": k_first / n_first, "last": k_last / n_last, "delta": last - first, "ci": Newcombe's hybrid score
+    ``level`` interval of delta}`` for two independent binomial samples (Newcombe 1998, method 10: each share's
+    Wilson interval, :func:`dsh.measure.calibration.wilson_interval`, combined by the square-and-add rule). Where the
+    two samples answer the same questions and their outcomes correlate positively, the interval is wider than a
+    paired one would be (conservative)."""
+    from scipy import stats
+
+    if not 0 < level < 1:
+        raise ValueError(f"level must be a number in (0, 1), got {level!r}")
+    counts = []
+    for kn, nn, k, n in (("k_first", "n_first", k_first, n_first), ("k_last", "n_last", k_last, n_last)):
+        n = v.length(nn, n, 1)
+        k = v.length(kn, k, 0)
+        if k > n:
+            raise ValueError(f"{kn} must be a count between 0 and {nn} ({n}), got {k}")
+        counts.append((k, n))
+    z = float(stats.norm.ppf(0.5 + level / 2))
+    (k0, n0), (k1, n1) = counts
+    p0, p1 = k0 / n0, k1 / n1
+    (l0, u0), (l1, u1) = wilson_interval(k0, n0, z), wilson_interval(k1, n1, z)
+    d = p1 - p0
+    return {"first": p0, "last": p1, "delta": d,
+            "ci": [d - math.sqrt((p1 - l1) ** 2 + (u0 - p0) ** 2), d + math.sqrt((u1 - p1) ** 2 + (p0 - l0) ** 2)]}
 
 
 def verdict(contrast: dict | None) -> str:

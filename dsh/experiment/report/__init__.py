@@ -88,4 +88,5 @@ from .training import (  # noqa: F401
     seed_deltas,
     seed_estimates,
     timings_table,
+    validation_rise_table,
 )
