@@ -1,7 +1,8 @@
 """The opt-in fast paths of training and evaluation reach the code that runs them: the float16 KV cache
-(``EvalSettings.kv_cache``, ``TrainConfig.rollout_kv_cache``) and the packed attention in C
-(``TrainConfig.packed_attention``). Their values are tested where they are computed (test_kernels,
-test_packed_attention); here: the settings, their errors, and that a run uses what it was given."""
+(``EvalSettings.kv_cache``, ``TrainConfig.rollout_kv_cache``), the packed attention in C
+(``TrainConfig.packed_attention``) and GRPO's update in bfloat16 products (``TrainConfig.update_precision``). Their
+values are tested where they are computed (test_kernels, test_packed_attention); here: the settings, their errors,
+and that a run uses what it was given."""
 
 import dataclasses
 
@@ -28,6 +29,44 @@ def test_settings_keys_and_one_line_errors():
     with pytest.raises(ValueError, match=r"^packed_attention 'kernels' attends over packed rows: it needs padding_free"):
         TrainConfig(method="sft", packed_attention="kernels", padding_free=False)
     assert TrainConfig(method="sft", packed_attention="kernels", padding_free=True).packed_attention == "kernels"
+    with pytest.raises(ValueError, match=r"^update_precision must be one of float32, bfloat16; got 'fp16'"):
+        TrainConfig(method="grpo", update_precision="fp16")
+    with pytest.raises(ValueError, match=r"^update_precision applies to GRPO's update; method 'sft' needs float32"):
+        TrainConfig(method="sft", update_precision="bfloat16")
+    assert TrainConfig(method="grpo", update_precision="bfloat16").update_precision == "bfloat16"
+
+
+@pytest.mark.slow   # loads the shipped base
+def test_bfloat16_layers_round_only_the_layers_products_and_leave_the_model_as_it_was():
+    import torch
+
+    from dsh.llm import packing
+    from dsh.llm.models import load
+    from dsh.training.grpo_trainer import bfloat16_layers
+    from dsh.training.laptop_base import SHIPPED_BASE
+
+    m, _ = load(str(SHIPPED_BASE))
+    m.set_attn_implementation(packing.register("kernels"))
+    ids = torch.randint(3, 60, (1, 600), generator=torch.Generator().manual_seed(0))
+    pos = torch.cat([torch.arange(200)] * 3)[None]
+    dtypes = []
+    hook = m.model.layers[0].mlp.down_proj.register_forward_hook(lambda mod, i, o: dtypes.append(o.dtype))
+
+    def logits():
+        return m(input_ids=ids, position_ids=pos).logits
+
+    before = logits()
+    with bfloat16_layers(m) as layers:
+        low = logits()
+    after = logits()
+    hook.remove()
+    assert len(layers) == len(m.model.layers) and dtypes == [torch.float32, torch.bfloat16, torch.float32]
+    assert low.dtype == torch.float32 and torch.equal(before, after)           # the LM head float32; restored
+    diff = (torch.log_softmax(low, -1) - torch.log_softmax(before, -1)).abs()
+    assert 0 < diff.mean() < 0.05                                              # rounded, not another model
+    with pytest.raises(ValueError, match="^update_precision bfloat16 needs a model with decoder layers"):
+        with bfloat16_layers(torch.nn.Linear(2, 2)):
+            pass
 
 
 def _spy_engines(monkeypatch) -> list:
@@ -76,3 +115,29 @@ def test_grpo_rollouts_validation_and_update_use_the_paths_they_name(tmp_path, m
     assert s["global_step"] == 2 and s["generation_backend"] == "dsh"
     assert seen and set(seen) == {"float16"}                   # the rollouts' engine and every validation pass
     assert calls                                              # the update's and the scoring's attention in C
+
+
+@pytest.mark.slow   # trains: two GRPO steps of the laptop preset from the shipped base, twice
+def test_grpo_update_precision_changes_only_the_update(tmp_path, monkeypatch):
+    import json
+
+    from dsh.llm.models import weights_digest
+    from dsh.training import grpo_trainer
+    from dsh.training.laptop_base import SHIPPED_BASE
+    from dsh.training.train import train
+
+    entered, layers = [], grpo_trainer.bfloat16_layers
+    monkeypatch.setattr(grpo_trainer, "bfloat16_layers", lambda m: entered.append(1) or layers(m))
+    runs = {}
+    for precision in ("float32", "bfloat16"):
+        cfg = resolve("grpo", "laptop", model=str(SHIPPED_BASE), output_dir=str(tmp_path / precision), max_steps=2,
+                      generation_batch_size=32, per_device_train_batch_size=16, max_completion_length=48,
+                      validation_every=0, save_steps=10 ** 6, report_to=(), packed_attention="kernels",
+                      update_precision=precision)
+        train(cfg)
+        runs[precision] = (len(entered), weights_digest(tmp_path / precision / "final"),
+                           json.loads((tmp_path / precision / "run_config.json").read_text())["dsh"]["update_precision"])
+        entered.clear()
+    assert runs["float32"][0] == 0 and runs["bfloat16"][0] == 2          # one update pass a step, never scoring
+    assert runs["float32"][1] != runs["bfloat16"][1]
+    assert [r[2] for r in runs.values()] == ["float32", "bfloat16"]

@@ -54,9 +54,10 @@ def packed_causal_attention(q, k, v, cu, scale: float):
     why = kernels.unavailable()
     if why:
         raise RuntimeError(f"packed_causal_attention needs the C kernels: {why}")
-    if q.dtype != torch.float32 or q.device.type != "cpu" or k.shape != q.shape or v.shape != q.shape:
+    if ({t.dtype for t in (q, k, v)} != {torch.float32} or {t.device.type for t in (q, k, v)} != {"cpu"}
+            or k.shape != q.shape or v.shape != q.shape):
         raise ValueError(f"q, k, v must be float32 CPU tensors of one shape [H, T, D]; got {tuple(q.shape)} "
-                         f"{q.dtype} on {q.device}, k {tuple(k.shape)}, v {tuple(v.shape)}")
+                         f"{q.dtype} on {q.device}, k {tuple(k.shape)} {k.dtype}, v {tuple(v.shape)} {v.dtype}")
     cu = cu.to(dtype=torch.int64, device="cpu").contiguous()
     if cu.numel() < 2 or int(cu[0]) != 0 or int(cu[-1]) != q.shape[1] or bool((cu.diff() < 0).any()):
         raise ValueError(f"cu must rise from 0 to T={q.shape[1]}; got {cu.tolist()[:8]}...")

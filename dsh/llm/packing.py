@@ -104,6 +104,10 @@ def varlen_attention_forward(module, query, key, value, attention_mask, dropout:
     rep = query.shape[1] // key.shape[1]
     if rep > 1:
         key, value = key.repeat_interleave(rep, 1), value.repeat_interleave(rep, 1)
+    if len({query.dtype, key.dtype, value.dtype}) > 1 or (kernels and query.dtype == torch.bfloat16):
+        # under autocast (TrainConfig.update_precision) the projections come out bfloat16 and the rotary embedding
+        # turns queries and keys back to float32: attention is computed in float32
+        query, key, value = query.float(), key.float(), value.float()
     if kernels and query.dtype == torch.float32 and query.device.type == "cpu":
         from .packed_attention import packed_causal_attention
 

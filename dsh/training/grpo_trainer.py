@@ -4,6 +4,7 @@ with ``padding_free``, its rounds split into steps of similar length and its log
 
 from __future__ import annotations
 
+import contextlib
 import time
 
 import torch
@@ -22,6 +23,7 @@ class EngineGRPOTrainer(GRPOTrainer):
     rollout_kv_cache = "float32"  # the engine's KV cache dtype (float16: half the bytes its CPU attention reads)
     stop_after = None            # (token id, n): a rollout ends right after its n-th such token (an attempt budget)
     padding_free = False         # length-sorted steps and packed log-probability passes (module docstring)
+    update_precision = "float32"  # bfloat16: the decoder layers' products in the update pass (bfloat16_layers)
     generation_seconds = 0.0     # wall time spent generating rollouts (for dsh bench)
     scoring_seconds = 0.0        # wall time of the reference and old-policy log-probabilities
     update_seconds = 0.0         # wall time of the training steps (forward, backward, optimizer)
@@ -50,12 +52,14 @@ class EngineGRPOTrainer(GRPOTrainer):
             old = self._old_logps_from_sampler(model, input_ids.shape[0], logits_to_keep)
             if old is not None:
                 return old, None, None
-            if not self.padding_free or any(multimodal.get(k) is not None for k in MULTIMODAL):
-                return super()._get_per_token_logps_and_entropies(
-                    model, input_ids, attention_mask, logits_to_keep, batch_size=batch_size,
-                    compute_entropy=compute_entropy, compute_aux_loss=compute_aux_loss, **multimodal)
-            return self._packed_logps(model, input_ids, attention_mask, logits_to_keep, batch_size,
-                                      compute_entropy, compute_aux_loss)
+            low = self.update_precision == "bfloat16" and torch.is_grad_enabled()
+            with bfloat16_layers(model) if low else contextlib.nullcontext():
+                if not self.padding_free or any(multimodal.get(k) is not None for k in MULTIMODAL):
+                    return super()._get_per_token_logps_and_entropies(
+                        model, input_ids, attention_mask, logits_to_keep, batch_size=batch_size,
+                        compute_entropy=compute_entropy, compute_aux_loss=compute_aux_loss, **multimodal)
+                return self._packed_logps(model, input_ids, attention_mask, logits_to_keep, batch_size,
+                                          compute_entropy, compute_aux_loss)
         finally:
             if not torch.is_grad_enabled():
                 self.scoring_seconds += time.perf_counter() - t0
@@ -158,3 +162,29 @@ class EngineGRPOTrainer(GRPOTrainer):
         for i, lp in enumerate(sampled):
             out[i, :min(keep, len(lp))] = torch.tensor(lp[:keep])
         return out.to(next(model.parameters()).device)
+
+
+@contextlib.contextmanager
+def bfloat16_layers(model):
+    """Inside it, every decoder layer of ``model`` (a module whose class name ends in ``DecoderLayer``) runs under
+    CPU autocast to bfloat16: its matrix products take bfloat16 inputs and accumulate in float32, their outputs
+    bfloat16 (the residual sums, norms and attention stay float32: :mod:`dsh.llm.packing` attends in float32); the
+    embedding, the final norm and the LM head, outside the layers, stay float32, so log-probabilities are computed
+    from float32 logits. Gradients flow back to the float32 weights. On leaving, the layers are as before."""
+    layers = [m for m in model.modules() if type(m).__name__.endswith("DecoderLayer")]
+    if not layers:
+        raise ValueError(f"update_precision bfloat16 needs a model with decoder layers; {type(model).__name__} has none")
+    for layer in layers:
+        layer.forward = _autocast(layer.forward)
+    try:
+        yield layers
+    finally:
+        for layer in layers:
+            del layer.forward             # the class's forward again
+
+
+def _autocast(forward):
+    def run(*args, **kwargs):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            return forward(*args, **kwargs)
+    return run

@@ -16,6 +16,7 @@ from ..task.problems import parse_level
 from ..task.traces import GRANULARITIES
 
 METHODS = ("sft", "sft_reflection", "dft", "grpo")
+UPDATE_PRECISIONS = ("float32", "bfloat16")     # TrainConfig.update_precision (dsh.training.grpo_trainer)
 
 
 def _field(default, help: str):
@@ -84,6 +85,11 @@ class TrainConfig:
                                    "torch call per example (torch) or by dsh's C kernels, every example and head in "
                                    "one call (kernels: 2-4x faster at the tiny model's head size, equal up to float "
                                    "rounding; dsh.llm.packed_attention)")
+    update_precision: str = _field("float32", "GRPO on the CPU: the matrix products of the decoder layers in the "
+                                   "update's pass (the policy's log-probabilities with gradients) in float32, or in "
+                                   "bfloat16 under CPU autocast (~3x float32's products where the CPU has AVX512_BF16); "
+                                   "weights, optimizer state, norms, attention, the LM head and every pass without "
+                                   "gradients (reference, old policy, validation, rollouts) stay float32")
     # optimization
     learning_rate: float = _field(1e-5, "peak learning rate")
     lr_scheduler_type: str = _field("cosine", "transformers scheduler: cosine, constant, linear ...")
@@ -207,6 +213,10 @@ class TrainConfig:
             raise ValueError("packed_attention 'kernels' attends over packed rows: it needs padding_free=true "
                              "(or packed_attention=torch)")
         v.choice("rollout_kv_cache", self.rollout_kv_cache, KV_CACHE)
+        v.choice("update_precision", self.update_precision, UPDATE_PRECISIONS)
+        if self.update_precision != "float32" and self.method != "grpo":
+            raise ValueError(f"update_precision applies to GRPO's update; method {self.method!r} needs float32, got "
+                             f"{self.update_precision!r}")
         self._check_sampling()
         self.report_to = tuple(self.report_to or ())
         for r in self.report_to:
