@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from dsh.core.provenance import cpu_flags
 from dsh.experiment.bench import baselines
 from dsh.experiment.bench import compare as bench
 from dsh.experiment.bench import tiny as bench_tiny
@@ -71,10 +72,14 @@ def test_bench_cli_on_cpu(tmp_path):
         ct2 = [x for x in samp if x["path"].startswith(baselines.CT2_PATH)]
         assert ct2 and all(x["ratio_to_ctranslate2"] == 1.0 and x["ctranslate2"] for x in ct2)
     grpo = tiny["grpo"]
-    assert [x["backend_used"] for x in grpo] == ["dsh", "trl", "dsh", "dsh"] and grpo[0]["ratio_to_before"] == 1.0
-    assert [x["completions_per_round"] for x in grpo] == [32, 256, 256, 256]
-    assert [x["packed_attention"] for x in grpo] == ["torch"] * 3 + ["kernels"]
-    assert grpo[3]["rollout_kv_cache"] == bench_tiny.fast_paths()["rollout_kv_cache"]
+    gpaths = bench_tiny.grpo_paths()
+    assert [x["path"] for x in grpo] == list(gpaths) and len(gpaths) == (5 if "avx512_bf16" in cpu_flags() else 4)
+    assert [x["backend_used"] for x in grpo] == ["dsh", "trl"] + ["dsh"] * (len(gpaths) - 2)
+    assert grpo[0]["ratio_to_before"] == 1.0
+    assert [x["completions_per_round"] for x in grpo] == [32] + [256] * (len(gpaths) - 1)
+    assert [x["packed_attention"] for x in grpo] == ["torch"] * 3 + ["kernels"] * (len(gpaths) - 3)
+    assert all(x["rollout_kv_cache"] == bench_tiny.fast_paths()["rollout_kv_cache"] for x in grpo[3:])
+    assert [x["update_precision"] for x in grpo] == ["float32"] * 4 + ["bfloat16"] * (len(gpaths) - 4)
     for x in grpo:
         assert x["rollouts"] == 8 * 32 and x["rollouts_per_s"] > 0
         assert x["rollout_tokens_per_s"] == pytest.approx(x["rollouts_per_s"] * x["mean_completion_tokens"])

@@ -27,8 +27,9 @@ baseline in the same run, and against the machine's roofline measured in the sam
   through the engine's torch path, padded batches), TRL's own generation path (``model.generate``) in the
   preset's configuration, and the preset as it is; rollouts per second end to end (trainer wall time) with the
   time split (sampling, reference/old-policy scoring, update); and the preset with its opt-in fast paths
-  (:func:`fast_paths`: the packed attention in C, a float16 KV cache); the preset's validation passes (p_s, p_dC,
-  p_dW measured along a run) are turned off in all four.
+  (:func:`fast_paths`: the packed attention in C, a float16 KV cache), and with the update's products in bfloat16
+  as well where the CPU has bfloat16 dot products (:func:`grpo_paths`); the preset's validation passes (p_s, p_dC,
+  p_dW measured along a run) are turned off in all of them.
 - **evaluation**: ``dsh evaluate`` of the shipped base on the laptop ladder (the preset's settings) through the
   engine's torch path at 64 rows (the baseline), the preset's path, and that path with a float16 KV cache (where
   the CPU has half floats), interleaved; each one's share of responses identical to the baseline's (the same
@@ -273,7 +274,16 @@ def add_rooflines(rows: list, peaks: dict) -> None:
 GRPO_PATHS = ("the baseline: a round of 32 per step, engine's torch path, padded",
               "TRL's generation (model.generate), the preset's rounds, padding-free",
               "dsh laptop preset: rounds of 256, CPU path, padding-free",
-              "the preset with the fast paths: packed attention in C, float16 KV cache")
+              "the preset with the fast paths: packed attention in C, float16 KV cache",
+              "the fast paths and the update's products in bfloat16")
+BF16_FLAG = "avx512_bf16"   # the bfloat16 update path runs where the CPU has bfloat16 dot products
+
+
+def grpo_paths() -> tuple:
+    """The GRPO paths measured on this machine: :data:`GRPO_PATHS`, the last (the update's products in bfloat16,
+    ``TrainConfig.update_precision``) only where the CPU has :data:`BF16_FLAG` (elsewhere bfloat16 products are
+    emulated, slower than float32's)."""
+    return GRPO_PATHS if BF16_FLAG in cpu_flags() else GRPO_PATHS[:-1]
 
 
 def fast_paths() -> dict:
@@ -299,7 +309,8 @@ def grpo_rows(size: TinySize, workdir: Path, seed: int = 0) -> list:
     runs = ((GRPO_PATHS[0], dict(generation_batch_size=32, padding_free=False), True),
             (GRPO_PATHS[1], dict(generation_backend="trl"), False),
             (GRPO_PATHS[2], {}, False),
-            (GRPO_PATHS[3], fast_paths(), False))
+            (GRPO_PATHS[3], fast_paths(), False),
+            (GRPO_PATHS[4], {**fast_paths(), "update_precision": "bfloat16"}, False))[:len(grpo_paths())]
     out = []
     for k, (label, over, old) in enumerate(runs):
         cfg = resolve("grpo", LAPTOP.name, output_dir=str(workdir / f"grpo_{k}"), **common, **over)
@@ -315,7 +326,7 @@ def grpo_rows(size: TinySize, workdir: Path, seed: int = 0) -> list:
                     "generation_s": s["generation_s"], "scoring_s": s["scoring_s"], "update_s": s["update_s"],
                     "other_s": s["wall_s"] - s["generation_s"] - s["scoring_s"] - s["update_s"],
                     "backend_used": s["generation_backend"],
-                    **{k: getattr(cfg, k) for k in ("packed_attention", "rollout_kv_cache")}})
+                    **{k: getattr(cfg, k) for k in ("packed_attention", "rollout_kv_cache", "update_precision")}})
     for r in out:
         r["ratio_to_before"] = r["rollouts_per_s"] / out[0]["rollouts_per_s"]
         # rollouts per second depend on how long the paths' rollouts are (the path before updates its policy every
