@@ -102,6 +102,11 @@ def fmt_interval(acc, lo, hi):
     return f"{100 * acc:.1f} ({100 * lo:.1f}, {100 * hi:.1f})"
 
 
+def signed_interval(x, ci) -> str:
+    """A signed estimate and its interval to three decimals: ``+0.125 (+0.046, +0.202)``."""
+    return f"{x:+.3f} ({ci[0]:+.3f}, {ci[1]:+.3f})"
+
+
 def reward_trend(curve: list[dict]) -> tuple:
     """A GRPO reward curve's last-fifth-minus-first-fifth contrasts (:func:`dsh.measure.trend.fifths_contrast`) of
     its mean reward and of its share of zero-variance groups."""

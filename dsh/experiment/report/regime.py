@@ -12,7 +12,7 @@ from ...measure.claims import block, graded
 from ...measure.trend import level_slope
 from ...task.problems import parse_level
 from ..run.pipeline import plan_of
-from .frame import effective, first_wrong, reward_trend, seeds_of
+from .frame import effective, first_wrong, reward_trend, seeds_of, signed_interval
 
 REGIME_POINTS = {   # the points the graded experiment was built to meet (chapter 07), each per training seed
     "base": "the base answers >= 5 % right on every level",
@@ -60,8 +60,7 @@ def regime_rows(results: dict) -> list[dict]:
             kappa = [b.get("kappa") for b in pb]
             wrong = [first_wrong(levels[lv]) for lv in g]
             row.update({"SFT (reflection): graded levels": ", ".join(g) or "-", "outside fine-tuning": len(out),
-                        "p_s slope per digit (95 %)": f"{fit['slope']:+.3f} ({fit['ci'][0]:+.3f}, {fit['ci'][1]:+.3f})"
-                        if fit else "-",
+                        "p_s slope per digit (95 %)": signed_interval(fit["slope"], fit["ci"]) if fit else "-",
                         "probe: lowest agreement / kappa": f"{min(agree):.2f} / {min(kappa):.2f}"
                         if g and None not in agree and None not in kappa else "-",
                         "fewest wrong first attempts": min(wrong) if wrong else None})
@@ -78,7 +77,7 @@ def regime_rows(results: dict) -> list[dict]:
             t, z = reward_trend(curve)
             n = ((s.get("training") or {}).get(rl) or {}).get("rollouts")
             row.update({"GRPO: mixed groups, first fifth": round(1 - z["first"], 3) if z else None,
-                        "reward rise (95 %)": f"{t['delta']:+.3f} ({t['ci'][0]:+.3f}, {t['ci'][1]:+.3f})" if t else "-",
+                        "reward rise (95 %)": signed_interval(t["delta"], t["ci"]) if t else "-",
                         "rollouts": n})
             met.update({"mixed": bool(z) and 1 - z["first"] >= 0.5, "rise": bool(t) and t["ci"][0] > 0,
                         "rollouts": n is not None and n >= 10_000})
@@ -219,7 +218,6 @@ def round4_table(round4: dict) -> pd.DataFrame:
                      "p_dC": round(m["p_d_given_correct"], 3), "p_dW": round(m["p_d_given_wrong"], 3),
                      "accuracy": round(m["observed_accuracy"], 3),
                      "mixed groups, first fifth": round(v["mixed_first_fifth"], 3) if first else None,
-                     "reward rise (95 %)": f"{v['reward_rise']:+.3f} ({v['reward_rise_ci'][0]:+.3f}, "
-                                           f"{v['reward_rise_ci'][1]:+.3f})" if first else "",
+                     "reward rise (95 %)": signed_interval(v["reward_rise"], v["reward_rise_ci"]) if first else "",
                      "rule holds": holds if first else None})
     return pd.DataFrame(rows)

@@ -11,7 +11,7 @@ from ...measure.trend import proportion_rise
 from ...measure.trend import verdict as trend_verdict
 from ..run.pipeline import plan_of
 from ..run.presets import get
-from .frame import calibration_by_kind, results_first, reward_trend, seeds_of
+from .frame import calibration_by_kind, results_first, reward_trend, seeds_of, signed_interval
 
 DELTA_KEYS = (("p_s", "Δp_s"), ("p_d_given_correct", "Δp_dC"), ("p_d_given_wrong", "Δp_dW"),
               ("observed_accuracy", "Δaccuracy"))
@@ -116,7 +116,7 @@ def reward_trend_table(results: dict) -> pd.DataFrame:
         row = {"stage": x["name"], "rollouts": (train.get(x["name"]) or {}).get("rollouts"), "rounds": len(c)}
         if t is not None:
             row.update({"reward first fifth": round(t["first"], 3), "reward last fifth": round(t["last"], 3),
-                        "difference (95 % interval)": f"{t['delta']:+.3f} ({t['ci'][0]:+.3f}, {t['ci'][1]:+.3f})",
+                        "difference (95 % interval)": signed_interval(t["delta"], t["ci"]),
                         "verdict": trend_verdict(t), "zero-variance groups first / last":
                         f"{z['first']:.2f} / {z['last']:.2f}"})
         rows.append(row)
@@ -144,7 +144,7 @@ def validation_rise_table(results: dict) -> pd.DataFrame:
         t = proportion_rise(k0, first["n"], k1, last["n"])
         rows.append({"stage": x["name"], "questions": first["n"], "last step": last["step"],
                      "accuracy at step 0": round(t["first"], 3), "accuracy at the end": round(t["last"], 3),
-                     "rise (95 % interval)": f"{t['delta']:+.3f} ({t['ci'][0]:+.3f}, {t['ci'][1]:+.3f})",
+                     "rise (95 % interval)": signed_interval(t["delta"], t["ci"]),
                      "verdict": trend_verdict(t)})
     return pd.DataFrame(rows)
 

@@ -168,8 +168,7 @@ def run_pipeline(preset: str = DEFAULT, results_dir: str | None = None, runs_dir
         if a.resolve() in b.resolve().parents:
             raise ValueError(f"{bn} {b} must not lie inside {an} {a}: each folder's check would find the other's "
                              f"files; choose two separate folders")
-    # the model by content (dsh.llm.models.model_digest): a relative and an absolute path of one base are one run
-    ident = folders.identity(p.name, _plan_rows(plan_), chosen, model_digest(model), portable(overrides or {}), seed)
+    ident = claim_identity(p, plan_, chosen, model, overrides, seed)
     v.output_path("results_dir", results, kind="folder")      # before the lock makes the runs folder's parent
     v.output_path("runs_dir", runs, kind="folder")
     with exclusive(runs, f"runs_dir {runs} is in use by another dsh pipeline; wait for it or choose another "
@@ -261,6 +260,13 @@ def _summary(p, model, chosen, settings, seed, clock: Clock, train_summaries, cf
 
 
 TEST_SEED = 0   # the evaluation seed whose test questions every preset's training sets leave out
+
+
+def claim_identity(p, plan_, chosen, model, overrides=None, seed: int = TEST_SEED) -> dict:
+    """What a run of preset ``p`` claims its folders with (:func:`dsh.experiment.run.folders.identity`): its plan
+    ``plan_`` (stages), the stage names ``chosen``, the model by content (:func:`dsh.llm.models.model_digest`: a
+    relative and an absolute path of one base are one run), its overrides and the evaluation seed."""
+    return folders.identity(p.name, _plan_rows(plan_), chosen, model_digest(model), portable(overrides or {}), seed)
 
 
 RESULTS_LAYOUT = ("summary.json", "calibration/<stage>.json", "generations/<stage>.jsonl.gz", "probe/<stage>.json",

@@ -118,11 +118,9 @@ def step_validate():
 
 def identity(p):
     """The identity the pipeline claims its folders with for a run of preset ``p`` (every stage, the test seed)."""
-    from dsh.experiment.run import folders, pipeline
-    from dsh.llm.models import model_digest
+    from dsh.experiment.run.pipeline import claim_identity
     plan_ = p.plan_stages(None, None)
-    return folders.identity(p.name, pipeline._plan_rows(plan_), [s.name for s in plan_], model_digest(p.model), {},
-                            pipeline.TEST_SEED)
+    return claim_identity(p, plan_, [s.name for s in plan_], p.model)
 
 
 def claimed(p):

@@ -56,12 +56,11 @@ def claimed(p):
     """The runs and results folders claimed for the pipeline run of preset ``p`` (claim records as the pipeline
     writes them on empty folders); the results folder holding the committed job records, calibrations, generations,
     probes and attribution studies of the stages round 5 keeps."""
-    from dsh.experiment.run import folders, pipeline
-    from dsh.llm.models import model_digest
+    from round4 import identity  # the design script beside this one
+
+    from dsh.experiment.run import folders
     runs, results = RUNS / "runs", RUNS / "results"
-    plan_ = p.plan_stages(None, None)
-    ident = folders.identity(p.name, pipeline._plan_rows(plan_), [s.name for s in plan_], model_digest(p.model), {},
-                             pipeline.TEST_SEED)
+    ident = identity(p)
     if not (runs / folders.CLAIM).is_file():
         runs.mkdir(parents=True)
         folders.claim({"runs_dir": runs}, ident)

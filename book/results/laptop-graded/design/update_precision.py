@@ -20,13 +20,9 @@ HERE = Path(__file__).resolve().parent
 RESULTS = HERE.parent
 
 
-def rounds_without_eos(run: Path) -> float:
-    rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines() if x.strip()]
-    r = [x["completions/clipped_ratio"] for x in rows if "time/rollout_s" in x and "completions/clipped_ratio" in x]
-    return sum(r) / len(r)
-
-
 def measured(run: Path, curve: list, val: list, summ: dict) -> dict:
+    from round4 import without_eos  # the design script beside this one
+
     from dsh.measure.trend import fifths_contrast, proportion_rise
 
     t = fifths_contrast([r["reward"] for r in curve])
@@ -37,7 +33,7 @@ def measured(run: Path, curve: list, val: list, summ: dict) -> dict:
             "reward_rise": t["delta"], "reward_rise_ci": t["ci"], "mixed_first_fifth": 1 - z["first"],
             "validation_rise": rise["delta"], "validation_rise_ci": rise["ci"],
             "seconds": {k: summ.get(k) for k in ("wall_s", "generation_s", "scoring_s", "update_s")},
-            **({"rounds_without_eos": rounds_without_eos(run)} if run else {}),
+            **({"rounds_without_eos": without_eos(run)} if run else {}),
             "validation": [{k: r.get(k) for k in ("step", "observed_accuracy", "p_s", "p_d_given_correct",
                                                     "p_d_given_wrong", "truncated", "capped")} for r in val]}
 
