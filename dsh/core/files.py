@@ -214,39 +214,42 @@ def _read_lines(p: Path, strict: bool, check, recs: list) -> None:
             recs.append(r)
 
 
-def gzip_copy(src, dst) -> Path:
-    """``src`` gzipped into ``dst`` atomically, with no file name and no timestamp in the header: the same input
-    gives the same bytes (a name given to ``GzipFile`` would be the temporary file's, random)."""
+def write_gz(path, fill) -> Path:
+    """What ``fill(stream)`` writes, gzipped into ``path`` atomically, with no file name and no timestamp in the
+    header: the same content gives the same bytes (a name given to ``GzipFile`` would be the temporary file's,
+    random)."""
 
     def w(tmp):
-        with open(src, "rb") as f, open(tmp, "wb") as raw, gzip.GzipFile(filename="", fileobj=raw, mode="wb",
-                                                                          mtime=0) as g:
+        with open(tmp, "wb") as raw, gzip.GzipFile(filename="", fileobj=raw, mode="wb", mtime=0) as g:
+            fill(g)
+
+    return atomic_write(path, w)
+
+
+def gzip_copy(src, dst) -> Path:
+    """``src`` gzipped into ``dst`` (:func:`write_gz`: the same input gives the same bytes)."""
+
+    def fill(g):
+        with open(src, "rb") as f:
             shutil.copyfileobj(f, g)
 
-    return atomic_write(dst, w)
+    return write_gz(dst, fill)
 
 
 def write_jsonl_gz(path, records) -> Path:
-    """Records as gzipped JSON lines, atomically, with the same header as :func:`gzip_copy` (the same records give
-    the same bytes)."""
+    """Records as gzipped JSON lines (:func:`write_gz`: the same records give the same bytes)."""
 
-    def w(tmp):
-        with open(tmp, "wb") as raw, gzip.GzipFile(filename="", fileobj=raw, mode="wb", mtime=0) as g:
-            for r in records:
-                g.write((json.dumps(r) + "\n").encode())
+    def fill(g):
+        for r in records:
+            g.write((json.dumps(r) + "\n").encode())
 
-    return atomic_write(path, w)
+    return write_gz(path, fill)
 
 
 def write_json_gz(path, obj) -> Path:
-    """One JSON object, gzipped, atomically, with the same header as :func:`gzip_copy` (the same object gives the same
-    bytes): a study record of many thousand rows at about an eighth of its indented text."""
-
-    def w(tmp):
-        with open(tmp, "wb") as raw, gzip.GzipFile(filename="", fileobj=raw, mode="wb", mtime=0) as g:
-            g.write(json.dumps(obj).encode())
-
-    return atomic_write(path, w)
+    """One JSON object, gzipped (:func:`write_gz`: the same object gives the same bytes): a study record of many
+    thousand rows at about an eighth of its indented text."""
+    return write_gz(path, lambda g: g.write(json.dumps(obj).encode()))
 
 
 def read_json(path):
