@@ -221,6 +221,36 @@ def test_the_graded_preset_cuts_responses_at_the_attempt_budget_round_4_of_its_r
     assert presets.get("laptop").eval_settings().attempt_budget is None
 
 
+def test_round_5_runs_every_grpo_stage_s_update_in_bfloat16_and_its_table_recomputes_its_rule():
+    """RULE.md, round 5: the preset's GRPO stages (and so the KL and verdict-only ablations) update in bfloat16
+    products, as every committed GRPO stage did; the stages that sample nothing in training stay float32; the
+    validation table's rule is recomputed from update_precision.json, and one measurement over the limit breaks it."""
+    from dsh.experiment import report
+    from dsh.experiment.run import pipeline
+
+    g = presets.get("laptop-graded")
+    assert g.train_config("grpo", model="m", output_dir="o").update_precision == "bfloat16"
+    assert all(g.train_config(m, model="m", output_dir="o").update_precision == "float32"
+               for m in ("sft", "sft_reflection", "dft"))
+    assert presets.get("laptop").train_config("grpo", model="m", output_dir="o").update_precision == "float32"
+    res = pipeline.load_results(ROOT / "book/results/laptop-graded")
+    grpo = [x["name"] for x in res["summary"]["plan"] if x.get("method") == "grpo"]
+    assert len(grpo) == 12
+    assert {res["summary"]["configs"][n]["update_precision"] for n in grpo} == {"bfloat16"}
+    measured = json.loads((ROOT / "book/results/laptop-graded/design/update_precision.json").read_text())
+    t = report.round5_table(measured).set_index("update")
+    v = measured["bfloat16"]["validation"]
+    assert t.loc["bfloat16", "rule holds"] == bool(max(m["truncated"] for m in v) <= 0.05
+                                                   and measured["bfloat16"]["mixed_first_fifth"] >= 0.5)
+    # float32 reproduced round 4's run bit for bit (the same final weights)
+    assert t.loc["float32", "final weights"] == t.loc["round 4 (float32)", "final weights"]
+    bad = json.loads(json.dumps(measured))
+    bad["bfloat16"]["validation"][-1]["truncated"] = 0.051
+    assert not report.round5_table(bad).set_index("update").loc["bfloat16", "rule holds"]
+    with pytest.raises(ValueError, match="measured must be update_precision.json's contents"):
+        report.round5_table({"bfloat16": {}})
+
+
 def test_round_4_table_shows_the_validation_run_and_recomputes_its_rule():
     from dsh.experiment import report
 

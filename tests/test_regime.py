@@ -35,6 +35,9 @@ def _results(sft_p_s=(0.75, 0.7, 0.6, 0.55, 0.45, 0.35, 0.3), n=200, rise=0.1, z
                         {"name": "rl", "kind": "rl", "seed": 0}],
                "configs": {"sft_reflection": {"train_levels": FT}, "rl": {"train_levels": FT}},
                "reward_curves": {"rl": curve}, "training": {"rl": {"rollouts": rollouts}},
+               # the validation accuracy at step 0 and at the end, 200 questions: rise 0.1 -> 120 to 140 right
+               "validation_curves": {"rl": [{"step": st, "n": 200, "observed_accuracy": (120 + round(200 * r)) / 200}
+                                            for st, r in ((0, 0.0), (160, rise / 2), (320, rise))]},
                "truncation": {s: {"eval": truncated} for s in cal}}
     probe = {"sft_reflection": {"by_level": {lv: {"checks": 100, "verdict_follows_check": 0.95, "kappa": kappa}
                                              for lv in LEVELS}}}
@@ -80,6 +83,20 @@ def test_a_base_below_five_percent_on_a_level_and_missing_stages_read_as_such():
     assert met["mixed"] is met["rise"] is met["rollouts"] is None and met["graded"] is True
 
 
+def test_the_rise_point_is_the_validation_accuracy_s_and_the_reward_s_fifths_only_show():
+    """The rise point reads the validation curve (Newcombe's interval of 120 -> 140 of 200 lies above 0, of 120 ->
+    130 does not), whatever the reward's fifths say; a run without a validation curve cannot be judged."""
+    r = _results(rise=0.0)                      # a flat reward and a flat validation accuracy
+    r["summary"]["validation_curves"]["rl"][-1]["observed_accuracy"] = 140 / 200
+    (row,) = report.regime_rows(r)
+    assert row["met"]["rise"] is True and row["validation accuracy rise (95 %)"].startswith("+0.100 (+0.0")
+    assert row["reward, last fifth - first (95 %)"].startswith(("+0.00", "-0.00"))
+    r["summary"]["validation_curves"]["rl"][-1]["observed_accuracy"] = 130 / 200
+    assert _met(r)["rise"] is False
+    del r["summary"]["validation_curves"]
+    assert _met(r)["rise"] is None
+
+
 def test_level_slope_recovers_a_known_slope_and_covers_it():
     rng = random.Random(1)
     covered = 0
@@ -120,7 +137,7 @@ def test_run_time_sums_the_stages_and_estimates_the_resumed_ones_by_their_method
     r["summary"]["timings_s"] = {"evaluate_base": 4.0, "evaluate_sft_reflection": 10.0, "evaluate_rl": 0.0,
                                  "evaluate_rl2": 12.0, "probe_sft_reflection": 5.0}
     got = report.run_time(r)
-    assert got["estimated"] == ["rl2"]
+    assert got["estimated"] == ["rl2"] and got["reused"] == ["rl"]
     by = {x["stage"]: x for x in got["stages"]}
     assert by["rl2"]["train_s"] == 600.0 and by["rl"]["evaluate_s"] == 10.0      # median of 4, 10, 12
     assert by["base"]["probe_s"] == 5.0 and "train_s" not in by["base"]

@@ -49,6 +49,7 @@ from .frame import (  # noqa: F401
     reward_trend,
     row_label,
     seeds_of,
+    validation_rise,
 )
 from .regime import (  # noqa: F401
     READ_AGAIN,
@@ -58,6 +59,7 @@ from .regime import (  # noqa: F401
     regime_rows,
     regime_table,
     round4_table,
+    round5_table,
     run_time,
 )
 from .stages import (  # noqa: F401

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pandas as pd
 
 from ...measure.stage import preferred
-from ...measure.trend import fifths_contrast
+from ...measure.trend import fifths_contrast, proportion_rise
 from ...task.problems import level_index
 from ..run.pipeline import plan_of
 from ..run.presets import stage_label
@@ -111,6 +111,31 @@ def reward_trend(curve: list[dict]) -> tuple:
     """A GRPO reward curve's last-fifth-minus-first-fifth contrasts (:func:`dsh.measure.trend.fifths_contrast`) of
     its mean reward and of its share of zero-variance groups."""
     return (fifths_contrast([r["reward"] for r in curve]), fifths_contrast([r["frac_reward_zero_std"] for r in curve]))
+
+
+def validation_rise(stage: str, curve: list[dict] | None) -> dict | None:
+    """The rise of a GRPO run's validation accuracy (:mod:`dsh.training.validation`: the share of right final
+    answers on fixed validation questions, sampled as the evaluation samples) from step 0 to its last measurement,
+    with Newcombe's hybrid score 95 % interval (:func:`dsh.measure.trend.proportion_rise`; the two measurements
+    taken as independent samples, which widens the interval); None without a curve. A curve that does not run from
+    step 0 to a later step, or an accuracy that is no count of its responses, is refused in one line."""
+    if not curve:
+        return None
+    first, last = curve[0], curve[-1]
+    if first["step"] != 0 or last["step"] <= 0:
+        raise ValueError(f"{stage}'s validation curve must run from step 0 to a later step; its steps are "
+                         f"{[r['step'] for r in curve]}")
+    k0, k1 = (_right(stage, r) for r in (first, last))
+    return {**proportion_rise(k0, first["n"], k1, last["n"]), "n": first["n"], "last step": last["step"]}
+
+
+def _right(stage: str, record: dict) -> int:
+    """The number of right final answers of one validation measurement (its accuracy times its responses)."""
+    k = record["observed_accuracy"] * record["n"]
+    if abs(k - round(k)) > 1e-6:
+        raise ValueError(f"{stage}'s validation at step {record['step']}: accuracy {record['observed_accuracy']} is "
+                         f"not a count of its {record['n']} responses")
+    return int(round(k))
 
 
 def effective(level: dict, what: str, n: float) -> float:

@@ -12,7 +12,7 @@ from ...measure.claims import block, graded
 from ...measure.trend import level_slope
 from ...task.problems import parse_level
 from ..run.pipeline import plan_of
-from .frame import effective, first_wrong, reward_trend, seeds_of, signed_interval
+from .frame import effective, first_wrong, reward_trend, seeds_of, signed_interval, validation_rise
 
 REGIME_POINTS = {   # the points the graded experiment was built to meet (chapter 07), each per training seed
     "base": "the base answers >= 5 % right on every level",
@@ -21,7 +21,7 @@ REGIME_POINTS = {   # the points the graded experiment was built to meet (chapte
     "probe": "the check probe after SFT (reflection) gives agreement >= 0.9 and kappa >= 0.8 on its graded levels",
     "wrong first": "SFT (reflection) has >= 30 wrong first attempts on each of its graded levels",
     "mixed": "GRPO: >= 50 % of groups with mixed rewards in the first fifth of its rounds",
-    "rise": "GRPO: the reward rises (the last fifth minus the first, 95 % interval above 0)",
+    "rise": "GRPO: the validation accuracy rises (at the end minus at step 0, Newcombe 95 % interval above 0)",
     "rollouts": "GRPO: >= 10,000 rollouts",
     "truncated": "no stage has more than 5 % of its evaluation responses at the token limit",
 }
@@ -32,10 +32,12 @@ def regime_rows(results: dict) -> list[dict]:
     per-level accuracy; SFT (reflection)'s graded levels (p_s in the band of :func:`dsh.measure.claims.graded`),
     those outside its fine-tuning levels, and the slope of its p_s on the multiplicand's digits with its interval
     (:func:`dsh.measure.trend.level_slope`); the check probe's lowest agreement and kappa on the graded levels and
-    their fewest wrong first attempts; GRPO's share of mixed-reward groups in the first fifth of its rounds, the rise
-    of its reward (:func:`dsh.measure.trend.fifths_contrast`) and its rollouts; the largest share of evaluation
-    responses at the token limit over the seed's stages and the base. Each row says which points it meets (``met``:
-    {point: bool, or None where the stage is missing})."""
+    their fewest wrong first attempts; GRPO's share of mixed-reward groups in the first fifth of its rounds, the
+    rise of its validation accuracy from step 0 to its last measurement (the point:
+    :func:`dsh.experiment.report.frame.validation_rise`), the reward's last fifth minus its first
+    (:func:`dsh.measure.trend.fifths_contrast`; shown, governing nothing) and its rollouts; the largest share of
+    evaluation responses at the token limit over the seed's stages and the base. Each row says
+    which points it meets (``met``: {point: bool, or None where the stage is missing})."""
     s, cal, probe = results["summary"], results["calibration"], results.get("probe") or {}
     plan_ = plan_of(results)
     trunc = {k: (t or {}).get("eval") for k, t in (s.get("truncation") or {}).items()}
@@ -75,11 +77,13 @@ def regime_rows(results: dict) -> list[dict]:
         curve = (s.get("reward_curves") or {}).get(rl) if rl else None
         if curve:
             t, z = reward_trend(curve)
+            v = validation_rise(rl, ((s.get("validation_curves") or {}).get(rl)))
             n = ((s.get("training") or {}).get(rl) or {}).get("rollouts")
             row.update({"GRPO: mixed groups, first fifth": round(1 - z["first"], 3) if z else None,
-                        "reward rise (95 %)": signed_interval(t["delta"], t["ci"]) if t else "-",
+                        "validation accuracy rise (95 %)": signed_interval(v["delta"], v["ci"]) if v else "-",
+                        "reward, last fifth - first (95 %)": signed_interval(t["delta"], t["ci"]) if t else "-",
                         "rollouts": n})
-            met.update({"mixed": bool(z) and 1 - z["first"] >= 0.5, "rise": bool(t) and t["ci"][0] > 0,
+            met.update({"mixed": bool(z) and 1 - z["first"] >= 0.5, "rise": None if v is None else v["ci"][0] > 0,
                         "rollouts": n is not None and n >= 10_000})
         else:
             met.update(dict.fromkeys(("mixed", "rise", "rollouts")))
@@ -97,8 +101,9 @@ def run_time(results: dict) -> dict:
     resumed: a reused step's time is 0 in the summary's ``timings_s``, and a training resumed from a checkpoint
     records only its last piece). Per stage: its method, the training's own wall time (``training[stage]["wall_s"]``)
     unless it was resumed, then the median of its method's stages trained in one piece (``estimated``); its
-    evaluation and probe as timed (the median of the other stages' where reused). ``{"stages": [...], "total_s",
-    "estimated": [stages]}`` (the base's own steps included, the base's training not: it is shipped)."""
+    evaluation and probe as timed (the median of the other stages' where reused: ``reused``). ``{"stages": [...],
+    "total_s", "estimated": [stages], "reused": [stages]}`` (the base's own steps included, the base's training
+    not: it is shipped)."""
     s = results["summary"]
     train, times = s.get("training") or {}, s.get("timings_s") or {}
     plan_ = plan_of(results)
@@ -108,7 +113,7 @@ def run_time(results: dict) -> dict:
         if x.get("method") and t.get("wall_s") is not None and not t.get("resumed_from"):
             whole.setdefault(x["method"], []).append(t["wall_s"])
     steps = {k: [x for n, x in times.items() if n.startswith(k + "_") and x > 0] for k in ("evaluate", "probe")}
-    rows, estimated = [], []
+    rows, estimated, reused = [], [], []
     for x in plan_:
         t, row = train.get(x["name"]) or {}, {"stage": x["name"], "method": x.get("method")}
         if x.get("method"):
@@ -120,9 +125,11 @@ def run_time(results: dict) -> dict:
         for k in ("evaluate", "probe"):
             got = times.get(f"{k}_{x['name']}") or 0.0
             row[f"{k}_s"] = got if got > 0 or not steps[k] else statistics.median(steps[k])
+        if not times.get(f"evaluate_{x['name']}"):
+            reused.append(x["name"])
         rows.append(row)
     total = sum(r.get("train_s") or 0.0 for r in rows) + sum(r["evaluate_s"] + r["probe_s"] for r in rows)
-    return {"stages": rows, "total_s": round(total, 1), "estimated": estimated}
+    return {"stages": rows, "total_s": round(total, 1), "estimated": estimated, "reused": reused}
 
 
 READ_AGAIN = {"accuracy": "observed_accuracy", "p_s": "p_s", "p_dC": "p_d_given_correct", "p_dW": "p_d_given_wrong"}
@@ -220,4 +227,28 @@ def round4_table(round4: dict) -> pd.DataFrame:
                      "mixed groups, first fifth": round(v["mixed_first_fifth"], 3) if first else None,
                      "reward rise (95 %)": signed_interval(v["reward_rise"], v["reward_rise_ci"]) if first else "",
                      "rule holds": holds if first else None})
+    return pd.DataFrame(rows)
+
+
+def round5_table(measured: dict) -> pd.DataFrame:
+    """Round 5 of the graded design (``book/results/laptop-graded/design/update_precision.json``): GRPO seed 0 from
+    SFT (reflection) seed 0 with the update's decoder products in bfloat16, then in float32, beside round 4's run of
+    the same stage. One row each: its final weights' digest (short), the validation accuracy and p_s at step 0 and
+    at the end, the most validation responses at the token limit, the share of mixed-reward groups in the first
+    fifth, the update's and the whole run's seconds, and for bfloat16 whether round 5's rule holds there (every
+    measurement <= 5 % at the limit, >= 50 % mixed)."""
+    runs = (("bfloat16", "bfloat16"), ("float32", "float32"), ("round4_rl_s0", "round 4 (float32)"))
+    if not isinstance(measured, dict) or not {k for k, _ in runs} <= set(measured):
+        raise ValueError("measured must be update_precision.json's contents (a dict with bfloat16, float32 and "
+                         "round4_rl_s0)")
+    rows = []
+    for key, label in runs:
+        e, v = measured[key], measured[key]["validation"]
+        most = max(m["truncated"] for m in v)
+        rows.append({"update": label, "final weights": e["final_weights"].split(":")[-1][:8],
+                     "accuracy step 0 -> end": f"{v[0]['observed_accuracy']:.3f} -> {v[-1]['observed_accuracy']:.3f}",
+                     "p_s step 0 -> end": f"{v[0]['p_s']:.3f} -> {v[-1]['p_s']:.3f}",
+                     "most at the token limit": most, "mixed groups, first fifth": round(e["mixed_first_fifth"], 3),
+                     "update s": round(e["seconds"]["update_s"]), "run s": round(e["seconds"]["wall_s"]),
+                     "rule holds": most <= 0.05 and e["mixed_first_fifth"] >= 0.5 if key == "bfloat16" else None})
     return pd.DataFrame(rows)

@@ -7,11 +7,10 @@ import re
 
 import pandas as pd
 
-from ...measure.trend import proportion_rise
 from ...measure.trend import verdict as trend_verdict
 from ..run.pipeline import plan_of
 from ..run.presets import get
-from .frame import calibration_by_kind, results_first, reward_trend, seeds_of, signed_interval
+from .frame import calibration_by_kind, results_first, reward_trend, seeds_of, signed_interval, validation_rise
 
 DELTA_KEYS = (("p_s", "Δp_s"), ("p_d_given_correct", "Δp_dC"), ("p_d_given_wrong", "Δp_dW"),
               ("observed_accuracy", "Δaccuracy"))
@@ -128,34 +127,19 @@ def validation_rise_table(results: dict) -> pd.DataFrame:
     """Did GRPO raise the accuracy where it is evaluated? Per GRPO stage with a validation curve
     (:mod:`dsh.training.validation`: the same validation questions at every measurement, sampled as the evaluation
     samples): the accuracy (share of right final answers, the reward's mean) at step 0 and at the last measurement,
-    the rise with Newcombe's hybrid score 95 % interval (:func:`dsh.measure.trend.proportion_rise`; the two
-    measurements taken as independent samples, which widens the interval) and its verdict."""
+    the rise with Newcombe's hybrid score 95 % interval (:func:`dsh.experiment.report.frame.validation_rise`) and its
+    verdict."""
     along = results["summary"].get("validation_curves") or {}
     rows = []
     for x in plan_of(results):
-        c = along.get(x["name"])
-        if not c:
+        t = validation_rise(x["name"], along.get(x["name"]))
+        if t is None:
             continue
-        first, last = c[0], c[-1]
-        if first["step"] != 0 or last["step"] <= 0:
-            raise ValueError(f"{x['name']}'s validation curve must run from step 0 to a later step; its steps are "
-                             f"{[r['step'] for r in c]}")
-        k0, k1 = (_right(x["name"], r) for r in (first, last))
-        t = proportion_rise(k0, first["n"], k1, last["n"])
-        rows.append({"stage": x["name"], "questions": first["n"], "last step": last["step"],
+        rows.append({"stage": x["name"], "questions": t["n"], "last step": t["last step"],
                      "accuracy at step 0": round(t["first"], 3), "accuracy at the end": round(t["last"], 3),
                      "rise (95 % interval)": signed_interval(t["delta"], t["ci"]),
                      "verdict": trend_verdict(t)})
     return pd.DataFrame(rows)
-
-
-def _right(stage: str, record: dict) -> int:
-    """The number of right final answers of one validation measurement (its accuracy times its responses)."""
-    k = record["observed_accuracy"] * record["n"]
-    if abs(k - round(k)) > 1e-6:
-        raise ValueError(f"{stage}'s validation at step {record['step']}: accuracy {record['observed_accuracy']} is "
-                         f"not a count of its {record['n']} responses")
-    return int(round(k))
 
 
 @results_first

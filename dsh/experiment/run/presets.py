@@ -446,8 +446,10 @@ LAPTOP_GRADED = Preset(
                        "temperature": LAPTOP.evaluation.temperature,         # rollouts sampled as evaluated
                        "learning_rate": GRADED_GRPO_LR, "max_completion_length": GRADED_TOKENS,
                        "attempt_budget": GRADED_ATTEMPT_BUDGET,
-                       # speed only (round 4): the rollouts' KV cache in float16, the update's attention in C
-                       "rollout_kv_cache": "float16", "packed_attention": "kernels"}},
+                       # speed only: the rollouts' KV cache in float16, the update's attention in C (round 4),
+                       # the update's decoder products in bfloat16 (round 5)
+                       "rollout_kv_cache": "float16", "packed_attention": "kernels",
+                       "update_precision": "bfloat16"}},
     stages=LAPTOP_STAGES,
     evaluation=dataclasses.replace(LAPTOP.evaluation, max_new_tokens=GRADED_TOKENS,
                                    samples_per_question=GRADED_SAMPLES, attempt_budget=GRADED_ATTEMPT_BUDGET,
