@@ -157,14 +157,17 @@ def test_logprobs_are_the_models(base, attention):
         assert torch.allclose(torch.tensor(g.logprobs), want, atol=2e-4), (g.logprobs[:5], want[:5])
 
 
-@pytest.mark.parametrize("heads,kv_heads", [(3, 1), (6, 3), (5, 5)])
-def test_head_counts_that_are_not_whole_groups_of_four(heads, kv_heads):
-    """The attention kernel computes the scores of four query heads at a time (padding heads repeat the last one):
-    with 3, 5 or 6 query heads over 1, 3 or 5 key/value heads the kernel path's log-probabilities equal a
-    teacher-forced forward pass and its greedy tokens equal model.generate's (fails for a padding head written into
-    a real head's scores, or a query head reading the wrong key/value head)."""
+@pytest.mark.parametrize("heads,kv_heads,head_dim", [(3, 1, 8), (6, 3, 8), (5, 5, 8), (3, 1, 16), (6, 3, 32),
+                                                     (5, 5, 32)])
+def test_head_counts_that_are_not_whole_groups_of_four(heads, kv_heads, head_dim):
+    """The attention kernel computes the scores of four query heads at a time (padding heads repeat the last one)
+    and, where the head size is whole vectors of 16, the values' sums eight (head, 16 dimensions) pieces at a time
+    (the last block repeating the last piece): with 3, 5 or 6 query heads over 1, 3 or 5 key/value heads, head sizes
+    8, 16 and 32, the kernel path's log-probabilities equal a teacher-forced forward pass and its greedy tokens equal
+    model.generate's (fails for a padding head or piece written into a real one, or a query head reading the wrong
+    key/value head)."""
     torch.manual_seed(heads)
-    cfg = LlamaConfig(vocab_size=12, hidden_size=8 * heads, intermediate_size=40, num_hidden_layers=2,
+    cfg = LlamaConfig(vocab_size=12, hidden_size=head_dim * heads, intermediate_size=40, num_hidden_layers=2,
                       num_attention_heads=heads, num_key_value_heads=kv_heads, max_position_embeddings=128,
                       eos_token_id=11, pad_token_id=0, bos_token_id=1)
     m = LlamaForCausalLM(cfg).eval()

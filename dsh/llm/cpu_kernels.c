@@ -48,8 +48,10 @@ static inline void rope(const float *x, const float *cos, const float *sin, floa
    that TILE scores are one vector product over D), values [slots, M, KV, D]. A row's used cache is read as two
    sequential streams, each once for all heads: the key tiles (every head's scores of a tile computed together,
    HB heads' sums interleaved so that their dependency chains overlap), then the values (every head's weighted sum
-   advanced by one position at a time). Each head's sums run in the order of the one-head loops (positions, then
-   dimensions), so the result does not depend on how the heads are grouped. Rows with len 0 are skipped (out 0). */
+   advanced by one position at a time; where D is whole vectors of 16, VB of the (head, 16 dimensions) sums at a time
+   kept in registers over all positions, instead of in memory). Each head's sums run in the order of the one-head
+   loops (positions, then dimensions), so the result does not depend on how the heads are grouped. Rows with len 0
+   are skipped (out 0). */
 #define HB 4 /* query heads whose score sums are interleaved */
 /* The loop below, for a cache of element type T: float, read in place; or _Float16 where the compiler has it (half
    the bytes read): each key tile and each position's values widened to float into a buffer as they are read (one
@@ -72,6 +74,14 @@ static inline const float *widen_half(const _Float16 *restrict src, float *restr
   return buf;
 }
 #endif
+/* 16 consecutive floats as one vector, for the value loop's sums in registers (VB below). */
+typedef float v16f __attribute__((vector_size(64)));
+static inline v16f load16_float(const float *src) {
+  v16f x;
+  __builtin_memcpy(&x, src, sizeof x);
+  return x;
+}
+#define VB 8 /* (head, 16 dimensions) value sums held in registers at once */
 #define DEFINE_ATTEND(NAME, T, WIDEN) \
 void NAME(const float *restrict qkv, const float *restrict cos, const float *restrict sin, \
             const int64_t *restrict pos, const int64_t *restrict len, const int64_t *restrict slot, \
@@ -151,7 +161,33 @@ _Pragma("omp simd reduction(+ : sum)") \
       } \
       inv[h] = 1.f / sum; \
     } \
-    /* weighted values: the values once, every head */ \
+    /* weighted values; where D is whole vectors of 16, VB (head, 16 dimensions) sums at a time held in registers \
+       over every position (the same sums in the same order as the loop after it) */ \
+    if (D % 16 == 0) { \
+      const int64_t C = D / 16, U = H * C; \
+      for (int64_t u0 = 0; u0 < U; u0 += VB) { \
+        int64_t off[VB]; \
+        const float *pr[VB]; \
+        for (int k = 0; k < VB; ++k) { \
+          const int64_t u = u0 + k < U ? u0 + k : U - 1, h = u / C; \
+          off[k] = (h / group) * D + (u % C) * 16; \
+          pr[k] = sc + h * stride; \
+        } \
+        v16f a[VB]; \
+        _Pragma("GCC unroll 8") \
+        for (int k = 0; k < VB; ++k) a[k] = (v16f){0}; \
+        for (int64_t j = 0; j < n; ++j) { \
+          const float *vj = WIDEN(V + j * KV * D, vbuf, KV * D); \
+          _Pragma("GCC unroll 8") \
+          for (int k = 0; k < VB; ++k) a[k] += pr[k][j] * load16_float(vj + off[k]); \
+        } \
+        for (int k = 0; k < VB && u0 + k < U; ++k) { \
+          const int64_t u = u0 + k, h = u / C; \
+          for (int i = 0; i < 16; ++i) out[(b * H + h) * D + (u % C) * 16 + i] = a[k][i] * inv[h]; \
+        } \
+      } \
+      continue; \
+    } \
     for (int64_t i = 0; i < H * D; ++i) acc[i] = 0.f; \
     for (int64_t j = 0; j < n; ++j) { \
       const float *vj = WIDEN(V + j * KV * D, vbuf, KV * D); \
