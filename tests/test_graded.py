@@ -302,3 +302,41 @@ def test_the_validation_rise_of_the_committed_graded_runs_recomputed_by_hand():
     del bad["summary"]["validation_curves"]["rl-s1"][0]
     with pytest.raises(ValueError, match=r"^rl-s1's validation curve must run from step 0 to a later step"):
         report.validation_rise_table(bad)
+
+
+def test_first_check_shares_of_the_committed_graded_run_by_a_second_route(tmp_path):
+    """report.first_check_table against plain line reading of the committed generations (the first line 'The
+    answer is N.', then a line 'Check ...' and a verdict line), stage by stage and level by level; bad folders are
+    one-line errors."""
+    import gzip
+    import re
+
+    from dsh.experiment import report
+
+    folder = ROOT / "book/results/laptop-graded"
+    t = report.first_check_table(folder, ("sft_reflection", "rl")).set_index("stage")
+    assert len(t) == 6
+    for stage in t.index:
+        by = {}
+        for line in gzip.open(folder / "generations" / f"{stage}.jsonl.gz", "rt"):
+            r = json.loads(line)
+            lines = r["response"].split("\n")
+            first = next((i for i, x in enumerate(lines) if re.match(r"The answer is \d+\.(?!\d)", x)), None)
+            if first is None:
+                continue
+            # the answer sentence alone on its line, the check question, a verdict (junk after it allowed)
+            ok = (first + 2 < len(lines) and re.fullmatch(r"The answer is \d+\.", lines[first]) is not None
+                  and lines[first + 1].startswith("Check ") and lines[first + 2].startswith("Check")
+                  and re.search(r": the check (passes|fails)\.", lines[first + 2]) is not None)
+            n, k = by.get(r["level"], (0, 0))
+            by[r["level"]] = (n + 1, k + ok)
+        for lv, (n, k) in by.items():
+            assert abs(t.loc[stage, lv] - k / n) < 1e-12, (stage, lv, t.loc[stage, lv], k / n)
+    with pytest.raises(ValueError, match="^results_dir must be a laptop results folder path"):
+        report.first_check_table(3)
+    other = tmp_path / "other"
+    other.mkdir()
+    summary = json.loads((folder / "summary.json").read_text())
+    (other / "summary.json").write_text(json.dumps({**summary, "task": "traces"}))
+    with pytest.raises(ValueError, match="^results_dir must hold the laptop task's results; .* holds task 'traces'"):
+        report.first_check_table(other)

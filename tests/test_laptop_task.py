@@ -251,3 +251,26 @@ def test_miscopied_attempts_fail_their_check_and_the_check_restates_the_question
     assert all(s.text.startswith(f"{29446 + k}*3") for k, s in enumerate(slips))     # slips keep the operands
     with pytest.raises(ValueError, match="miscopy_fraction must be"):
         lt.trace(Problem(3, 45), miscopy_fraction=2)
+
+
+def test_first_checked_counts_the_responses_whose_first_answer_its_check_follows():
+    """Known truth: per level, reflection traces (every first answer checked), no-reflection traces (none), a
+    reflection trace cut after its first answer (no check follows it) and a response with no stated answer (not
+    counted); the shares are exactly the ones built in."""
+    rng = random.Random(3)
+    recs, truth = [], {}
+    for lv, (n_refl, n_plain) in {"1x3": (7, 3), "1x6": (2, 8)}.items():
+        for i in range(n_refl + n_plain):
+            p = lt.draw(lv, rng)
+            style = "reflection" if i < n_refl else "no_reflection"
+            recs.append({"level": lv, "response": lt.trace(p, style, seed=i).text})
+        cut = lt.trace(lt.draw(lv, rng), "reflection").text
+        recs.append({"level": lv, "response": cut[:cut.index("\nCheck ")]})           # answered, then nothing
+        recs.append({"level": lv, "response": "12*3: 2*3=6, 1*3=3 -> 36"})          # no stated answer
+        truth[lv] = (n_refl + n_plain + 1, n_refl)
+    got = lt.first_checked(recs)
+    for lv, (n, k) in truth.items():
+        assert got[lv] == {"answered": n, "checked": k, "share": k / n}
+    assert got["overall"]["answered"] == sum(n for n, _ in truth.values())
+    assert got["overall"]["checked"] == sum(k for _, k in truth.values())
+    assert lt.first_checked([{"level": "1x2", "response": "nothing"}])["1x2"]["share"] is None

@@ -397,6 +397,23 @@ def faithfulness(records) -> dict:
     return out
 
 
+def first_checked(records) -> dict:
+    """How often pi_d has a check to read after the first attempt: per level and ``overall``, the responses
+    (records with ``response`` and ``level``) with a stated answer, and those whose first answer is followed at once by
+    its check (the check question and a verdict line, as :func:`check_fidelity` reads them): ``{"answered",
+    "checked", "share"}`` (share None without an answered response). A response that stops without a check makes
+    its STOP without reading correctness."""
+    by: dict = {}
+    for r in records:
+        first = _STATED.search(r["response"]) if isinstance(r.get("response"), str) else None
+        for lv in (r.get("level", "all"), "overall"):
+            d = by.setdefault(lv, [0, 0])
+            if first is not None:
+                d[0] += 1
+                d[1] += _ATTEMPT_CHECK.match(r["response"], first.start()) is not None
+    return {lv: {"answered": n, "checked": k, "share": k / n if n else None} for lv, (n, k) in by.items()}
+
+
 def _checks(records):
     """(response index, question, multiplicand, check) for every check of ``records`` (:func:`check_fidelity`)."""
     for i, r in enumerate(records):

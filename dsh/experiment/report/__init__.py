@@ -68,6 +68,7 @@ from .stages import (  # noqa: F401
     design_table,
     echo_table,
     faithfulness_table,
+    first_check_table,
     kang_table,
     mean_by_stage,
     paper_table1,

@@ -4,15 +4,20 @@ and the preset's stages and configurations."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pandas as pd
 
 from ...core import validate as v
 from ...core.agreement import cohen_kappa
+from ...core.files import read_json, read_jsonl
 from ...core.paper import paper_results
 from ...measure import tasks
-from ...measure.calibration import normal_interval
+from ...measure.calibration import normal_interval, wilson_interval
 from ...measure.stage import preferred
-from ..run.pipeline import design_checks, plan, plan_of
+from ...task import laptop_task
+from ...task.problems import level_index
+from ..run.pipeline import design_checks, load_results, plan, plan_of
 from ..run.presets import get
 from .frame import fmt_interval, kinds_in, levels_sorted, long_table, recorded_label, results_first, row_label
 
@@ -302,3 +307,31 @@ def config_table(configs: dict, fields) -> pd.DataFrame:
 
     return pd.DataFrame({name: {k: x for k, x in dataclasses.asdict(c).items() if k in fields}
                          for name, c in configs.items()})
+
+
+def first_check_table(results_dir, kinds=("sft_reflection", "rl")) -> pd.DataFrame:
+    """How often pi_d has a check to read after the first attempt, in a laptop results folder: per stage of
+    ``kinds`` (all with None) and level, the share of answered responses whose first answer is followed at once by
+    its check (:func:`dsh.task.laptop_task.first_checked`, read from ``generations/<stage>.jsonl.gz``); columns the
+    levels and ``overall``, with the stage's kind and seed, its answered responses and the overall share's Wilson
+    95 % interval (``overall low``, ``overall high``; responses taken as independent, though a question asked twice
+    gives two: a little narrow)."""
+    if not isinstance(results_dir, (str, Path)):
+        raise ValueError(f"results_dir must be a laptop results folder path, got {results_dir!r}")
+    summary = Path(results_dir) / "summary.json"
+    task = read_json(summary).get("task") if summary.is_file() else "laptop_task"   # no summary: load_results says
+    if task != "laptop_task":
+        raise ValueError(f"results_dir must hold the laptop task's results; {results_dir} holds task {task!r}")
+    results = load_results(results_dir)
+    rows = []
+    for x in plan_of(results):
+        if kinds is not None and x["kind"] not in kinds:
+            continue
+        recs = read_jsonl(Path(results_dir) / "generations" / f"{x['name']}.jsonl.gz", what="results_dir")
+        got = laptop_task.first_checked(recs)
+        rows.append({"stage": x["name"], "kind": x["kind"], "seed": x["seed"],
+                     **{lv: got[lv]["share"] for lv in sorted(set(got) - {"overall"}, key=level_index)},
+                     "overall": got["overall"]["share"], "answered": got["overall"]["answered"]})
+        rows[-1]["overall low"], rows[-1]["overall high"] = wilson_interval(got["overall"]["checked"],
+                                                                            got["overall"]["answered"])
+    return pd.DataFrame(rows)
