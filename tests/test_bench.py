@@ -9,10 +9,12 @@ from pathlib import Path
 
 import pytest
 
+from dsh.core.files import read_jsonl
 from dsh.core.provenance import cpu_flags
 from dsh.experiment.bench import baselines
 from dsh.experiment.bench import compare as bench
 from dsh.experiment.bench import tiny as bench_tiny
+from dsh.experiment.run import presets
 
 pytestmark = pytest.mark.slow   # loads or trains the embedded model (make check leaves it out)
 
@@ -191,3 +193,33 @@ def test_a_baseline_that_fails_is_left_out_and_the_sampling_part_goes_on(monkeyp
     assert baselines.CT2_PATH not in paths and bench_tiny.SAMPLING_PATHS[2] in paths and len(calls) == 1
     assert len(rows) == 2 * (len(bench_tiny.sampling_paths()) - 1)
     assert f"dsh bench: {baselines.CT2_PATH} left out: a bench baseline's process failed" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_the_reference_commit_runs_its_own_paths_from_a_worktree(tmp_path):
+    """dsh at the reference commit, from a worktree that is gone afterwards, in processes that import its own
+    modules: its engine draws from the same counted streams as today's float32 CPU path (the same completion lengths
+    on the same prompts), its evaluation answers the laptop ladder, its GRPO preset path trains from a given policy;
+    a workload it does not have is refused."""
+    from dsh.experiment.bench import reference
+    from dsh.llm.models import load
+    from dsh.training.laptop_base import SHIPPED_BASE
+
+    why = reference.unavailable()
+    if why:
+        pytest.skip(f"the reference cannot run here: {why}")
+    model, tok = load(str(SHIPPED_BASE))
+    prompts = bench_tiny._ladder_prompts(tok, 8, seed=0)
+    with reference.Reference(tmp_path) as ref:
+        assert (ref.path / "dsh" / "experiment" / "bench_tiny.py").is_file()      # its own layout, not today's
+        got = ref.run("sampling", prompts=prompts, rows=8, max_new=24, seed=3)
+        _, toks = bench_tiny._run_engine(model, tok, prompts, 8, 24, 3, "kernels")
+        assert got["seconds"] > 0 and got["gen"] == [len(t) for t in toks]
+        ev = ref.run("evaluation", out=str(tmp_path / "eval.jsonl"), n_per_level=2, seed=0)
+        recs = read_jsonl(tmp_path / "eval.jsonl")
+        assert ev["seconds"] > 0 and len(recs) == 2 * len(presets.LAPTOP.evaluation.levels)
+        g = ref.run("grpo", policy=str(SHIPPED_BASE), out=str(tmp_path / "grpo"), steps=1, max_completion=16, seed=0)
+        assert g["global_step"] == 1 and g["rollouts"] > 0 and g["update_s"] > 0
+        with pytest.raises(ValueError, match="^what must be one of sampling, evaluation, grpo"):
+            ref.run("training")
+    assert not ref.path.exists()

@@ -37,6 +37,11 @@ baseline in the same run, and against the machine's roofline measured in the sam
 - **training**: tokens/s of the laptop preset's reflection SFT (padding-free; and with the packed attention in C),
   TRL's ``SFTTrainer`` defaults on the same data (padded batches) and ``dsh.training.pretrain``'s plain loop, each
   against the 6N bound at the matmul peak.
+- **the reference** (:mod:`.reference`; sizes with ``reference``, where this checkout's history holds it): dsh at
+  :data:`.reference.REFERENCE_COMMIT` from a git worktree, in processes of its own, as one more path of the
+  sampling (its CPU path), evaluation (its laptop preset) and GRPO (its preset, from the same policy) comparisons,
+  interleaved with today's: every row's ``ratio_to_reference`` (sampling, GRPO: rates; evaluation:
+  ``time_share_of_reference``) is measured in the same run.
 """
 
 from __future__ import annotations
@@ -74,6 +79,7 @@ from .baselines import (
     run_generate,
     run_generate_heap_kept,
 )
+from .reference import REFERENCE_COMMIT, REFERENCE_PATH, Reference, unavailable
 
 
 @dataclass(frozen=True)
@@ -88,11 +94,12 @@ class TinySize:
     eval_n_per_level: int | None = None      # None: the preset's (100 a level)
     eval_repeats: int = 2
     training_steps: int = 8
+    reference: bool = True           # dsh at REFERENCE_COMMIT as one more path, where it can run (module docstring)
 
 
 TINY_SIZES = {
     "cpu": TinySize(rows=(8, 32), prompts_per_row=2, max_new=40, repeats=1, policy_sft_steps=4, grpo_steps=8,
-                    grpo_max_completion=48, eval_n_per_level=4, eval_repeats=1, training_steps=2),
+                    grpo_max_completion=48, eval_n_per_level=4, eval_repeats=1, training_steps=2, reference=False),
     "laptop": TinySize(),
 }
 
@@ -145,12 +152,14 @@ SAMPLING_PATHS = ("model.generate", "dsh engine, torch path", "dsh engine, CPU p
 HALF_PATH = "dsh engine, CPU path, float16 KV cache"
 
 
-def sampling_paths() -> tuple:
+def sampling_paths(reference: bool = False) -> tuple:
     """The sampling paths compared here: :data:`SAMPLING_PATHS`, the CPU path with a float16 KV cache where
     :func:`dsh.llm.kernels.half_cache` holds, and in processes of their own (:mod:`.baselines`) ``model.generate``
-    with freed memory kept in the heap where the C library is glibc and CTranslate2 where it is installed."""
+    with freed memory kept in the heap where the C library is glibc, CTranslate2 where it is installed and, with
+    ``reference``, dsh at the reference commit (:mod:`.reference`)."""
     return (SAMPLING_PATHS + ((HALF_PATH,) if kernels.half_cache(kernels.load()) else ())
-            + ((HEAP_PATH,) if heap_kept_available() else ()) + ((CT2_PATH,) if ctranslate2_available() else ()))
+            + ((HEAP_PATH,) if heap_kept_available() else ()) + ((CT2_PATH,) if ctranslate2_available() else ())
+            + ((REFERENCE_PATH,) if reference else ()))
 
 
 def _minor_faults() -> int:
@@ -192,9 +201,10 @@ def step_matmul_rate(model, rows: int, repeats: int = 20) -> float:
     return flops / best
 
 
-def sampling_rows(size: TinySize, seed: int = 0) -> list:
+def sampling_rows(size: TinySize, seed: int = 0, ref: Reference | None = None) -> list:
     """Rows of the sampling comparison (module docstring), each with its workload's ``work``
-    (:func:`sampling_work`); :func:`add_rooflines` puts them against the device's peaks."""
+    (:func:`sampling_work`); :func:`add_rooflines` puts them against the device's peaks. ``ref``: the reference
+    commit's worktree, one more path."""
     model, tok = load(str(SHIPPED_BASE))
     model.eval()
     shape = model_shape(model)
@@ -209,7 +219,7 @@ def sampling_rows(size: TinySize, seed: int = 0) -> list:
             rate = step_matmul_rate(model, rows)
             for rep in range(size.repeats):
                 fp32 = None
-                for path in sampling_paths():
+                for path in sampling_paths(ref is not None):
                     load_1min, faults = os.getloadavg()[0], _minor_faults()
                     child_faults, toks, extra = None, None, {}
                     if path == "model.generate":
@@ -227,6 +237,9 @@ def sampling_rows(size: TinySize, seed: int = 0) -> list:
                             print(f"dsh bench: {path} left out: {e}", file=sys.stderr, flush=True)
                             continue
                         extra = {"ctranslate2": version}
+                    elif path == REFERENCE_PATH:
+                        got = ref.run("sampling", prompts=ps, rows=rows, max_new=size.max_new, seed=seed + rep)
+                        secs, gen, extra = got["seconds"], got["gen"], {"commit": ref.commit}
                     else:
                         secs, toks = _run_engine(model, tok, ps, rows, size.max_new, seed + rep,
                                                  "torch" if "torch" in path else "kernels",
@@ -248,7 +261,8 @@ def sampling_rows(size: TinySize, seed: int = 0) -> list:
     for r in out:
         same = [x for x in out if x["rows"] == r["rows"] and x["repeat"] == r["repeat"]]
         r["ratio_to_generate"] = r["tokens_per_s"] / same[0]["tokens_per_s"]
-        for key, base in (("ratio_to_generate_heap_kept", HEAP_PATH), ("ratio_to_ctranslate2", CT2_PATH)):
+        for key, base in (("ratio_to_generate_heap_kept", HEAP_PATH), ("ratio_to_ctranslate2", CT2_PATH),
+                          ("ratio_to_reference", REFERENCE_PATH)):
             other = [x for x in same if x["path"].startswith(base)]
             if other:                    # against a baseline that does not ride on page faults; a kept library
                 r[key] = r["tokens_per_s"] / other[0]["tokens_per_s"]
@@ -294,8 +308,8 @@ def fast_paths() -> dict:
     return {"packed_attention": "kernels", "rollout_kv_cache": "float16" if half else "float32"}
 
 
-def grpo_rows(size: TinySize, workdir: Path, seed: int = 0) -> list:
-    """Rows of the GRPO comparison (module docstring)."""
+def grpo_rows(size: TinySize, workdir: Path, seed: int = 0, ref: Reference | None = None) -> list:
+    """Rows of the GRPO comparison (module docstring); with ``ref`` the reference commit's preset path last."""
     policy = workdir / "grpo_policy"
     train(resolve("sft_reflection", LAPTOP.name, model=str(SHIPPED_BASE), output_dir=str(policy),
                   n_train=8 * size.policy_sft_steps, max_steps=size.policy_sft_steps, task_options={"attempts": "injected"},
@@ -327,6 +341,17 @@ def grpo_rows(size: TinySize, workdir: Path, seed: int = 0) -> list:
                     "other_s": s["wall_s"] - s["generation_s"] - s["scoring_s"] - s["update_s"],
                     "backend_used": s["generation_backend"],
                     **{k: getattr(cfg, k) for k in ("packed_attention", "rollout_kv_cache", "update_precision")}})
+    if ref is not None:
+        s = ref.run("grpo", policy=str(policy), out=str(workdir / "grpo_reference"), steps=size.grpo_steps,
+                    max_completion=size.grpo_max_completion, seed=seed)
+        logs = read_jsonl(workdir / "grpo_reference" / "metrics.jsonl")
+        lengths = [x["completions/mean_length"] for x in logs if "completions/mean_length" in x]
+        out.append({"part": "tiny GRPO", "path": REFERENCE_PATH + ": its laptop preset", "commit": ref.commit,
+                    "steps": s["global_step"], "rollouts": s["rollouts"],
+                    "mean_completion_tokens": sum(lengths) / len(lengths) if lengths else None,
+                    "seconds": s["wall_s"], "rollouts_per_s": s["rollouts"] / s["wall_s"],
+                    "generation_s": s["generation_s"], "scoring_s": s["scoring_s"], "update_s": s["update_s"],
+                    "other_s": s["wall_s"] - s["generation_s"] - s["scoring_s"] - s["update_s"]})
     for r in out:
         r["ratio_to_before"] = r["rollouts_per_s"] / out[0]["rollouts_per_s"]
         # rollouts per second depend on how long the paths' rollouts are (the path before updates its policy every
@@ -334,14 +359,18 @@ def grpo_rows(size: TinySize, workdir: Path, seed: int = 0) -> list:
         if r["mean_completion_tokens"] and out[0]["mean_completion_tokens"]:
             r["rollout_tokens_per_s"] = r["rollouts"] * r["mean_completion_tokens"] / r["seconds"]
             r["token_ratio_to_before"] = r["rollout_tokens_per_s"] / out[0]["rollout_tokens_per_s"]
+        if ref is not None:
+            r["ratio_to_reference"] = r["rollouts_per_s"] / out[-1]["rollouts_per_s"]
+            r["update_ratio_to_reference"] = out[-1]["update_s"] / r["update_s"]
     return out
 
 
 # ------------------------------------------------------------------------------------------------
 # Evaluation
 # ------------------------------------------------------------------------------------------------
-def evaluation_rows(size: TinySize, seed: int = 0) -> list:
-    """Rows of the evaluation comparison (module docstring)."""
+def evaluation_rows(size: TinySize, seed: int = 0, ref: Reference | None = None) -> list:
+    """Rows of the evaluation comparison (module docstring); with ``ref`` the reference commit's evaluation as one
+    more path."""
     import json
 
     settings = LAPTOP.evaluation
@@ -355,13 +384,16 @@ def evaluation_rows(size: TinySize, seed: int = 0) -> list:
     out, responses = [], {}
     with tempfile.TemporaryDirectory(prefix="dsh-bench-eval-") as d:
         for rep in range(size.eval_repeats):
-            for k, (label, batch, old, cache) in enumerate(runs):
+            for k, (label, batch, old, cache) in enumerate(runs + ((REFERENCE_PATH, None, False, None),) * bool(ref)):
                 path = Path(d) / f"{rep}-{k}.jsonl"
-                with kernels.disabled() if old else contextlib.nullcontext():
-                    t = time.perf_counter()
-                    evaluate(str(SHIPPED_BASE), out=str(path), seed=seed, backend="dsh", progress=False,
-                             settings=dataclasses.replace(settings, batch_size=batch, kv_cache=cache))
-                    secs = time.perf_counter() - t
+                if label == REFERENCE_PATH:
+                    secs = ref.run("evaluation", out=str(path), n_per_level=size.eval_n_per_level, seed=seed)["seconds"]
+                else:
+                    with kernels.disabled() if old else contextlib.nullcontext():
+                        t = time.perf_counter()
+                        evaluate(str(SHIPPED_BASE), out=str(path), seed=seed, backend="dsh", progress=False,
+                                 settings=dataclasses.replace(settings, batch_size=batch, kv_cache=cache))
+                        secs = time.perf_counter() - t
                 recs = {(r["level"], r["index"]): r["response"] for r in map(json.loads, path.read_text().splitlines())}
                 responses[label] = recs
                 out.append({"part": "tiny evaluation", "path": label, "repeat": rep, "questions": len(recs),
@@ -370,6 +402,9 @@ def evaluation_rows(size: TinySize, seed: int = 0) -> list:
     for r in out:
         before = [x for x in out if x["repeat"] == r["repeat"]][0]
         r["time_share_of_before"] = r["seconds"] / before["seconds"]
+        if ref is not None:
+            r["time_share_of_reference"] = r["seconds"] / next(
+                x for x in out if x["repeat"] == r["repeat"] and x["path"] == REFERENCE_PATH)["seconds"]
         b = responses[r["path"]]
         r["identical_responses"] = sum(a[k] == b.get(k) for k in a) / len(a)     # to the baseline's
     return out
@@ -429,9 +464,12 @@ def run(size: TinySize, workdir: Path, seed: int = 0) -> dict:
     flags, load_before = cpu_flags(), os.getloadavg()
     measured = [device_peaks()]
     t0 = time.time()
-    sampling = sampling_rows(size, seed)
-    evaluation = evaluation_rows(size, seed)
-    grpo = grpo_rows(size, workdir, seed)
+    why = None if size.reference else "the size runs no reference"
+    why = why or unavailable()
+    with Reference(workdir) if why is None else contextlib.nullcontext() as ref:
+        sampling = sampling_rows(size, seed, ref)
+        evaluation = evaluation_rows(size, seed, ref)
+        grpo = grpo_rows(size, workdir, seed, ref)
     training = training_rows(size, workdir, seed)
     measured.append(device_peaks())
     peaks = {k: max(m[k] for m in measured) for k in measured[0]}      # the stricter roofline
@@ -440,5 +478,6 @@ def run(size: TinySize, workdir: Path, seed: int = 0) -> dict:
         r["share_of_peak"] = r["flops_6n"] / peaks["library_peak_flops"]
     return {"size": dataclasses.asdict(size), "device_measurements": measured, "device": peaks,
             "sampling": sampling, "evaluation": evaluation, "grpo": grpo, "training": training,
+            "reference": {"commit": REFERENCE_COMMIT, "unavailable": why},
             "seconds": round(time.time() - t0, 1), "cpu_flags": flags, "load_average_before": load_before,
             "load_average": os.getloadavg()}
