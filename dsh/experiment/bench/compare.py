@@ -334,7 +334,9 @@ def table(result: dict) -> list[dict]:
 
 def tiny_table(tiny) -> list[dict]:
     """The tiny part's rows for :func:`table`: sampling (best of its repeats: tokens/s, x generate, share of the
-    roofline), evaluation (seconds, share of the time before), GRPO (rollouts/s, x before) and training."""
+    roofline), evaluation (seconds, share of the time before), GRPO (rollouts/s, x before) and training; where the
+    run measured the reference commit (:mod:`dsh.experiment.bench.reference`), each speed against it (``x
+    reference``: the rate's ratio, or the reference's time over the path's)."""
     if not tiny:
         return []
     rows = []
@@ -345,13 +347,15 @@ def tiny_table(tiny) -> list[dict]:
     for r in best.values():
         rows.append({"part": "tiny sampling", "path": r["path"], "measure": "tokens/s (best run; share of roofline)",
                      "value": r["tokens_per_s"], "ratio to default": r["ratio_to_generate"],
-                     "share of ceiling": r["share_of_roofline"]})
+                     "share of ceiling": r["share_of_roofline"], "x reference": r.get("ratio_to_reference")})
     for r in tiny["evaluation"]:
         rows.append({"part": "tiny evaluation", "path": r["path"], "measure": "seconds (ratio: share of before)",
-                     "value": r["seconds"], "ratio to default": r["time_share_of_before"], "share of ceiling": None})
+                     "value": r["seconds"], "ratio to default": r["time_share_of_before"], "share of ceiling": None,
+                     "x reference": 1 / r["time_share_of_reference"] if r.get("time_share_of_reference") else None})
     for r in tiny["grpo"]:
         rows.append({"part": "tiny GRPO", "path": r["path"], "measure": "rollouts/s end to end",
-                     "value": r["rollouts_per_s"], "ratio to default": r["ratio_to_before"], "share of ceiling": None})
+                     "value": r["rollouts_per_s"], "ratio to default": r["ratio_to_before"], "share of ceiling": None,
+                     "x reference": r.get("ratio_to_reference")})
     for r in tiny["grpo"]:
         if "rollout_tokens_per_s" in r:          # results of 2026-11-26 on
             rows.append({"part": "tiny GRPO", "path": r["path"], "measure": "rollout tokens/s end to end",

@@ -3,7 +3,8 @@ GRPO path of dsh at :data:`REFERENCE_COMMIT`, run from a git worktree of that co
 that each ratio to it is measured in the same bench run as today's paths, interleaved with them.
 
 Each child imports the reference commit's own modules (its ``PYTHONPATH`` is the worktree, not this checkout), times
-its own work (start-up and model loading left out) and answers in JSON. The workloads are the bench's: the same
+its own work after a warm-up (start-up, model loading and the first call left out, as today's paths run in the warm
+bench process; a GRPO run's first step is timed in both) and answers in JSON. The workloads are the bench's: the same
 prompt token ids for sampling, the laptop preset's evaluation settings, the GRPO policy the bench trained. The
 reference builds its own C kernels (cached by their source, as today's are).
 """
@@ -42,6 +43,9 @@ elif a["what"] == "evaluation":
     settings = LAPTOP.evaluation
     if a["n_per_level"]:
         settings = dataclasses.replace(settings, n_per_level=a["n_per_level"])
+    # warm-up (a fresh process: the kernels loaded, the threads started), as today's paths run warm in the bench's
+    evaluate(str(SHIPPED_BASE), out=a["out"] + ".warm-up.jsonl", settings=dataclasses.replace(settings, n_per_level=1),
+             seed=a["seed"], backend="dsh", progress=False)
     t = time.perf_counter()
     evaluate(str(SHIPPED_BASE), out=a["out"], settings=settings, seed=a["seed"], backend="dsh", progress=False)
     out = {"seconds": time.perf_counter() - t}
