@@ -104,6 +104,8 @@ CLI_CASES = [
     ("evaluate-model-without-weights", ["evaluate", "--model", "{tmp}/config_only", "--out", "{tmp}/g.jsonl"], "is not a model folder"),
     ("evaluate-pickled-model", ["evaluate", "--model", "{tmp}/pickled", "--out", "{tmp}/g.jsonl"], "safetensors only"),
     ("evaluate-out-is-a-folder", ["evaluate", "--out", "{tmp}/config_only"], "out must be a file path"),
+    # a bad out is said before the model is looked for (a hub name would be fetched first otherwise)
+    ("evaluate-out-first", ["evaluate", "--model", "{tmp}/nothing", "--out", "{tmp}/config_only"], "out must be a file path"),
     ("evaluate-out-under-a-file", ["evaluate", "--out", "{tmp}/a_file/g.jsonl"], "out cannot be written"),
     ("evaluate-out-is-the-input", ["evaluate", "--out", "{tmp}/a_file"], "holds data dsh evaluate did not write"),
     ("evaluate-out-inside-the-model", ["evaluate", "--model", "{tmp}/fake_model", "--out", "{tmp}/fake_model/model.safetensors"], "out must lie outside the model folder"),

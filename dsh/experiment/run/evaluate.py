@@ -120,9 +120,9 @@ def evaluate(model: str = EMBEDDED, out: str = "generations.jsonl", settings: Ev
     if settings.attempt_budget is not None and backend in ("hf", "vllm"):
         raise ValueError(f"attempt_budget needs backend auto or dsh (dsh.llm.engine); got backend {backend!r}")
 
+    out = v.output_path("out", out)             # a bad out fails before the model is looked for (or fetched)
     loc = fetched(model, resolve_model(model))  # a bad or absent model fails here, before anything is written
     v.within_context("max_new_tokens", settings.max_new_tokens, model_context(loc))
-    out = v.output_path("out", out)
     if Path(loc).exists() and Path(loc).resolve() in (out.resolve(), *out.resolve().parents):
         raise ValueError(f"out must lie outside the model folder {loc}")
     n, reps = settings.n_per_level, settings.samples_per_question
