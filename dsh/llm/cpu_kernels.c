@@ -303,8 +303,10 @@ double fma_rate(int64_t n) {
    to the keys of its own sequence up to its own position. One task per (sequence, head), on one thread, so the sums
    never depend on the thread count. Keys (and, in the backward pass, values) are transposed within tiles of TILE
    positions (TILE scores are one vector product over D); QB queries are processed together, their sums interleaved
-   so that their dependency chains overlap. Scores are scale * q . k; softmax with the running maximum. The bodies
-   are inlined for head sizes 32 and 64 (the loops over D then run in registers) and for any other D. */
+   so that their dependency chains overlap, and their weighted sums of a tile's values (forward) or keys (the
+   backward pass's dq) advance together, key by key, each row's sum in the order of its own loop. Scores are
+   scale * q . k; softmax with the running maximum. The bodies are inlined for head sizes 32 and 64 (the loops over
+   D then run in registers) and for any other D. */
 #define QB 8
 #define INLINE static inline __attribute__((always_inline))
 static void tiles_of(const float *restrict x, int64_t n, int64_t D, float *restrict t) {
@@ -362,25 +364,37 @@ INLINE void forward_task(const float *restrict Q, const float *restrict K, const
     for (int64_t b = 0; b <= last; ++b) {
       tile_products(Q + i0 * D, nq, kt + b * D * TILE, D, scale, sc);
       visible(i0, nq, b, valid);
-      for (int64_t r = 0; r < nq; ++r) {
+      /* each row's running softmax; a row that sees no key of this tile keeps its sums (weight 0, scale 1) */
+      float p[QB][TILE], corr[QB];
+      int64_t seen = 0;
+      for (int64_t r = 0; r < QB; ++r) {
+        corr[r] = 1.f;
+        for (int64_t j = 0; j < TILE; ++j) p[r][j] = 0.f;
         if (!valid[r]) continue;
+        seen = valid[r] > seen ? valid[r] : seen;
         float mx = m[r];
         for (int64_t j = 0; j < valid[r]; ++j) mx = sc[r][j] > mx ? sc[r][j] : mx;
-        const float corr = l[r] > 0.f ? expf(m[r] - mx) : 0.f;
-        float p[TILE], sum = 0.f;
+        corr[r] = l[r] > 0.f ? expf(m[r] - mx) : 0.f;
+        float sum = 0.f;
 #pragma omp simd
-        for (int64_t j = 0; j < TILE; ++j) p[j] = expf((j < valid[r] ? sc[r][j] : mx) - mx);
-        for (int64_t j = valid[r]; j < TILE; ++j) p[j] = 0.f;
-        for (int64_t j = 0; j < TILE; ++j) sum += p[j];
-        l[r] = l[r] * corr + sum;
+        for (int64_t j = 0; j < TILE; ++j) p[r][j] = expf((j < valid[r] ? sc[r][j] : mx) - mx);
+        for (int64_t j = valid[r]; j < TILE; ++j) p[r][j] = 0.f;
+        for (int64_t j = 0; j < TILE; ++j) sum += p[r][j];
+        l[r] = l[r] * corr[r] + sum;
         m[r] = mx;
-        float o[D];
-        for (int64_t d = 0; d < D; ++d) o[d] = acc[r][d] * corr;
-        for (int64_t j = 0; j < valid[r]; ++j) {
-          const float *vr = V + (b * TILE + j) * D;
-          for (int64_t d = 0; d < D; ++d) o[d] += p[j] * vr[d];
+      }
+      /* the weighted values of the tile's keys, every row at once (its sums in the order of one row's loop: a key
+         beyond a row's causal limit adds 0 * v, which leaves the sum as it is) */
+      for (int64_t r = 0; r < QB; ++r)
+        for (int64_t d = 0; d < D; ++d) acc[r][d] *= corr[r];
+      for (int64_t j = 0; j < seen; ++j) {
+        const float *vr = V + (b * TILE + j) * D;
+#pragma GCC unroll 8
+        for (int64_t r = 0; r < QB; ++r) {
+          const float pj = p[r][j];
+#pragma omp simd
+          for (int64_t d = 0; d < D; ++d) acc[r][d] += pj * vr[d];
         }
-        for (int64_t d = 0; d < D; ++d) acc[r][d] = o[d];
       }
     }
     for (int64_t r = 0; r < nq; ++r) {
@@ -446,12 +460,18 @@ INLINE void backward_task(const float *restrict Q, const float *restrict K, cons
           ds[r][j] = p[r][j] * (dp[r][j] - dl) * scale;
         }
       }
-      for (int64_t r = 0; r < nq; ++r) { /* dq_r += sum_j ds_rj k_j */
-        float acc[D];
-        for (int64_t d = 0; d < D; ++d) acc[d] = gq[r][d];
-        for (int64_t j = 0; j < valid[r]; ++j)
-          for (int64_t d = 0; d < D; ++d) acc[d] += ds[r][j] * K[(b * TILE + j) * D + d];
-        for (int64_t d = 0; d < D; ++d) gq[r][d] = acc[d];
+      /* dq_r += sum_j ds_rj k_j, every row at once (each row's sum in its own order; a key beyond a row's causal
+         limit has ds 0 and leaves the sum as it is) */
+      int64_t seen = 0;
+      for (int64_t r = 0; r < nq; ++r) seen = valid[r] > seen ? valid[r] : seen;
+      for (int64_t j = 0; j < seen; ++j) {
+        const float *kj = K + (b * TILE + j) * D;
+#pragma GCC unroll 8
+        for (int64_t r = 0; r < QB; ++r) {
+          const float dsj = ds[r][j];
+#pragma omp simd
+          for (int64_t d = 0; d < D; ++d) gq[r][d] += dsj * kj[d];
+        }
       }
       const int64_t nk = n - b * TILE < TILE ? n - b * TILE : TILE;
       for (int64_t j = 0; j < nk; ++j) { /* dk_j += sum_r ds_rj q_r; dv_j += sum_r p_rj dout_r */
