@@ -332,6 +332,12 @@ def test_first_check_shares_of_the_committed_graded_run_by_a_second_route(tmp_pa
             by[r["level"]] = (n + 1, k + ok)
         for lv, (n, k) in by.items():
             assert abs(t.loc[stage, lv] - k / n) < 1e-12, (stage, lv, t.loc[stage, lv], k / n)
+    fig = report.plot_first_checks(t.reset_index(), tuned=("1x2", "1x4"))
+    ax = fig.axes[0]
+    assert [ln.get_label() for ln in ax.get_lines() if not ln.get_label().startswith("_")] == ["sft_reflection", "rl"]
+    assert [x.get_text() for x in ax.get_xticklabels()][:3] == ["1x2*", "1x3", "1x4*"]
+    with pytest.raises(ValueError, match="^table must be report.first_check_table's result"):
+        report.plot_first_checks(t[["overall"]])
     with pytest.raises(ValueError, match="^results_dir must be a laptop results folder path"):
         report.first_check_table(3)
     other = tmp_path / "other"

@@ -73,6 +73,7 @@ from .stages import (  # noqa: F401
     mean_by_stage,
     paper_table1,
     plot_calibration,
+    plot_first_checks,
     probe_table,
     reflection_table,
     stage_table,

@@ -335,3 +335,26 @@ def first_check_table(results_dir, kinds=("sft_reflection", "rl")) -> pd.DataFra
         rows[-1]["overall low"], rows[-1]["overall high"] = wilson_interval(got["overall"]["checked"],
                                                                             got["overall"]["answered"])
     return pd.DataFrame(rows)
+
+
+def plot_first_checks(table: pd.DataFrame, tuned=()):
+    """:func:`first_check_table` as a figure: per stage kind, the share of responses whose first answer is checked,
+    by level (the mean over seeds as a line, each seed a faint dot); the levels in ``tuned`` (the fine-tuning levels)
+    marked on the axis."""
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    if not isinstance(table, pd.DataFrame) or not {"kind", "seed", "overall"} <= set(table.columns):
+        raise ValueError("table must be report.first_check_table's result (a DataFrame with kind, seed and overall)")
+    levels = [c for c in table.columns if c[:1].isdigit() and "x" in c]
+    x = np.arange(len(levels))
+    fig, ax = plt.subplots(figsize=(6.4, 3.6))
+    for kind, d in table.groupby("kind", sort=False):
+        line, = ax.plot(x, d[levels].mean().values, marker="o", label=kind)
+        for _, r in d.iterrows():
+            ax.plot(x, r[levels].values.astype(float), "o", color=line.get_color(), alpha=0.3, ms=4)
+    ax.set(xticks=x, xticklabels=[f"{lv}*" if lv in tuned else lv for lv in levels], ylim=(-0.03, 1.03),
+           ylabel="first answer checked", xlabel="level (* fine-tuning level)")
+    ax.legend(fontsize=8, loc="lower right")
+    fig.tight_layout()
+    return fig
