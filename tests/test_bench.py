@@ -52,7 +52,7 @@ def test_bench_cli_on_cpu(tmp_path):
     assert [x["path"].rsplit(",", 1)[0] for x in samp[:len(paths)]] == list(paths)
     assert paths[:3] == bench_tiny.SAMPLING_PATHS
     for x in samp:
-        assert x["minor_page_faults"] >= 0 and x["load_1min"] >= 0
+        assert x["minor_page_faults"] >= 0 and x["load_1min"] >= 0 and x["loaded"] == bench_tiny.loaded(x["load_1min"])
         if x["path"].startswith(bench_tiny.HALF_PATH):          # the same streams as the float32 cache's run
             assert 0 <= x["identical_to_float32_cache"] <= 1
             assert x["roofline"]["kv_bytes"] < samp[samp.index(x) - 1]["roofline"]["kv_bytes"] or \
@@ -223,3 +223,20 @@ def test_the_reference_commit_runs_its_own_paths_from_a_worktree(tmp_path):
         with pytest.raises(ValueError, match="^what must be one of sampling, evaluation, grpo"):
             ref.run("training")
     assert not ref.path.exists()
+
+
+def test_the_tiny_table_reports_medians_over_the_repeats_and_counts_the_loaded_ones():
+    """Sampling and evaluation rows of the tiny table are medians over their repeats (a repeat that ran beside other
+    work counted in ``loaded``); against the reference, the median of the repeats' ratios; a run above the CPUs'
+    count plus a half is loaded."""
+    rates, loads = [10.0, 30.0, 20.0, 50.0, 40.0], [0.5, 0.9, 9.0, 1.1, 1.0]
+    samp = [{"path": "p, 8 rows", "tokens_per_s": x, "ratio_to_generate": x / 10, "share_of_roofline": x / 100,
+             "ratio_to_reference": x / 20, "loaded": bench_tiny.loaded(ld)} for x, ld in zip(rates, loads)]
+    ev = [{"path": "e", "seconds": s, "time_share_of_before": s / 4, "time_share_of_reference": s / 2,
+           "loaded": False} for s in (1.0, 3.0, 2.0)]
+    rows = bench.tiny_table({"sampling": samp, "evaluation": ev, "grpo": [], "training": []})
+    s, e = rows
+    assert s["value"] == 30.0 and s["ratio to default"] == 3.0 and s["x reference"] == 1.5 and s["loaded"] == 1
+    assert s["measure"].startswith("tokens/s (median of 5")
+    assert e["value"] == 2.0 and e["ratio to default"] == 0.5 and e["x reference"] == 1.0 and e["loaded"] == 0
+    assert bench_tiny.loaded((os.cpu_count() or 1) + 0.6) and not bench_tiny.loaded(0.1)

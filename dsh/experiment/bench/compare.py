@@ -333,25 +333,39 @@ def table(result: dict) -> list[dict]:
 
 
 def tiny_table(tiny) -> list[dict]:
-    """The tiny part's rows for :func:`table`: sampling (best of its repeats: tokens/s, x generate, share of the
-    roofline), evaluation (seconds, share of the time before), GRPO (rollouts/s, x before) and training; where the
-    run measured the reference commit (:mod:`dsh.experiment.bench.reference`), each speed against it (``x
-    reference``: the rate's ratio, or the reference's time over the path's)."""
+    """The tiny part's rows for :func:`table`: sampling and evaluation as the median over their interleaved repeats
+    (tokens/s, x generate, share of the roofline; seconds, share of the time before; ``loaded``: how many repeats ran
+    beside more than the bench), GRPO (rollouts/s, x before; once) and training; where the run measured the
+    reference commit (:mod:`dsh.experiment.bench.reference`), each speed against it (``x reference``: the median of
+    the repeats' rate ratios, or of the reference's time over the path's)."""
+    import statistics
+
     if not tiny:
         return []
     rows = []
-    best = {}
+    med = lambda xs: statistics.median(xs) if xs and None not in xs else None  # noqa: E731
+    by = {}
     for r in tiny["sampling"]:
-        if r["path"] not in best or r["tokens_per_s"] > best[r["path"]]["tokens_per_s"]:
-            best[r["path"]] = r
-    for r in best.values():
-        rows.append({"part": "tiny sampling", "path": r["path"], "measure": "tokens/s (best run; share of roofline)",
-                     "value": r["tokens_per_s"], "ratio to default": r["ratio_to_generate"],
-                     "share of ceiling": r["share_of_roofline"], "x reference": r.get("ratio_to_reference")})
+        by.setdefault(r["path"], []).append(r)
+    for path, rs in by.items():
+        rows.append({"part": "tiny sampling", "path": path,
+                     "measure": f"tokens/s (median of {len(rs)}; share of roofline)",
+                     "value": med([r["tokens_per_s"] for r in rs]),
+                     "ratio to default": med([r["ratio_to_generate"] for r in rs]),
+                     "share of ceiling": med([r.get("share_of_roofline") for r in rs]),
+                     "x reference": med([r.get("ratio_to_reference") for r in rs]),
+                     "loaded": sum(bool(r.get("loaded")) for r in rs)})
+    by = {}
     for r in tiny["evaluation"]:
-        rows.append({"part": "tiny evaluation", "path": r["path"], "measure": "seconds (ratio: share of before)",
-                     "value": r["seconds"], "ratio to default": r["time_share_of_before"], "share of ceiling": None,
-                     "x reference": 1 / r["time_share_of_reference"] if r.get("time_share_of_reference") else None})
+        by.setdefault(r["path"], []).append(r)
+    for path, rs in by.items():
+        ref = [r.get("time_share_of_reference") for r in rs]
+        rows.append({"part": "tiny evaluation", "path": path,
+                     "measure": f"seconds (median of {len(rs)}; ratio: share of before)",
+                     "value": med([r["seconds"] for r in rs]),
+                     "ratio to default": med([r["time_share_of_before"] for r in rs]), "share of ceiling": None,
+                     "x reference": med([1 / x for x in ref]) if None not in ref else None,
+                     "loaded": sum(bool(r.get("loaded")) for r in rs)})
     for r in tiny["grpo"]:
         rows.append({"part": "tiny GRPO", "path": r["path"], "measure": "rollouts/s end to end",
                      "value": r["rollouts_per_s"], "ratio to default": r["ratio_to_before"], "share of ceiling": None,
@@ -370,10 +384,11 @@ def tiny_table(tiny) -> list[dict]:
 
 def format_table(result: dict) -> str:
     rows = table(result)
-    head = f"{'part':<15}{'path':<70}{'measure':<34}{'value':>11}{'x default':>10}{'ceiling':>9}"
+    head = f"{'part':<15}{'path':<70}{'measure':<34}{'value':>11}{'x default':>10}{'ceiling':>9}{'x ref':>8}"
     lines = [f"dsh bench ({result['size']}, {result['hardware'].get('gpu', 'cpu')}, {result['wall_s']} s)", head]
     for r in rows:
         share = "" if r["share of ceiling"] is None else f"{100 * r['share of ceiling']:.1f}%"
+        ref = "" if r.get("x reference") is None else f"{r['x reference']:.2f}x"
         lines.append(f"{r['part']:<15}{r['path'][:69]:<70}{r['measure'][:33]:<34}{r['value']:>11.1f}"
-                     f"{r['ratio to default']:>9.2f}x{share:>9}")
+                     f"{r['ratio to default']:>9.2f}x{share:>9}{ref:>8}")
     return "\n".join(lines)

@@ -14,7 +14,8 @@ baseline in the same run, and against the machine's roofline measured in the sam
   their own (:mod:`.baselines`) ``model.generate`` with freed memory kept in glibc's heap (by default its growing
   cache costs a minor page fault a fresh page, and a ratio to it rides on them: ``ratio_to_generate_heap_kept`` is the
   ratio to this one) and CTranslate2 where it is installed (float32: ``ratio_to_ctranslate2``), interleaved,
-  ``repeats`` times, each run with its load average and minor page faults. Each run's roofline
+  ``repeats`` times, each run with its load average (``loaded``: above what the bench itself makes, :func:`loaded`)
+  and minor page faults; the tables report the median over the repeats. Each run's roofline
   (:func:`sampling_roofline`) is computed from its own prompts and completions: the larger of the matmul time (every
   prompt and generated token through every linear layer, plus attention's products, at the matmul peak) and the
   KV-read time (each generated token reads the keys and values of its context once, in the cache's dtype, at the read
@@ -87,12 +88,12 @@ class TinySize:
     rows: tuple = (32, 256)          # rows decoded at once (generate's batch, the engine's slots)
     prompts_per_row: int = 4         # prompts per row of a sampling run
     max_new: int = 200               # new tokens a row may write
-    repeats: int = 3                 # interleaved repeats of every sampling run
+    repeats: int = 5                 # interleaved repeats of every sampling run
     policy_sft_steps: int = 150      # reflection SFT steps that make the GRPO policy
     grpo_steps: int = 8              # optimizer steps of each GRPO run (one rollout round of the preset)
     grpo_max_completion: int | None = None   # None: the preset's
     eval_n_per_level: int | None = None      # None: the preset's (100 a level)
-    eval_repeats: int = 2
+    eval_repeats: int = 5
     training_steps: int = 8
     reference: bool = True           # dsh at REFERENCE_COMMIT as one more path, where it can run (module docstring)
 
@@ -150,6 +151,12 @@ def _run_engine(model, tok, prompts, rows, max_new, seed, attention, kv_cache="f
 
 SAMPLING_PATHS = ("model.generate", "dsh engine, torch path", "dsh engine, CPU path (C kernels)")
 HALF_PATH = "dsh engine, CPU path, float16 KV cache"
+
+
+def loaded(load_1min: float) -> bool:
+    """Whether a run's 1-minute load average says that more than the bench ran beside it: above the CPUs' count
+    plus a half (the bench's own threads load each CPU about once)."""
+    return load_1min > (os.cpu_count() or 1) + 0.5
 
 
 def sampling_paths(reference: bool = False) -> tuple:
@@ -248,6 +255,7 @@ def sampling_rows(size: TinySize, seed: int = 0, ref: Reference | None = None) -
                     row = {"part": "tiny sampling", "path": f"{path}, {rows} rows", "rows": rows, "repeat": rep,
                            "prompts": len(ps), "prompt_tokens": sum(map(len, ps)), "generated_tokens": sum(gen),
                            "seconds": round(secs, 3), "tokens_per_s": sum(gen) / secs, "load_1min": load_1min,
+                           "loaded": loaded(load_1min),
                            "minor_page_faults": _minor_faults() - faults if child_faults is None else child_faults,
                            "work": sampling_work(half if path == HALF_PATH else shape, [len(p) for p in ps], gen),
                            "step_matmul_flops": rate, **extra}
@@ -396,8 +404,9 @@ def evaluation_rows(size: TinySize, seed: int = 0, ref: Reference | None = None)
                         secs = time.perf_counter() - t
                 recs = {(r["level"], r["index"]): r["response"] for r in map(json.loads, path.read_text().splitlines())}
                 responses[label] = recs
+                load_1min = os.getloadavg()[0]
                 out.append({"part": "tiny evaluation", "path": label, "repeat": rep, "questions": len(recs),
-                            "seconds": round(secs, 2)})
+                            "seconds": round(secs, 2), "load_1min": load_1min, "loaded": loaded(load_1min)})
     a = responses[runs[0][0]]
     for r in out:
         before = [x for x in out if x["repeat"] == r["repeat"]][0]
