@@ -348,6 +348,24 @@ INLINE void visible(int64_t i0, int64_t nq, int64_t b, int64_t valid[QB]) {
   }
 }
 
+/* acc[r] += sum_j w[r][j] * rows[j] over the keys j of a tile that some row sees (valid), every row at once, each
+   row's sum in the order of its own loop over j: a key beyond a row's causal limit has weight 0 and adds 0 * row,
+   which leaves the sum as it is. */
+INLINE void weighted_rows(const float w[QB][TILE], const float *restrict rows, const int64_t valid[QB], const int64_t D,
+                          float acc[QB][D]) {
+  int64_t seen = 0;
+  for (int64_t r = 0; r < QB; ++r) seen = valid[r] > seen ? valid[r] : seen;
+  for (int64_t j = 0; j < seen; ++j) {
+    const float *row = rows + j * D;
+#pragma GCC unroll 8
+    for (int64_t r = 0; r < QB; ++r) {
+      const float wj = w[r][j];
+#pragma omp simd
+      for (int64_t d = 0; d < D; ++d) acc[r][d] += wj * row[d];
+    }
+  }
+}
+
 INLINE void forward_task(const float *restrict Q, const float *restrict K, const float *restrict V, int64_t n,
                          const int64_t D, float scale, float *restrict kt, float *restrict out, int64_t ostride,
                          float *restrict lse) {
@@ -366,12 +384,10 @@ INLINE void forward_task(const float *restrict Q, const float *restrict K, const
       visible(i0, nq, b, valid);
       /* each row's running softmax; a row that sees no key of this tile keeps its sums (weight 0, scale 1) */
       float p[QB][TILE], corr[QB];
-      int64_t seen = 0;
       for (int64_t r = 0; r < QB; ++r) {
         corr[r] = 1.f;
         for (int64_t j = 0; j < TILE; ++j) p[r][j] = 0.f;
         if (!valid[r]) continue;
-        seen = valid[r] > seen ? valid[r] : seen;
         float mx = m[r];
         for (int64_t j = 0; j < valid[r]; ++j) mx = sc[r][j] > mx ? sc[r][j] : mx;
         corr[r] = l[r] > 0.f ? expf(m[r] - mx) : 0.f;
@@ -383,19 +399,9 @@ INLINE void forward_task(const float *restrict Q, const float *restrict K, const
         l[r] = l[r] * corr[r] + sum;
         m[r] = mx;
       }
-      /* the weighted values of the tile's keys, every row at once (its sums in the order of one row's loop: a key
-         beyond a row's causal limit adds 0 * v, which leaves the sum as it is) */
       for (int64_t r = 0; r < QB; ++r)
         for (int64_t d = 0; d < D; ++d) acc[r][d] *= corr[r];
-      for (int64_t j = 0; j < seen; ++j) {
-        const float *vr = V + (b * TILE + j) * D;
-#pragma GCC unroll 8
-        for (int64_t r = 0; r < QB; ++r) {
-          const float pj = p[r][j];
-#pragma omp simd
-          for (int64_t d = 0; d < D; ++d) acc[r][d] += pj * vr[d];
-        }
-      }
+      weighted_rows(p, V + b * TILE * D, valid, D, acc); /* the weighted values of the tile's keys */
     }
     for (int64_t r = 0; r < nq; ++r) {
       const float inv = 1.f / l[r];
@@ -460,19 +466,7 @@ INLINE void backward_task(const float *restrict Q, const float *restrict K, cons
           ds[r][j] = p[r][j] * (dp[r][j] - dl) * scale;
         }
       }
-      /* dq_r += sum_j ds_rj k_j, every row at once (each row's sum in its own order; a key beyond a row's causal
-         limit has ds 0 and leaves the sum as it is) */
-      int64_t seen = 0;
-      for (int64_t r = 0; r < nq; ++r) seen = valid[r] > seen ? valid[r] : seen;
-      for (int64_t j = 0; j < seen; ++j) {
-        const float *kj = K + (b * TILE + j) * D;
-#pragma GCC unroll 8
-        for (int64_t r = 0; r < QB; ++r) {
-          const float dsj = ds[r][j];
-#pragma omp simd
-          for (int64_t d = 0; d < D; ++d) gq[r][d] += dsj * kj[d];
-        }
-      }
+      weighted_rows(ds, K + b * TILE * D, valid, D, gq); /* dq_r += sum_j ds_rj k_j (ds 0 beyond a row's limit) */
       const int64_t nk = n - b * TILE < TILE ? n - b * TILE : TILE;
       for (int64_t j = 0; j < nk; ++j) { /* dk_j += sum_r ds_rj q_r; dv_j += sum_r p_rj dout_r */
         float *dk = dK + (b * TILE + j) * D, *dv = dV + (b * TILE + j) * D, ak[D], av[D];
