@@ -316,6 +316,18 @@ def fast_paths() -> dict:
     return {"packed_attention": "kernels", "rollout_kv_cache": "float16" if half else "float32"}
 
 
+def _grpo_row(label: str, s: dict, run_dir: Path, **extra) -> dict:
+    """One row of the GRPO comparison from a training summary ``s`` (its rollouts, wall time and time split) and
+    the run folder's ``metrics.jsonl`` (the mean completion length of its rounds), with ``extra`` fields."""
+    logs = read_jsonl(run_dir / "metrics.jsonl")
+    lengths = [x["completions/mean_length"] for x in logs if "completions/mean_length" in x]
+    return {"part": "tiny GRPO", "path": label, "steps": s["global_step"], "rollouts": s["rollouts"],
+            "mean_completion_tokens": sum(lengths) / len(lengths) if lengths else None,
+            "seconds": s["wall_s"], "rollouts_per_s": s["rollouts"] / s["wall_s"],
+            "generation_s": s["generation_s"], "scoring_s": s["scoring_s"], "update_s": s["update_s"],
+            "other_s": s["wall_s"] - s["generation_s"] - s["scoring_s"] - s["update_s"], **extra}
+
+
 def grpo_rows(size: TinySize, workdir: Path, seed: int = 0, ref: Reference | None = None) -> list:
     """Rows of the GRPO comparison (module docstring); with ``ref`` the reference commit's preset path last."""
     policy = workdir / "grpo_policy"
@@ -338,28 +350,14 @@ def grpo_rows(size: TinySize, workdir: Path, seed: int = 0, ref: Reference | Non
         cfg = resolve("grpo", LAPTOP.name, output_dir=str(workdir / f"grpo_{k}"), **common, **over)
         with kernels.disabled() if old else contextlib.nullcontext():
             s = train(cfg)
-        rows = s["rollouts"]
-        logs = read_jsonl(workdir / f"grpo_{k}" / "metrics.jsonl")
-        lengths = [x["completions/mean_length"] for x in logs if "completions/mean_length" in x]
-        out.append({"part": "tiny GRPO", "path": label, "steps": s["global_step"], "rollouts": rows,
-                    "completions_per_round": cfg.generation_batch_size or cfg.per_device_train_batch_size,
-                    "mean_completion_tokens": sum(lengths) / len(lengths) if lengths else None,
-                    "seconds": s["wall_s"], "rollouts_per_s": rows / s["wall_s"],
-                    "generation_s": s["generation_s"], "scoring_s": s["scoring_s"], "update_s": s["update_s"],
-                    "other_s": s["wall_s"] - s["generation_s"] - s["scoring_s"] - s["update_s"],
-                    "backend_used": s["generation_backend"],
-                    **{k: getattr(cfg, k) for k in ("packed_attention", "rollout_kv_cache", "update_precision")}})
+        out.append(_grpo_row(label, s, workdir / f"grpo_{k}",
+                             completions_per_round=cfg.generation_batch_size or cfg.per_device_train_batch_size,
+                             backend_used=s["generation_backend"],
+                             **{k: getattr(cfg, k) for k in ("packed_attention", "rollout_kv_cache", "update_precision")}))
     if ref is not None:
         s = ref.run("grpo", policy=str(policy), out=str(workdir / "grpo_reference"), steps=size.grpo_steps,
                     max_completion=size.grpo_max_completion, seed=seed)
-        logs = read_jsonl(workdir / "grpo_reference" / "metrics.jsonl")
-        lengths = [x["completions/mean_length"] for x in logs if "completions/mean_length" in x]
-        out.append({"part": "tiny GRPO", "path": REFERENCE_PATH + ": its laptop preset", "commit": ref.commit,
-                    "steps": s["global_step"], "rollouts": s["rollouts"],
-                    "mean_completion_tokens": sum(lengths) / len(lengths) if lengths else None,
-                    "seconds": s["wall_s"], "rollouts_per_s": s["rollouts"] / s["wall_s"],
-                    "generation_s": s["generation_s"], "scoring_s": s["scoring_s"], "update_s": s["update_s"],
-                    "other_s": s["wall_s"] - s["generation_s"] - s["scoring_s"] - s["update_s"]})
+        out.append(_grpo_row(REFERENCE_PATH + ": its laptop preset", s, workdir / "grpo_reference", commit=ref.commit))
     for r in out:
         r["ratio_to_before"] = r["rollouts_per_s"] / out[0]["rollouts_per_s"]
         # rollouts per second depend on how long the paths' rollouts are (the path before updates its policy every
