@@ -142,6 +142,14 @@ def test_run_time_sums_the_stages_and_estimates_the_resumed_ones_by_their_method
     assert by["rl2"]["train_s"] == 600.0 and by["rl"]["evaluate_s"] == 10.0      # median of 4, 10, 12
     assert by["base"]["probe_s"] == 5.0 and "train_s" not in by["base"]
     assert got["total_s"] == 100 + 600 + 600 + (4 + 10 + 10 + 12) + 4 * 5
+    assert "studies" not in got
+    r["summary"]["timings_s"]["attribution_rl"] = 70.0
+    with_studies = report.run_time(r, {"rl": {"wall_s": 70.0}, "base": {"wall_s": 400.0}})
+    assert with_studies["studies"] == [{"study": "rl", "wall_s": 70.0, "reused": False},
+                                       {"study": "base", "wall_s": 400.0, "reused": True}]
+    assert with_studies["studies_s"] == 470.0 and with_studies["pipeline_s"] == got["total_s"] + 470.0
+    with pytest.raises(ValueError, match="studies must map"):
+        report.run_time(r, {"rl": {"samples": 3}})
 
 
 def test_a_second_reading_is_compared_stage_by_stage_and_a_moved_rate_shows(tmp_path):

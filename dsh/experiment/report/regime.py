@@ -96,14 +96,17 @@ def regime_rows(results: dict) -> list[dict]:
     return rows
 
 
-def run_time(results: dict) -> dict:
+def run_time(results: dict, studies: dict | None = None) -> dict:
     """How long a results folder's pipeline took, stage by stage, when it ran in several pieces (stopped and
     resumed: a reused step's time is 0 in the summary's ``timings_s``, and a training resumed from a checkpoint
     records only its last piece). Per stage: its method, the training's own wall time (``training[stage]["wall_s"]``)
     unless it was resumed, then the median of its method's stages trained in one piece (``estimated``); its
     evaluation and probe as timed (the median of the other stages' where reused: ``reused``). ``{"stages": [...],
     "total_s", "estimated": [stages], "reused": [stages]}`` (the base's own steps included, the base's training
-    not: it is shipped)."""
+    not: it is shipped). With ``studies`` (the folder's attribution studies, :func:`load_attribution`) also
+    ``"studies"``: per study its own ``wall_s`` as its record holds it (a study reused from an earlier run counts at
+    the time it took there: ``reused`` when the summary did not time it), ``"studies_s"`` their sum and
+    ``"pipeline_s"`` = ``total_s`` + ``studies_s``: the whole pipeline but the base's training."""
     s = results["summary"]
     train, times = s.get("training") or {}, s.get("timings_s") or {}
     plan_ = plan_of(results)
@@ -129,7 +132,17 @@ def run_time(results: dict) -> dict:
             reused.append(x["name"])
         rows.append(row)
     total = sum(r.get("train_s") or 0.0 for r in rows) + sum(r["evaluate_s"] + r["probe_s"] for r in rows)
-    return {"stages": rows, "total_s": round(total, 1), "estimated": estimated, "reused": reused}
+    out = {"stages": rows, "total_s": round(total, 1), "estimated": estimated, "reused": reused}
+    if studies is not None:
+        if not isinstance(studies, dict) or not all(isinstance(x, dict) and isinstance(x.get("wall_s"), (int, float))
+                                                    for x in studies.values()):
+            raise ValueError("studies must map study names to attribution study records with wall_s "
+                             "(report.load_attribution)")
+        out["studies"] = [{"study": k, "wall_s": float(x["wall_s"]), "reused": not times.get(f"attribution_{k}")}
+                          for k, x in studies.items()]
+        out["studies_s"] = round(sum(x["wall_s"] for x in out["studies"]), 1)
+        out["pipeline_s"] = round(total + out["studies_s"], 1)
+    return out
 
 
 READ_AGAIN = {"accuracy": "observed_accuracy", "p_s": "p_s", "p_dC": "p_d_given_correct", "p_dW": "p_d_given_wrong"}
