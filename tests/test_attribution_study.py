@@ -89,6 +89,92 @@ class _FrozenAt(torch.nn.Module):
         logits = self.model(input_ids=input_ids).logits
         keep = torch.cat([self.frozen, torch.zeros(1, dtype=torch.bool)])[None, :, None]
         return type("Out", (), {"logits": torch.where(keep, logits.detach(), logits)})()
+def _gram64(parts: dict) -> torch.Tensor:
+    """The Gram matrix of a trajectory's part gradients (attempt, check, decision) in float64."""
+    v = torch.stack([parts[k] for k in ("attempt", "check", "decision")]).double()
+    return v @ v.T
+
+
+def test_packed_passes_give_each_trajectorys_part_gradients(base):
+    """Several trajectories packed in one row give each trajectory's part gradients of every objective, as one
+    trajectory at a time does (Gram matrices against float64 ones of that route's vectors; the reward's vectors
+    themselves), the tied embedding included; with the model as its own reference no KL gradient."""
+    from dsh.llm.packed_gradients import packed_part_grams
+
+    model, tok = base
+    ref = load(str(presets.LAPTOP.model))[0]
+    with torch.no_grad():
+        for q in ref.parameters():
+            q.mul_(0.97)
+    segs = [at.segment_laptop(tok, p.question, text) for p, text in (_two_attempts(k, lv) for k, lv in
+                                                                    ((1, "1x3"), (2, "1x5"), (3, "1x2")))]
+    one = _two_attempts(4, "1x4")[0]
+    body, res = lt.attempt_text(one.a, one.b)
+    segs.append(at.segment_laptop(tok, one.question, f"{body}\n{lt.ANSWER}{res}."))     # no check: an empty part
+    adv = [0.7, -1.3, 0.0, 2.0]
+    obj = ("reward", "kl_reward", "kl_k3", "sft", "dft")
+    got = packed_part_grams(model, ref, segs, obj, adv, 1.5, keep=("reward",))
+    assert model.config._attn_implementation == ref.config._attn_implementation == "sdpa"       # put back
+    for seg, a, g in zip(segs, adv, got):
+        want = at.all_part_gradients(model, ref, seg, obj, a, 1.5)
+        for o in obj:
+            w = _gram64(want[o])
+            assert g["gram"][o].shape == (3, 3)
+            # float rounding, which the KL terms' weights (functions of log pi - log pi_ref) magnify
+            assert float((g["gram"][o].double() - w).abs().max()) <= 1e-4 * float(w.abs().max()) + 1e-12, o
+        assert all(float((g["vectors"]["reward"][k] - want["reward"][k]).norm())
+                   <= 1e-4 * float(want["reward"][k].norm()) + 1e-12 for k in want["reward"])
+        assert float((g["k1"] - at.token_kl(model, ref, seg, 1.5)).abs().max()) < 1e-4
+    assert float(got[3]["gram"]["sft"][1].abs().max()) == 0 and float(got[3]["gram"]["sft"][0, 0]) > 0  # no check
+    assert float(got[2]["gram"]["reward"].abs().max()) == 0 and float(got[2]["gram"]["sft"][0, 0]) > 0   # A = 0
+    emb = model.get_input_embeddings().weight
+    assert model.get_output_embeddings().weight is emb                # tied: both terms land in one matrix
+    alone = packed_part_grams(model, model, segs[:1], ("sft", "kl_k3"), [1.0])[0]
+    assert float(alone["gram"]["kl_k3"].abs().max()) == 0 and float(alone["k1"].abs().max()) == 0
+    for bad, match in (({"objectives": ("kl",)}, "objectives"), ({"keep": ("reward",), "objectives": ("sft",)}, "keep"),
+                       ({"segs": []}, "segs"), ({"advantages": [1.0]}, "advantages"),
+                       ({"advantages": [1.0, float("nan"), 1.0, 1.0]}, "advantages")):
+        kw = {"segs": segs, "objectives": obj, "advantages": adv, **bad}
+        with pytest.raises(ValueError, match=match):
+            packed_part_grams(model, ref, kw.pop("segs"), kw.pop("objectives"), kw.pop("advantages"), **kw)
+
+
+def test_a_studys_rows_are_the_same_by_either_gradient_route(base):
+    """attribute_groups' rows and group rows from packed passes equal those formed one trajectory at a time (norms
+    and cosines to float rounding; every other field exactly)."""
+    model, tok = base
+    ref = load(str(presets.LAPTOP.model))[0]
+    with torch.no_grad():
+        for q in ref.parameters():
+            q.mul_(0.98)
+    samples = []
+    for k, lv in enumerate(("1x2", "1x3", "1x4")):
+        p, text = _two_attempts(10 + k, lv)
+        samples += [{"question": p.question, "level": lv, "prompt": k, "response": r, "stopped": True, "reward": x,
+                     "advantage": a} for r, x, a in ((text, 1.0, 1.0), (text.split("\nCheck")[0], 0.0, -1.0))]
+    samples.append({**samples[0], "response": "", "prompt": 9})                     # left out: counted alike
+    a = st.attribute_groups(model, ref, tok, samples, st.OBJECTIVES, 1.0, packed=False)
+    b = st.attribute_groups(model, ref, tok, samples, st.OBJECTIVES, 1.0, packed=True)
+    assert a[2]["skipped"] == b[2]["skipped"] == 1 and len(a[0]) == len(b[0]) == 6 and len(a[1]) == len(b[1]) == 3
+
+    def close(x, y, where):
+        if isinstance(x, dict):
+            assert x.keys() == y.keys(), where
+            for k in x:
+                close(x[k], y[k], f"{where}.{k}")
+        elif isinstance(x, float) and where.split(".")[-1] in ("attempt", "check", "decision", "stage", "cosine"):
+            assert y == pytest.approx(x, rel=1e-4, abs=2e-5), where
+        elif isinstance(x, float):
+            assert y == pytest.approx(x, rel=1e-4, abs=1e-5), where
+        else:
+            assert x == y, where
+    for i, (x, y) in enumerate(zip(a[0] + a[1], b[0] + b[1])):
+        close(x, y, f"row {i}")
+    assert np.allclose(a[2]["sum"], b[2]["sum"], atol=1e-4) and a[2]["n"] == b[2]["n"]
+    assert st._packs([type("S", (), {"input_ids": torch.zeros(n)})() for n in (900, 900, 900, 3000, 10)], 2048) == \
+        [[0, 1], [2], [3], [4]]
+
+
 @pytest.mark.slow   # several seconds: make check leaves it out, make test runs it
 def test_split_on_cases_whose_answer_is_known(base):
     model, tok = base
@@ -252,6 +338,8 @@ def test_a_study_continued_from_its_first_rounds_equals_one_drawn_whole(tmp_path
     assert st.resume_point(short, replace(s3, group=2), obj, w) is None                # other settings
     assert st.resume_point(short, s3, obj, ("x", "y")) is None                         # other weights
     assert st.resume_point(whole, s, obj, w) is None                                    # more rounds than allowed
+    assert short["gradients"] == st.GRADIENTS == "packed"
+    assert st.resume_point({k: x for k, x in short.items() if k != "gradients"}, s3, obj, w) is None  # one at a time
     # a study whose rule would have stopped before its last round is not this study's first rounds
     assert st.resume_point(whole, replace(s3, min_signal=0, max_rounds=4), obj, w) is None
     with pytest.raises(ValueError, match="previous must be"):

@@ -193,13 +193,25 @@ def enough(rows, objectives, min_signal: int) -> bool:
     return all(n >= min_signal for n in fit_counts(rows, objectives).values())
 
 
+GRADIENTS = "packed"    # how the study's gradients are formed (:func:`attribute_groups`' ``packed``); records before
+#                         it have no such field: one trajectory at a time ("per trajectory")
+
+
+def gradients_of(study: dict) -> str:
+    """How a study record's gradients were formed: its ``gradients`` field, "per trajectory" where it has none."""
+    return study.get("gradients", "per trajectory")
+
+
 def resume_point(previous: dict, settings: StudySettings, objectives, weights: tuple) -> int | None:
     """The rounds of ``previous`` (a study record) that this study can take as its own first rounds, or None: a
     study of the same weights (model's, reference's), objectives and settings but ``max_rounds``, by method 2 or 3
-    (one split; rounds are drawn and attributed one by one, each from its own seeded questions and streams), with
-    no more rounds than ``max_rounds``, and where :func:`enough` holds after none of its rounds but the last (method
-    3 would have drawn them all). Its rounds are then exactly what this study draws first."""
+    (one split; rounds are drawn and attributed one by one, each from its own seeded questions and streams) and with
+    gradients formed as this study forms them (:data:`GRADIENTS`: the two routes agree to rounding, not bit for bit),
+    with no more rounds than ``max_rounds``, and where :func:`enough` holds after none of its rounds but the last
+    (method 3 would have drawn them all). Its rounds are then exactly what this study draws first."""
     study_record("previous", previous)
+    if gradients_of(previous) != GRADIENTS:
+        return None
     same = {k: x for k, x in asdict(settings).items() if k != "max_rounds"}
     old = {k: x for k, x in (previous.get("settings") or {}).items() if k != "max_rounds"}
     if previous.get("method") not in (2, 3) or not 0 < previous.get("rounds", 0) <= settings.max_rounds or \
@@ -296,38 +308,90 @@ def perturbed(model, noise: float, seed: int = 0):
     return out
 
 
-def _norm(x) -> float:
-    return float(x.norm())
-
-
 def _split(g: dict) -> dict:
     """Norms of a gradient's parts: the attempt (pi_sample), the check, the decision tokens (verdict, marker, end
     of turn: the paper's one action of pi_d) and the decision stage (check and decision together); the cosine of
-    the attempt's and the decision stage's."""
-    stage = g["check"] + g["decision"]
-    na, ns = _norm(g["attempt"]), _norm(stage)
-    return {"attempt": na, "check": _norm(g["check"]), "decision": _norm(g["decision"]), "stage": ns,
-            "cosine": float(g["attempt"] @ stage) / (na * ns) if na > 0 and ns > 0 else None}
+    the attempt's and the decision stage's. Summed in float64: a float32 norm of the ~850,000 entries is off by
+    ~1e-4 of itself."""
+    a, c, d = (g[k].double() for k in ("attempt", "check", "decision"))
+    stage = c + d
+    na, ns = float(a.norm()), float(stage.norm())
+    return {"attempt": na, "check": float(c.norm()), "decision": float(d.norm()), "stage": ns,
+            "cosine": float(a @ stage) / (na * ns) if na > 0 and ns > 0 else None}
 
 
-def attribute_groups(model, ref_model, tok, samples, objectives, temperature: float = 1.0
+def _split_gram(gram) -> dict:
+    """:func:`_split` from the Gram matrix of the parts' gradients (attempt, check, decision:
+    :func:`dsh.llm.packed_gradients.packed_part_grams`): |stage|^2 = |check|^2 + |decision|^2 + 2 check . decision,
+    attempt . stage = attempt . check + attempt . decision."""
+    g = gram.double()
+    na, nc, nd = (float(g[i, i].clamp(min=0).sqrt()) for i in range(3))
+    ns = float((g[1, 1] + g[2, 2] + 2 * g[1, 2]).clamp(min=0).sqrt())
+    return {"attempt": na, "check": nc, "decision": nd, "stage": ns,
+            "cosine": float(g[0, 1] + g[0, 2]) / (na * ns) if na > 0 and ns > 0 else None}
+
+
+PACK_TOKENS = 2048      # tokens packed into one pass of :func:`dsh.llm.packed_gradients.packed_part_grams`
+
+
+def _packs(segs: list, limit: int | None = None) -> list[list[int]]:
+    """Indices of ``segs`` in order, cut into runs of at most ``limit`` tokens (:data:`PACK_TOKENS` by default; a
+    longer trajectory alone)."""
+    limit = PACK_TOKENS if limit is None else limit
+    out, cur, size = [], [], 0
+    for i, s in enumerate(segs):
+        n = len(s.input_ids)
+        if cur and size + n > limit:
+            out.append(cur)
+            cur, size = [], 0
+        cur.append(i)
+        size += n
+    return out + ([cur] if cur else [])
+
+
+def _per_trajectory(model, ref_model, segs, objectives, advantages, temperature):
+    """Per trajectory of ``segs``: ``(k1 of its targets, {objective: _split}, reward part vectors or None)``, one
+    trajectory at a time through :func:`dsh.llm.attribution.all_part_gradients` (the reference route)."""
+    from ...llm.attribution import all_part_gradients, token_kl
+
+    for seg, adv in zip(segs, advantages):
+        grads = all_part_gradients(model, ref_model, seg, objectives, adv, temperature)
+        yield token_kl(model, ref_model, seg, temperature), {o: _split(g) for o, g in grads.items()}, grads.get("reward")
+
+
+def _packed(model, ref_model, segs, objectives, advantages, temperature):
+    """What :func:`_per_trajectory` yields, from packed passes (:func:`dsh.llm.packed_gradients.packed_part_grams`)."""
+    from ...llm.packed_gradients import packed_part_grams
+
+    keep = ("reward",) if "reward" in objectives else ()
+    for idx in _packs(segs):
+        for r in packed_part_grams(model, ref_model, [segs[i] for i in idx], objectives,
+                                   [advantages[i] for i in idx], temperature, keep):
+            yield r["k1"], {o: _split_gram(g) for o, g in r["gram"].items()}, r["vectors"].get("reward")
+
+
+def attribute_groups(model, ref_model, tok, samples, objectives, temperature: float = 1.0, packed: bool = True
                      ) -> tuple[list[dict], list[dict], dict]:
     """Per trajectory: its attempt length, token counts and k1 sums per part, and per objective the norm of each
     part's gradient and the cosine of the attempt's and the decision's; per group with reward variance: the norms
     of the parts of the summed reward gradient. Trajectories with no decision (cut before a verdict) are left out
     (counted). Also the mean k1 by position along the first attempt (sum and count per position). Log-probabilities
-    at ``temperature`` (the sampling's, as GRPO scores its rollouts)."""
-    from ...llm.attribution import all_part_gradients, token_kl
-
+    at ``temperature`` (the sampling's, as GRPO scores its rollouts). ``packed``: the gradients from packed passes
+    over several trajectories (:func:`dsh.llm.packed_gradients.packed_part_grams`), else one trajectory at a time
+    (:func:`dsh.llm.attribution.all_part_gradients`); the two agree to float rounding."""
     rows, groups, pos_sum, pos_n = [], {}, np.zeros(POSITIONS), np.zeros(POSITIONS)
-    skipped, why = 0, {}
+    skipped, why, kept = 0, {}, []
     for s in samples:
         seg, reason = _segment(tok, s)
         if seg is None:
             skipped += 1
             why[reason] = why.get(reason, 0) + 1
-            continue
-        k1 = token_kl(model, ref_model, seg, temperature)
+        else:
+            kept.append((s, seg))
+    route = _packed if packed else _per_trajectory
+    results = route(model, ref_model, [seg for _, seg in kept], tuple(objectives), [s["advantage"] for s, _ in kept],
+                    temperature) if kept else []
+    for (s, seg), (k1, split, reward) in zip(kept, results):
         att = seg.sample_mask.nonzero()[:, 0]
         first = att[:seg.attempt_lengths[0]] if seg.attempt_lengths else att[:0]
         n = min(len(first), POSITIONS)
@@ -337,19 +401,18 @@ def attribute_groups(model, ref_model, tok, samples, objectives, temperature: fl
         row = {"level": s["level"], "prompt": s["prompt"], "reward": s["reward"], "advantage": s["advantage"],
                "L": float(np.mean(seg.attempt_lengths)), "attempts": len(seg.attempt_lengths),
                "checks": s["response"].count(lt.PASSES) + s["response"].count(lt.FAILS),
-               "tokens": {k: int(m.sum()) for k, m in parts}, "kl": {k: float(k1[m].sum()) for k, m in parts}}
-        row["grad"] = {}
-        grads = all_part_gradients(model, ref_model, seg, objectives, s["advantage"], temperature)
+               "tokens": {k: int(m.sum()) for k, m in parts}, "kl": {k: float(k1[m].sum()) for k, m in parts},
+               "grad": {}}
         for o in objectives:
             if o == "reward" and s["advantage"] == 0:
                 row["grad"][o] = None          # a group whose rewards agree: no reward gradient
                 continue
-            g = grads[o]
-            row["grad"][o] = _split(g)
+            row["grad"][o] = split[o]
             if o == "reward":
                 acc = groups.setdefault(s["prompt"], {"level": s["level"], "L": [], "sum": None})
                 acc["L"].append(row["L"])
-                acc["sum"] = g if acc["sum"] is None else {k: acc["sum"][k] + g[k] for k in g}
+                acc["sum"] = ({k: x.clone() for k, x in reward.items()} if acc["sum"] is None
+                              else {k: acc["sum"][k] + reward[k] for k in reward})
         rows.append(row)
     group_rows = [{"prompt": k, "level": x["level"], "L": float(np.mean(x["L"])), "trajectories": len(x["L"]),
                    **_split(x["sum"])} for k, x in groups.items()]
@@ -392,12 +455,14 @@ def run_study(model: str, reference: str, out, settings: StudySettings = StudySe
         start = resume_point(previous, settings, objectives, weights)
         if start is None:
             raise ValueError("previous must be a study of the same weights, objectives and settings but max_rounds, "
-                             "by method 2 or 3, whose rounds this study would draw (resume_point)")
+                             f"by method 2 or 3 with {GRADIENTS} gradients, whose rounds this study would draw "
+                             "(resume_point)")
     got = study_rounds(m, ref, tok, settings, objectives, previous, start)
     rows, group_rows = got["trajectories"], got["groups"]
     result = {"model": portable(str(model), roots), "reference": portable(str(reference), roots),
               "weights": weights[0], "reference_weights": weights[1],
-              "settings": asdict(settings), "method": METHOD, "rounds": got["rounds"], "samples": got["samples"],
+              "settings": asdict(settings), "method": METHOD, "gradients": GRADIENTS, "rounds": got["rounds"],
+              "samples": got["samples"],
               "objectives": list(objectives), "trajectories": rows, "groups": group_rows,
               "kl_positions": got["kl_positions"], "fits": fits(rows, group_rows, objectives, settings.seed),
               "sample_s": round(got["sample_s"], 1),
