@@ -152,6 +152,17 @@ def test_run_time_sums_the_stages_and_estimates_the_resumed_ones_by_their_method
         report.run_time(r, {"rl": {"samples": 3}})
 
 
+def test_route_timing_takes_each_routes_median_and_scales_the_studies_time():
+    runs = [{"route": "packed", "wall_s": 90.0}, {"route": "per trajectory", "wall_s": 150.0},
+            {"route": "packed", "wall_s": 110.0}]
+    got = report.route_timing({"runs": runs}, 600.0)
+    assert got["packed_s"] == 100.0 and got["per_trajectory_s"] == 150.0 and got["ratio"] == 1.5
+    assert got["studies_s_packed"] == 400.0 and "studies_s_packed" not in report.route_timing({"runs": runs})
+    for bad in ({"runs": runs[:1]}, {"runs": []}, {"runs": [{"route": "packed"}]}, None):
+        with pytest.raises(ValueError, match="routes must"):
+            report.route_timing(bad)
+
+
 def test_a_second_reading_is_compared_stage_by_stage_and_a_moved_rate_shows(tmp_path):
     """The design folder's reader (no dsh imports) and the calibration read the same well-formed laptop responses
     alike; a rate moved in one reading shows as its difference."""

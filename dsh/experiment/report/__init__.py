@@ -60,6 +60,7 @@ from .regime import (  # noqa: F401
     regime_table,
     round4_table,
     round5_table,
+    route_timing,
     run_time,
 )
 from .stages import (  # noqa: F401

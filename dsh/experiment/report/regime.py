@@ -145,6 +145,25 @@ def run_time(results: dict, studies: dict | None = None) -> dict:
     return out
 
 
+def route_timing(routes: dict, studies_s: float | None = None) -> dict:
+    """The attribution study's gradient routes timed against each other (``design/attribution_routes.json``: runs of
+    one study alternating the packed route and one trajectory at a time): each route's median wall time, the ratio
+    (one at a time / packed) and, given ``studies_s`` (the studies' recorded time, all formed one trajectory at a
+    time), that time divided by the ratio: what they would take had every study gained as much."""
+    runs = routes.get("runs") if isinstance(routes, dict) else None
+    if not runs or not all(isinstance(r, dict) and isinstance(r.get("wall_s"), (int, float)) for r in runs):
+        raise ValueError("routes must be an attribution_routes record with runs of route and wall_s")
+    med = {k: statistics.median(r["wall_s"] for r in runs if r.get("route") == k) for k in ("packed", "per trajectory")
+           if any(r.get("route") == k for r in runs)}
+    if len(med) != 2:
+        raise ValueError("routes must hold runs of both routes, packed and per trajectory")
+    out = {"packed_s": med["packed"], "per_trajectory_s": med["per trajectory"],
+           "ratio": med["per trajectory"] / med["packed"]}
+    if studies_s is not None:
+        out["studies_s_packed"] = studies_s / out["ratio"]
+    return out
+
+
 READ_AGAIN = {"accuracy": "observed_accuracy", "p_s": "p_s", "p_dC": "p_d_given_correct", "p_dW": "p_d_given_wrong"}
 
 
