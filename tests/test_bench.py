@@ -11,6 +11,7 @@ import pytest
 
 from dsh.core.files import read_jsonl
 from dsh.core.provenance import cpu_flags
+from dsh.experiment.bench import attribution as bench_attribution
 from dsh.experiment.bench import baselines
 from dsh.experiment.bench import compare as bench
 from dsh.experiment.bench import tiny as bench_tiny
@@ -91,6 +92,10 @@ def test_bench_cli_on_cpu(tmp_path):
     ev = tiny["evaluation"]
     assert [x["questions"] for x in ev] == [7 * 4] * 3 and ev[0]["time_share_of_before"] == 1.0
     assert ev[0]["identical_responses"] == 1 and all(0 <= x["identical_responses"] <= 1 for x in ev)
+    attr = tiny["attribution"]          # the attribution routes: one repeat, the same 7 traces by both
+    assert [x["path"] for x in attr] == list(bench_attribution.ROUTES) and {x["trajectories"] for x in attr} == {7}
+    assert attr[1]["ratio_to_one_at_a_time"] == pytest.approx(attr[0]["seconds"] / attr[1]["seconds"])
+    assert 0 <= attr[1]["largest_norm_difference"] < 1e-3 and all(x["trajectories_per_s"] > 0 for x in attr)
     train = tiny["training"]
     assert all(x["tokens_per_s"] > 0 and 0 < x["share_of_peak"] < 1 for x in train)
     assert train[0]["ratio_to_default"] == 1.0 and len(train) == 4 and "packed attention in C" in train[2]["path"]
@@ -234,8 +239,13 @@ def test_the_tiny_table_reports_medians_over_the_repeats_and_counts_the_loaded_o
              "ratio_to_reference": x / 20, "loaded": bench_tiny.loaded(ld)} for x, ld in zip(rates, loads)]
     ev = [{"path": "e", "seconds": s, "time_share_of_before": s / 4, "time_share_of_reference": s / 2,
            "loaded": False} for s in (1.0, 3.0, 2.0)]
-    rows = bench.tiny_table({"sampling": samp, "evaluation": ev, "grpo": [], "training": []})
-    s, e = rows
+    attr = [{"path": p, "trajectories_per_s": t, "loaded": False, **({"ratio_to_one_at_a_time": t / b} if b else {})}
+            for p, t, b in (("one", 10.0, None), ("packed", 16.0, 10.0), ("one", 12.0, None), ("packed", 15.0, 12.0),
+                            ("one", 8.0, None), ("packed", 14.0, 8.0))]
+    rows = bench.tiny_table({"sampling": samp, "evaluation": ev, "grpo": [], "training": [], "attribution": attr})
+    s, e, one, packed = rows
+    assert one["value"] == 10.0 and one["ratio to default"] == 1.0 and one["part"] == "tiny attribution"
+    assert packed["value"] == 15.0 and packed["ratio to default"] == 1.6 and packed["measure"].endswith("(median of 3)")
     assert s["value"] == 30.0 and s["ratio to default"] == 3.0 and s["x reference"] == 1.5 and s["loaded"] == 1
     assert s["measure"].startswith("tokens/s (median of 5")
     assert e["value"] == 2.0 and e["ratio to default"] == 0.5 and e["x reference"] == 1.0 and e["loaded"] == 0

@@ -335,7 +335,8 @@ def table(result: dict) -> list[dict]:
 def tiny_table(tiny) -> list[dict]:
     """The tiny part's rows for :func:`table`: sampling and evaluation as the median over their interleaved repeats
     (tokens/s, x generate, share of the roofline; seconds, share of the time before; ``loaded``: how many repeats ran
-    beside more than the bench), GRPO (rollouts/s, x before; once) and training; where the run measured the
+    beside more than the bench), GRPO (rollouts/s, x before; once), training, and the attribution routes
+    (trajectories/s and the ratio to one trajectory at a time, medians over the repeats); where the run measured the
     reference commit (:mod:`dsh.experiment.bench.reference`), each speed against it (``x reference``: the median of
     the repeats' rate ratios, or of the reference's time over the path's)."""
     import statistics
@@ -375,6 +376,15 @@ def tiny_table(tiny) -> list[dict]:
             rows.append({"part": "tiny GRPO", "path": r["path"], "measure": "rollout tokens/s end to end",
                          "value": r["rollout_tokens_per_s"], "ratio to default": r["token_ratio_to_before"],
                          "share of ceiling": None})
+    by = {}
+    for r in tiny.get("attribution") or []:         # results of 2026-11-28 on
+        by.setdefault(r["path"], []).append(r)
+    for path, rs in by.items():
+        ratio = [r.get("ratio_to_one_at_a_time", 1.0) for r in rs]
+        rows.append({"part": "tiny attribution", "path": path,
+                     "measure": f"trajectories/s (median of {len(rs)})", "value": med([r["trajectories_per_s"] for r in rs]),
+                     "ratio to default": med(ratio), "share of ceiling": None,
+                     "loaded": sum(bool(r.get("loaded")) for r in rs)})
     for r in tiny["training"]:
         rows.append({"part": "tiny training", "path": r["path"], "measure": "tokens/s (share of 6N at peak)",
                      "value": r["tokens_per_s"], "ratio to default": r["ratio_to_default"],

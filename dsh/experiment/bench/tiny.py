@@ -38,6 +38,8 @@ baseline in the same run, and against the machine's roofline measured in the sam
 - **training**: tokens/s of the laptop preset's reflection SFT (padding-free; and with the packed attention in C),
   TRL's ``SFTTrainer`` defaults on the same data (padded batches) and ``dsh.training.pretrain``'s plain loop, each
   against the 6N bound at the matmul peak.
+- **attribution** (:mod:`.attribution`): the attribution study's gradients one trajectory at a time and from packed
+  passes, interleaved, on the same traces, ``attribution_repeats`` times.
 - **the reference** (:mod:`.reference`; sizes with ``reference``, where this checkout's history holds it): dsh at
   :data:`.reference.REFERENCE_COMMIT` from a git worktree, in processes of its own, as one more path of the
   sampling (its CPU path), evaluation (its laptop preset) and GRPO (its preset, from the same policy) comparisons,
@@ -71,6 +73,7 @@ from ...training.pretrain import PretrainConfig, encode, pretrain
 from ...training.train import build_dataset, train
 from ..run.evaluate import evaluate
 from ..run.presets import LAPTOP, resolve
+from .attribution import attribution_rows
 from .baselines import (
     CT2_PATH,
     HEAP_PATH,
@@ -95,12 +98,15 @@ class TinySize:
     eval_n_per_level: int | None = None      # None: the preset's (100 a level)
     eval_repeats: int = 5
     training_steps: int = 8
+    attribution_per_level: int = 12  # generator traces a level for the attribution routes (7 levels)
+    attribution_repeats: int = 3     # interleaved repeats of the two attribution routes
     reference: bool = True           # dsh at REFERENCE_COMMIT as one more path, where it can run (module docstring)
 
 
 TINY_SIZES = {
     "cpu": TinySize(rows=(8, 32), prompts_per_row=2, max_new=40, repeats=1, policy_sft_steps=4, grpo_steps=8,
-                    grpo_max_completion=48, eval_n_per_level=4, eval_repeats=1, training_steps=2, reference=False),
+                    grpo_max_completion=48, eval_n_per_level=4, eval_repeats=1, training_steps=2,
+                    attribution_per_level=1, attribution_repeats=1, reference=False),
     "laptop": TinySize(),
 }
 
@@ -478,6 +484,7 @@ def run(size: TinySize, workdir: Path, seed: int = 0) -> dict:
         evaluation = evaluation_rows(size, seed, ref)
         grpo = grpo_rows(size, workdir, seed, ref)
     training = training_rows(size, workdir, seed)
+    attribution = attribution_rows(size.attribution_per_level, size.attribution_repeats, seed)
     measured.append(device_peaks())
     peaks = {k: max(m[k] for m in measured) for k in measured[0]}      # the stricter roofline
     add_rooflines(sampling, peaks)
@@ -485,6 +492,7 @@ def run(size: TinySize, workdir: Path, seed: int = 0) -> dict:
         r["share_of_peak"] = r["flops_6n"] / peaks["library_peak_flops"]
     return {"size": dataclasses.asdict(size), "device_measurements": measured, "device": peaks,
             "sampling": sampling, "evaluation": evaluation, "grpo": grpo, "training": training,
+            "attribution": attribution,
             "reference": {"commit": REFERENCE_COMMIT, "unavailable": why},
             "seconds": round(time.time() - t0, 1), "cpu_flags": flags, "load_average_before": load_before,
             "load_average": os.getloadavg()}
