@@ -44,8 +44,6 @@ def largest_norm_difference(rows_a: list[dict], rows_b: list[dict]) -> float:
 def attribution_rows(per_level: int, repeats: int, seed: int = 0) -> list[dict]:
     """Per repeat and route: seconds, trajectories per second, the 1-minute load before it, and (packed) the ratio to
     the baseline of the same repeat and the largest relative norm difference from its rows."""
-    from .tiny import loaded
-
     model, tok = load(str(SHIPPED_BASE))
     reference = st.perturbed(model, 1e-3, seed)
     model.eval()
@@ -61,7 +59,7 @@ def attribution_rows(per_level: int, repeats: int, seed: int = 0) -> list[dict]:
             dt = time.perf_counter() - t0
             got[route] = rows
             out.append({"path": route, "repeat": rep, "trajectories": len(rows), "seconds": round(dt, 3),
-                        "trajectories_per_s": len(rows) / dt, "load_1min": load_1min, "loaded": loaded(load_1min)})
+                        "trajectories_per_s": len(rows) / dt, "load_1min": load_1min})
         base, packed = out[-2], out[-1]
         packed["ratio_to_one_at_a_time"] = base["seconds"] / packed["seconds"]
         packed["largest_norm_difference"] = largest_norm_difference(got[ROUTES[0]], got[ROUTES[1]])

@@ -485,6 +485,8 @@ def run(size: TinySize, workdir: Path, seed: int = 0) -> dict:
         grpo = grpo_rows(size, workdir, seed, ref)
     training = training_rows(size, workdir, seed)
     attribution = attribution_rows(size.attribution_per_level, size.attribution_repeats, seed)
+    for r in attribution:
+        r["loaded"] = loaded(r["load_1min"])
     measured.append(device_peaks())
     peaks = {k: max(m[k] for m in measured) for k in measured[0]}      # the stricter roofline
     add_rooflines(sampling, peaks)
