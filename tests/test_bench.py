@@ -95,7 +95,9 @@ def test_bench_cli_on_cpu(tmp_path):
     attr = tiny["attribution"]          # the attribution routes: one repeat, the same 7 traces by both
     assert [x["path"] for x in attr] == list(bench_attribution.ROUTES) and {x["trajectories"] for x in attr} == {7}
     assert attr[1]["ratio_to_one_at_a_time"] == pytest.approx(attr[0]["seconds"] / attr[1]["seconds"])
-    assert 0 <= attr[1]["largest_norm_difference"] < 1e-3 and all(x["trajectories_per_s"] > 0 for x in attr)
+    diff = attr[1]["norm_difference"]           # float rounding; the KL terms' the most (bench.attribution)
+    assert 0 <= diff["median"] < 1e-4 and diff["median"] <= diff["largest"] < 1e-2
+    assert all(x["trajectories_per_s"] > 0 for x in attr)
     train = tiny["training"]
     assert all(x["tokens_per_s"] > 0 and 0 < x["share_of_peak"] < 1 for x in train)
     assert train[0]["ratio_to_default"] == 1.0 and len(train) == 4 and "packed attention in C" in train[2]["path"]
