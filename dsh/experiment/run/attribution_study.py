@@ -226,11 +226,11 @@ def resume_point(previous: dict, settings: StudySettings, objectives, weights: t
 
 
 def study_rounds(model, ref_model, tok, settings: StudySettings, objectives, previous: dict | None = None,
-                 start: int = 0) -> dict:
+                 start: int = 0, progress: bool = False) -> dict:
     """Rounds of :func:`sample_groups` and :func:`attribute_groups`, one after the other, until :func:`enough`
     holds or ``max_rounds`` rounds were drawn; the first ``start`` rounds taken from ``previous`` (a study record,
     :func:`resume_point`). Returns the samples drawn, the rounds, the per-trajectory and per-group rows, the k1
-    profile and the seconds spent sampling."""
+    profile and the seconds spent sampling. ``progress``: a bar over each round's trajectories."""
     if previous is not None and start:
         got = {"samples": previous["samples"], "rounds": start, "trajectories": list(previous["trajectories"]),
                "groups": list(previous["groups"]), "sample_s": previous.get("sample_s", 0.0),
@@ -244,7 +244,8 @@ def study_rounds(model, ref_model, tok, settings: StudySettings, objectives, pre
         t0 = time.time()
         new = sample_groups(model, tok, settings, got["rounds"])
         got["sample_s"] += time.time() - t0
-        rows, group_rows, p = attribute_groups(model, ref_model, tok, new, objectives, settings.temperature)
+        rows, group_rows, p = attribute_groups(model, ref_model, tok, new, objectives, settings.temperature,
+                                               bar=f"attribution round {got['rounds'] + 1}" if progress else None)
         got["samples"] += len(new)
         got["rounds"] += 1
         got["trajectories"] += rows
@@ -370,15 +371,18 @@ def _packed(model, ref_model, segs, objectives, advantages, temperature):
             yield r["k1"], {o: _split_gram(g) for o, g in r["gram"].items()}, r["vectors"].get("reward")
 
 
-def attribute_groups(model, ref_model, tok, samples, objectives, temperature: float = 1.0, packed: bool = True
-                     ) -> tuple[list[dict], list[dict], dict]:
+def attribute_groups(model, ref_model, tok, samples, objectives, temperature: float = 1.0, packed: bool = True,
+                     bar: str | None = None) -> tuple[list[dict], list[dict], dict]:
     """Per trajectory: its attempt length, token counts and k1 sums per part, and per objective the norm of each
     part's gradient and the cosine of the attempt's and the decision's; per group with reward variance: the norms
     of the parts of the summed reward gradient. Trajectories with no decision (cut before a verdict) are left out
     (counted). Also the mean k1 by position along the first attempt (sum and count per position). Log-probabilities
     at ``temperature`` (the sampling's, as GRPO scores its rollouts). ``packed``: the gradients from packed passes
     over several trajectories (:func:`dsh.llm.packed_gradients.packed_part_grams`), else one trajectory at a time
-    (:func:`dsh.llm.attribution.all_part_gradients`); the two agree to float rounding."""
+    (:func:`dsh.llm.attribution.all_part_gradients`); the two agree to float rounding. ``bar``: a progress bar of
+    that name over the trajectories attributed (none by default)."""
+    from tqdm import tqdm
+
     rows, groups, pos_sum, pos_n = [], {}, np.zeros(POSITIONS), np.zeros(POSITIONS)
     skipped, why, kept = 0, {}, []
     for s in samples:
@@ -391,7 +395,9 @@ def attribute_groups(model, ref_model, tok, samples, objectives, temperature: fl
     route = _packed if packed else _per_trajectory
     results = route(model, ref_model, [seg for _, seg in kept], tuple(objectives), [s["advantage"] for s, _ in kept],
                     temperature) if kept else []
+    progress = tqdm(total=len(kept), desc=bar, unit="trajectory", disable=bar is None)
     for (s, seg), (k1, split, reward) in zip(kept, results):
+        progress.update()
         att = seg.sample_mask.nonzero()[:, 0]
         first = att[:seg.attempt_lengths[0]] if seg.attempt_lengths else att[:0]
         n = min(len(first), POSITIONS)
@@ -416,6 +422,7 @@ def attribute_groups(model, ref_model, tok, samples, objectives, temperature: fl
         rows.append(row)
     group_rows = [{"prompt": k, "level": x["level"], "L": float(np.mean(x["L"])), "trajectories": len(x["L"]),
                    **_split(x["sum"])} for k, x in groups.items()]
+    progress.close()
     positions = {"sum": pos_sum.tolist(), "n": pos_n.tolist(), "skipped": skipped, "skipped_why": why}
     return rows, group_rows, positions
 
@@ -428,7 +435,8 @@ def study_objectives(settings: StudySettings, model: str, reference: str) -> tup
 
 
 def run_study(model: str, reference: str, out, settings: StudySettings = StudySettings(),
-              progress: bool = False, roots: dict | None = None, previous: dict | None = None) -> dict:
+              progress: bool = False, roots: dict | None = None, previous: dict | None = None,
+              bars: bool | None = None) -> dict:
     """Sample, attribute and fit (:func:`sample_groups`, :func:`attribute_groups`, :func:`fits`) for ``model``
     against ``reference`` (model folders; the reference is the model its training started from) and write ``out``
     (a ``.json.gz`` name: one gzipped JSON object, :func:`dsh.core.files.write_json_gz`, holding settings, models,
@@ -436,7 +444,8 @@ def run_study(model: str, reference: str, out, settings: StudySettings = StudySe
     reference is the model itself (their gradients vanish). The models' paths are recorded from the labels of
     ``roots`` (``{folder: label}``; :func:`dsh.core.provenance.portable`). ``previous``: a study record whose rounds
     become this study's first (:func:`resume_point`; refused in one line when they cannot), recorded as ``resumed``;
-    its wall time counts in ``wall_s``. Returns what it wrote."""
+    its wall time counts in ``wall_s``. ``progress``: a line when it is written; ``bars`` (``progress`` unless
+    given): a progress bar over each round's trajectories. Returns what it wrote."""
     settings = settings.checked()
     out = Path(out)
     if not out.name.endswith(".json.gz"):
@@ -457,7 +466,7 @@ def run_study(model: str, reference: str, out, settings: StudySettings = StudySe
             raise ValueError("previous must be a study of the same weights, objectives and settings but max_rounds, "
                              f"by method 2 or 3 with {GRADIENTS} gradients, whose rounds this study would draw "
                              "(resume_point)")
-    got = study_rounds(m, ref, tok, settings, objectives, previous, start)
+    got = study_rounds(m, ref, tok, settings, objectives, previous, start, progress=progress if bars is None else bars)
     rows, group_rows = got["trajectories"], got["groups"]
     result = {"model": portable(str(model), roots), "reference": portable(str(reference), roots),
               "weights": weights[0], "reference_weights": weights[1],

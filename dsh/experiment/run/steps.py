@@ -215,7 +215,7 @@ def attribution_stage(model: str, reference: str, folder: Path, name: str, setti
             clock.say(f"attribution {label}: the earlier study's {old['rounds']} round"
                       f"{'s' if old['rounds'] != 1 else ''} taken as this study's first")
     clock.worked = True
-    got = run_study(model, reference, out, settings, roots={runs: "<runs_dir>"}, previous=old)
+    got = run_study(model, reference, out, settings, roots={runs: "<runs_dir>"}, previous=old, bars=clock.progress)
     verdicts = [f["verdict"] for f in got["fits"].values() if f["verdict"]]
     clock.say(f"attribution {label}: {len(got['trajectories'])} trajectories, verdicts "
               + ", ".join(f"{k} {verdicts.count(k)}" for k in ("holds", "fails", "cannot tell"))
