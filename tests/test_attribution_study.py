@@ -139,6 +139,22 @@ def test_packed_passes_give_each_trajectorys_part_gradients(base):
             packed_part_grams(model, ref, kw.pop("segs"), kw.pop("objectives"), kw.pop("advantages"), **kw)
 
 
+def test_a_study_loads_its_models_on_the_cpu_even_where_cuda_is_there(tmp_path, monkeypatch):
+    """The segments' ids are CPU tensors and the packed kernels the CPU's: a study asks for its models on the CPU
+    (load's default is CUDA where it is available, in bfloat16)."""
+    asked = []
+
+    def on_cpu_only(model, *args, device=None, **kw):
+        asked.append(device)
+        raise RuntimeError("stop here")
+
+    monkeypatch.setattr(st, "load", on_cpu_only)
+    base = str(presets.LAPTOP.model)
+    with pytest.raises(RuntimeError, match="stop here"):
+        st.run_study(base, base, tmp_path / "s.json.gz", st.StudySettings(levels=("1x2",), prompts_per_level=1))
+    assert asked == ["cpu"] and not (tmp_path / "s.json.gz").exists()
+
+
 def test_a_studys_rows_are_the_same_by_either_gradient_route(base):
     """attribute_groups' rows and group rows from packed passes equal those formed one trajectory at a time (norms
     and cosines to float rounding; every other field exactly)."""

@@ -42,7 +42,7 @@ def attribution_rows(per_level: int, repeats: int, seed: int = 0) -> list[dict]:
     """Per repeat and route: seconds, trajectories per second, the 1-minute load before it, and (packed) the ratio to
     the baseline of the same repeat and the relative differences of its rows' gradient norms from the baseline's
     (:func:`norm_differences`)."""
-    model, tok = load(str(SHIPPED_BASE))
+    model, tok = load(str(SHIPPED_BASE), device="cpu")
     reference = st.perturbed(model, 1e-3, seed)
     model.eval()
     reference.eval()

@@ -444,8 +444,9 @@ def run_study(model: str, reference: str, out, settings: StudySettings = StudySe
     reference is the model itself (their gradients vanish). The models' paths are recorded from the labels of
     ``roots`` (``{folder: label}``; :func:`dsh.core.provenance.portable`). ``previous``: a study record whose rounds
     become this study's first (:func:`resume_point`; refused in one line when they cannot), recorded as ``resumed``;
-    its wall time counts in ``wall_s``. ``progress``: a line when it is written; ``bars`` (``progress`` unless
-    given): a progress bar over each round's trajectories. Returns what it wrote."""
+    its wall time counts in ``wall_s``. The models run on the CPU in float32, on a GPU host too. ``progress``: a
+    line when it is written; ``bars`` (``progress`` unless given): a progress bar over each round's trajectories.
+    Returns what it wrote."""
     settings = settings.checked()
     out = Path(out)
     if not out.name.endswith(".json.gz"):
@@ -453,8 +454,8 @@ def run_study(model: str, reference: str, out, settings: StudySettings = StudySe
     v.output_path("out", out)                      # before any sampling: not a folder, no parent a file
     loc, ref_loc = resolve_model(model), resolve_model(reference)
     t0 = time.time()
-    m, tok = load(loc)
-    ref, _ = load(ref_loc)
+    m, tok = load(loc, device="cpu")       # float32 on the CPU wherever it runs: the segments' ids are CPU tensors
+    ref, _ = load(ref_loc, device="cpu")   # and the packed attention kernels are the CPU's
     ref.eval()
     m.eval()        # no dropout in the tiny models; the gradients are those of the weights as they are
     objectives = study_objectives(settings, loc, ref_loc)
