@@ -153,6 +153,9 @@ def test_a_study_loads_its_models_on_the_cpu_even_where_cuda_is_there(tmp_path, 
     with pytest.raises(RuntimeError, match="stop here"):
         st.run_study(base, base, tmp_path / "s.json.gz", st.StudySettings(levels=("1x2",), prompts_per_level=1))
     assert asked == ["cpu"] and not (tmp_path / "s.json.gz").exists()
+    elsewhere = torch.nn.Linear(1, 1, device="meta")            # a model on another device: one line, named
+    with pytest.raises(ValueError, match="^model must be on the CPU .*got meta$"):
+        st.attribute_groups(elsewhere, elsewhere, None, [], st.OBJECTIVES)
 
 
 def test_a_studys_rows_are_the_same_by_either_gradient_route(base):

@@ -383,6 +383,11 @@ def attribute_groups(model, ref_model, tok, samples, objectives, temperature: fl
     that name over the trajectories attributed (none by default)."""
     from tqdm import tqdm
 
+    for name, m in (("model", model), ("ref_model", ref_model)):
+        where = next(m.parameters()).device.type
+        if where != "cpu":
+            raise ValueError(f"{name} must be on the CPU (load(..., device='cpu')): the segments are CPU tensors; "
+                             f"got {where}")
     rows, groups, pos_sum, pos_n = [], {}, np.zeros(POSITIONS), np.zeros(POSITIONS)
     skipped, why, kept = 0, {}, []
     for s in samples:
