@@ -98,6 +98,12 @@ def test_bench_cli_on_cpu(tmp_path):
     diff = attr[1]["norm_difference"]           # float rounding; the KL terms' the most (bench.attribution)
     assert 0 <= diff["median"] < 1e-4 and diff["median"] <= diff["largest"] < 1e-2
     assert all(x["trajectories_per_s"] > 0 for x in attr)
+    att = tiny["attention"]             # the decode attention alone: 32 rows at 20 and 40 positions, each cache dtype
+    assert [x["context"] for x in att][::len(att) // 2] == [20, 40] and {x["rows"] for x in att} == {32}
+    for x in att:
+        assert x["kv_bytes_per_call"] == 32 * (x["context"] + 1) * 4 * 32 * 2 * (4 if x["kv_cache"] == "float32" else 2)
+        assert x["bytes_per_s"] == pytest.approx(x["kv_bytes_per_call"] / x["seconds_per_call"])
+        assert x["share_of_read_bandwidth"] == pytest.approx(x["bytes_per_s"] / peaks["read_bandwidth_bytes_per_s"])
     train = tiny["training"]
     assert all(x["tokens_per_s"] > 0 and 0 < x["share_of_peak"] < 1 for x in train)
     assert train[0]["ratio_to_default"] == 1.0 and len(train) == 4 and "packed attention in C" in train[2]["path"]

@@ -336,7 +336,8 @@ def tiny_table(tiny) -> list[dict]:
     """The tiny part's rows for :func:`table`: sampling and evaluation as the median over their interleaved repeats
     (tokens/s, x generate, share of the roofline; seconds, share of the time before; ``loaded``: how many repeats ran
     beside more than the bench), GRPO (rollouts/s, x before; once), training, and the attribution routes
-    (trajectories/s and the ratio to one trajectory at a time, medians over the repeats); where the run measured the
+    (trajectories/s and the ratio to one trajectory at a time, medians over the repeats), the attention alone (GB/s
+    of cache read, share of the read bandwidth); where the run measured the
     reference commit (:mod:`dsh.experiment.bench.reference`), each speed against it (``x reference``: the median of
     the repeats' rate ratios, or of the reference's time over the path's)."""
     import statistics
@@ -385,6 +386,10 @@ def tiny_table(tiny) -> list[dict]:
                      "measure": f"trajectories/s (median of {len(rs)})", "value": med([r["trajectories_per_s"] for r in rs]),
                      "ratio to default": med(ratio), "share of ceiling": None,
                      "loaded": sum(bool(r.get("loaded")) for r in rs)})
+    for r in tiny.get("attention") or []:           # results of 2026-11-28 on
+        rows.append({"part": "tiny attention", "path": f"attend, {r['rows']} rows at {r['context']}, {r['kv_cache']} cache",
+                     "measure": "cache bytes/s (share of read bw)", "value": r["bytes_per_s"] / 1e9,
+                     "ratio to default": 1.0, "share of ceiling": r["share_of_read_bandwidth"]})
     for r in tiny["training"]:
         rows.append({"part": "tiny training", "path": r["path"], "measure": "tokens/s (share of 6N at peak)",
                      "value": r["tokens_per_s"], "ratio to default": r["ratio_to_default"],

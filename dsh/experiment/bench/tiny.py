@@ -38,14 +38,12 @@ baseline in the same run, and against the machine's roofline measured in the sam
 - **training**: tokens/s of the laptop preset's reflection SFT (padding-free; and with the packed attention in C),
   TRL's ``SFTTrainer`` defaults on the same data (padded batches) and ``dsh.training.pretrain``'s plain loop, each
   against the 6N bound at the matmul peak.
-- **attribution** (:mod:`.attribution`): the attribution study's gradients one trajectory at a time and from packed
-  passes, interleaved, on the same traces, ``attribution_repeats`` times.
+- **attention** (:mod:`.attention`) alone, at the sampling rows, against the read bandwidth; **attribution**
+  (:mod:`.attribution`): the study's gradients one trajectory at a time and from packed passes, interleaved.
 - **the reference** (:mod:`.reference`; sizes with ``reference``, where this checkout's history holds it): dsh at
-  :data:`.reference.REFERENCE_COMMIT` from a git worktree, in processes of its own, as one more path of the
-  sampling (its CPU path), evaluation (its laptop preset) and GRPO (its preset, from the same policy) comparisons,
-  interleaved with today's: every row's ``ratio_to_reference`` (sampling, GRPO: rates; evaluation:
-  ``time_share_of_reference``) is measured in the same run.
-"""
+  :data:`.reference.REFERENCE_COMMIT` from a git worktree in processes of its own, one more path of the sampling
+  (its CPU path), evaluation (its preset) and GRPO (its preset, same policy) comparisons, interleaved with today's:
+  ``ratio_to_reference`` (sampling, GRPO: rates; evaluation: ``time_share_of_reference``) in the same run."""
 
 from __future__ import annotations
 
@@ -73,6 +71,7 @@ from ...training.pretrain import PretrainConfig, encode, pretrain
 from ...training.train import build_dataset, train
 from ..run.evaluate import evaluate
 from ..run.presets import LAPTOP, resolve
+from .attention import add_shares, attention_rows
 from .attribution import attribution_rows
 from .baselines import (
     CT2_PATH,
@@ -111,9 +110,7 @@ TINY_SIZES = {
 }
 
 
-# ------------------------------------------------------------------------------------------------
-# The device
-# ------------------------------------------------------------------------------------------------
+# -- The device ----------------------------------------------------------------------------------
 def device_peaks(repeats: int = 7) -> dict:
     """The machine's peaks (:mod:`dsh.llm.peaks`), each the best of ``repeats``: the fp32 matmul peak of torch's own
     product (MKL; ``matmul_peak_flops``) and of oneDNN with packed weights (``onednn_matmul_flops``, where torch has
@@ -487,14 +484,16 @@ def run(size: TinySize, workdir: Path, seed: int = 0) -> dict:
     attribution = attribution_rows(size.attribution_per_level, size.attribution_repeats, seed)
     for r in attribution:
         r["loaded"] = loaded(r["load_1min"])
+    attention = attention_rows(max(size.rows), size.max_new)
     measured.append(device_peaks())
     peaks = {k: max(m[k] for m in measured) for k in measured[0]}      # the stricter roofline
     add_rooflines(sampling, peaks)
+    add_shares(attention, peaks)
     for r in training:                          # the 6N FLOP/s against the same (stricter) peak as the rooflines
         r["share_of_peak"] = r["flops_6n"] / peaks["library_peak_flops"]
     return {"size": dataclasses.asdict(size), "device_measurements": measured, "device": peaks,
             "sampling": sampling, "evaluation": evaluation, "grpo": grpo, "training": training,
-            "attribution": attribution,
+            "attribution": attribution, "attention": attention,
             "reference": {"commit": REFERENCE_COMMIT, "unavailable": why},
             "seconds": round(time.time() - t0, 1), "cpu_flags": flags, "load_average_before": load_before,
             "load_average": os.getloadavg()}
