@@ -167,15 +167,19 @@ def segment_laptop(tokenizer, question: str, response: str, stopped: bool = True
     return Segmented(torch.tensor(ids), masks["attempt"], masks["decision"], lengths, masks["check"])
 
 
-def _token_logps(model, ids, temperature: float = 1.0):
-    """log pi(token | prefix) of every target token, the logits divided by ``temperature`` first (as TRL's GRPO
-    scores rollouts sampled at that temperature)."""
-    logits = model(input_ids=ids[None]).logits[0, :-1]
+def target_logps(logits, targets, temperature: float = 1.0):
+    """log pi(target) at each position of ``logits [T, V]`` (float32 at least), the logits divided by
+    ``temperature`` first (as TRL's GRPO scores rollouts sampled at that temperature)."""
     if logits.dtype in (torch.float16, torch.bfloat16):
         logits = logits.float()
     if temperature != 1.0:
         logits = logits / temperature
-    return torch.log_softmax(logits, -1).gather(-1, ids[1:, None])[:, 0]
+    return torch.log_softmax(logits, -1).gather(-1, targets[:, None])[:, 0]
+
+
+def _token_logps(model, ids, temperature: float = 1.0):
+    """log pi(token | prefix) of every target token of ``ids`` (:func:`target_logps`)."""
+    return target_logps(model(input_ids=ids[None]).logits[0, :-1], ids[1:], temperature)
 
 
 def objective_terms(model, ref_model, seg: Segmented, objective: str, advantage: float = 1.0,

@@ -23,7 +23,7 @@ from __future__ import annotations
 import torch
 
 from ..core import validate as v
-from .attribution import OBJECTIVES, Segmented, token_weights
+from .attribution import OBJECTIVES, Segmented, target_logps, token_weights
 
 PARTS = ("attempt", "check", "decision")
 
@@ -67,11 +67,7 @@ class _Packed:
     def logps(self, model, temperature: float):
         """log pi(next token) at every position (0 where there is none; logits divided by ``temperature``)."""
         logits = model(input_ids=self.ids[None], position_ids=self.pos[None]).logits[0]
-        if logits.dtype in (torch.float16, torch.bfloat16):
-            logits = logits.float()
-        if temperature != 1.0:
-            logits = logits / temperature
-        return torch.log_softmax(logits, -1).gather(-1, self.nxt[:, None])[:, 0] * self.valid
+        return target_logps(logits, self.nxt, temperature) * self.valid
 
 
 def _forward(model, ref_model, row: _Packed, temperature: float):

@@ -346,10 +346,15 @@ def tiny_table(tiny) -> list[dict]:
         return []
     rows = []
     med = lambda xs: statistics.median(xs) if xs and None not in xs else None  # noqa: E731
-    by = {}
-    for r in tiny["sampling"]:
-        by.setdefault(r["path"], []).append(r)
-    for path, rs in by.items():
+
+    def by_path(runs) -> dict:
+        """The repeats of each path, in the order the paths first ran."""
+        out = {}
+        for r in runs:
+            out.setdefault(r["path"], []).append(r)
+        return out
+
+    for path, rs in by_path(tiny["sampling"]).items():
         rows.append({"part": "tiny sampling", "path": path,
                      "measure": f"tokens/s (median of {len(rs)}; share of roofline)",
                      "value": med([r["tokens_per_s"] for r in rs]),
@@ -357,10 +362,7 @@ def tiny_table(tiny) -> list[dict]:
                      "share of ceiling": med([r.get("share_of_roofline") for r in rs]),
                      "x reference": med([r.get("ratio_to_reference") for r in rs]),
                      "loaded": sum(bool(r.get("loaded")) for r in rs)})
-    by = {}
-    for r in tiny["evaluation"]:
-        by.setdefault(r["path"], []).append(r)
-    for path, rs in by.items():
+    for path, rs in by_path(tiny["evaluation"]).items():
         ref = [r.get("time_share_of_reference") for r in rs]
         rows.append({"part": "tiny evaluation", "path": path,
                      "measure": f"seconds (median of {len(rs)}; ratio: share of before)",
@@ -377,10 +379,7 @@ def tiny_table(tiny) -> list[dict]:
             rows.append({"part": "tiny GRPO", "path": r["path"], "measure": "rollout tokens/s end to end",
                          "value": r["rollout_tokens_per_s"], "ratio to default": r["token_ratio_to_before"],
                          "share of ceiling": None})
-    by = {}
-    for r in tiny.get("attribution") or []:         # results of 2026-11-28 on
-        by.setdefault(r["path"], []).append(r)
-    for path, rs in by.items():
+    for path, rs in by_path(tiny.get("attribution") or []).items():       # results of 2026-11-28 on
         ratio = [r.get("ratio_to_one_at_a_time", 1.0) for r in rs]
         rows.append({"part": "tiny attribution", "path": path,
                      "measure": f"trajectories/s (median of {len(rs)})", "value": med([r["trajectories_per_s"] for r in rs]),
