@@ -104,6 +104,12 @@ def test_bench_cli_on_cpu(tmp_path):
         assert x["kv_bytes_per_call"] == 32 * (x["context"] + 1) * 4 * 32 * 2 * (4 if x["kv_cache"] == "float32" else 2)
         assert x["bytes_per_s"] == pytest.approx(x["kv_bytes_per_call"] / x["seconds_per_call"])
         assert x["share_of_read_bandwidth"] == pytest.approx(x["bytes_per_s"] / peaks["read_bandwidth_bytes_per_s"])
+    prod = tiny["products"]             # the step's products inside full steps and alone: rows 8 and 32, 3 repeats
+    assert [x["rows"] for x in prod] == [8] * 3 + [32] * 3
+    for x in prod:
+        assert 0 < x["full_steps"] <= x["steps"] and x["products_flops"] > 0 and x["tokens_per_s"] > 0
+        assert x["best_flops"] >= max(x["mkl_flops"], x.get("onednn_flops", 0)) * (1 - 1e-9)
+        assert x["share_of_best_library"] == pytest.approx(x["products_flops"] / x["best_flops"])
     train = tiny["training"]
     assert all(x["tokens_per_s"] > 0 and 0 < x["share_of_peak"] < 1 for x in train)
     assert train[0]["ratio_to_default"] == 1.0 and len(train) == 4 and "packed attention in C" in train[2]["path"]

@@ -1,36 +1,35 @@
 """Fast sampling for decoder-only models: the pi_theta that writes attempts, sampled many rows at a time.
 
-``model.generate`` decodes a small model such as the embedded SmolLM2-135M slowly on a GPU: every
-decoding step launches hundreds of small kernels from Python, so a step costs ~70-90 ms whatever the
-batch (measured on an H100; README, "Which engine runs where"). :class:`Engine` is a small decode
-loop that removes that cost and the waste around it:
+``model.generate`` decodes a small model such as the embedded SmolLM2-135M slowly on a GPU: every decoding step
+launches hundreds of small kernels from Python, so a step costs ~70-90 ms whatever the batch (measured on an H100;
+README, "Which engine runs where"). :class:`Engine` is a small decode loop that removes that cost and the waste:
 
 - a KV cache allocated once, ``[layers, slots, kv_heads, max_len, head_dim]``, one slot per row;
-- continuous batching: a row that finishes frees its slot, which is refilled with a waiting prompt
-  (prompts are prefilled in one forward pass, right-padded, causal);
-- attention that reads only the used part of the cache (the smallest length bucket that holds every
-  active row) and groups query heads over their key/value head without copying KV;
-- sampling on the device (exponential race = categorical sampling; argmax when greedy), and the
-  stop test (end-of-turn tokens, per-row token limit, and optionally the n-th occurrence of one token:
-  ``stop_after``) on the device too, so the host looks at the rows only every ``sync_every`` steps;
+- continuous batching: a row that finishes frees its slot, which is refilled with a waiting prompt (prompts are
+  prefilled in one forward pass, right-padded, causal);
+- attention that reads only the used part of the cache (the smallest length bucket that holds every active row) and
+  groups query heads over their key/value head without copying KV;
+- sampling on the device (exponential race = categorical sampling; argmax when greedy), and the stop test (end-of-turn
+  tokens, per-row token limit, and optionally the n-th occurrence of one token: ``stop_after``) on the device too, so
+  the host looks at the rows only every ``sync_every`` steps;
 - on CUDA, the one-token step of each length bucket captured once in a CUDA graph and replayed;
 - on the CPU (float32 models), :class:`dsh.llm.kernel_engine.KernelDecoder`: prompts fed through the decoding step,
   only the rows in flight computed, attention and the small operations in C (:mod:`dsh.llm.kernels`).
   ``attention="torch"`` keeps the path above on the CPU too (``dsh bench`` compares the two).
 
-The layers themselves are the model's own modules (its projections, norms, MLP, rotary table and
-``lm_head``), so the weights are shared with the model: a training step that updates them in place
-is seen by the next generation (GRPO rollouts need no weight copy). Supported: decoder layers of the
-llama family (``llama``, ``qwen2``, ``mistral`` without sliding window, ``qwen3``); :func:`supports`
-says whether a model qualifies, and callers fall back to ``model.generate`` otherwise.
+The layers themselves are the model's own modules (its projections, norms, MLP, rotary table and ``lm_head``), so
+the weights are shared with the model: a training step that updates them in place is seen by the next generation
+(GRPO rollouts need no weight copy). Supported: decoder layers of the llama family (``llama``, ``qwen2``,
+``mistral`` without sliding window, ``qwen3``); :func:`supports` says whether a model qualifies, and callers fall
+back to ``model.generate`` otherwise.
 
-Exactness: greedy decoding returns the same tokens as ``model.generate`` (tests, on the embedded
-model); sampling draws each token from softmax(logits / temperature), with no top-k/top-p filter
-(the paper's protocol: temperature 1, top_p 1), which the tests compare with ``model.generate`` by
-token frequencies. Randomness is counted, not drawn: the uniform behind token ``t`` of a row is a hash of
-(seed, the row's key, t, vocabulary index), so a prompt's completion depends on its seed and key only - not on
-the batch it shares, the slot it lands in, or how many rows run at once (``dsh evaluate`` keys rows by question,
-so an interrupted evaluation resumed with another batch size continues with the same responses).
+Exactness: greedy decoding returns the same tokens as ``model.generate`` (tests, on the embedded model); sampling
+draws each token from softmax(logits / temperature), with no top-k/top-p filter (the paper's protocol: temperature 1,
+top_p 1), which the tests compare with ``model.generate`` by token frequencies. Randomness is counted, not drawn: the
+uniform behind token ``t`` of a row is a hash of (seed, the row's key, t, vocabulary index), so a prompt's completion
+depends on its seed and key only - not on the batch it shares, the slot it lands in, or how many rows run at once
+(``dsh evaluate`` keys rows by question, so an interrupted evaluation resumed with another batch size continues with
+the same responses).
 """
 
 from __future__ import annotations
@@ -86,9 +85,8 @@ def kernels_unsuitable(model, attention: str = "auto") -> str | None:
 
 
 def kv_bytes_per_token(model) -> int:
-    """Bytes of KV cache one token of context takes in ``model`` (all layers, keys and values, in
-    the model's dtype): :meth:`dsh.llm.scale.ModelShape.kv_bytes_per_token` of its config."""
-
+    """Bytes of KV cache one token of context takes in ``model`` (all layers, keys and values, in the model's dtype):
+    :meth:`dsh.llm.scale.ModelShape.kv_bytes_per_token` of its config."""
     return ModelShape.from_config(model.config, n_params=0).kv_bytes_per_token(next(model.parameters()).element_size())
 
 
@@ -129,11 +127,10 @@ class _Progress:
 
 @dataclass
 class Generation:
-    """One generated row: ``tokens`` (the completion, with the end-of-turn token when it stopped on
-    one), ``stopped`` (True when an end-of-turn token ended it, False when the token limit did), ``logprobs``
-    (each token's log-probability under the softmax(logits / T) it was drawn from; T = 1 when greedy),
-    ``capped`` (True when :meth:`Engine.generate`'s ``stop_after`` ended it: its last token is the n-th
-    occurrence of the stop token)."""
+    """One generated row: ``tokens`` (the completion, with the end-of-turn token when it stopped on one),
+    ``stopped`` (True when an end-of-turn token ended it, False when the token limit did), ``logprobs`` (each token's
+    log-probability under the softmax(logits / T) it was drawn from; T = 1 when greedy), ``capped`` (True when
+    :meth:`Engine.generate`'s ``stop_after`` ended it: its last token is the n-th occurrence of the stop token)."""
 
     tokens: list
     stopped: bool
@@ -414,6 +411,13 @@ class Engine:
                 bar.close()
             self.model.train(was_training)
         return results
+
+    def log_products(self, log: list | None) -> None:
+        """CPU path: every matrix product of the next :meth:`generate` calls appends ``(rows, flops, seconds)`` to
+        the list ``log`` (``dsh bench``: the products' rate inside the decoding step); None stops it."""
+        if self._cpu is None or not (log is None or isinstance(log, list)):
+            raise ValueError("log_products needs the CPU path (attention 'kernels') and a list or None as log")
+        self._cpu.product_log = log
 
     # -------------------------------------------------------------------------------------------
     # the public loop

@@ -12,7 +12,8 @@ that have finished, or that wait for a refill, take matmul time for nothing. :cl
   holding the index of its cache slot (the cache itself never moves);
 - runs attention, RoPE with the cache write, RMSNorm, the gated activation and the sampling in C, and the q/k/v
   and gate/up projections as one matrix product each (weights concatenated from the live weights at the start of
-  every :meth:`generate`, so that a training step before it is seen).
+  every :meth:`generate`, so that a training step before it is seen), each product by torch or by oneDNN, whichever
+  is faster among those equal to torch's bit for bit (:mod:`dsh.llm.products`).
 
 It samples exactly as :class:`dsh.llm.engine.Engine` does: the counted uniforms of (seed, the row's key, the token's
 index, the vocabulary index) (:func:`dsh.llm.streams.counted_uniform`, bit for bit), in the Gumbel-max form of the
@@ -24,6 +25,7 @@ from __future__ import annotations
 import torch
 
 from . import kernels
+from .products import Products
 
 
 def attention_shape(model) -> tuple:
@@ -76,41 +78,50 @@ class KernelDecoder:
         self.eos = torch.tensor(sorted(set(eos_token_ids)))
         self.fused = None
         self.stop_after = None
+        self.product_log = None       # a list: every product of the next generate appends (rows, flops, seconds)
 
     def _fuse(self):
-        """Per layer: (q/k/v weight, bias), (gate/up weight, bias), from the live weights."""
-        return [fused_projections(ly) for ly in self.layers]
+        """Per layer: (q/k/v weight, bias), (gate/up weight, bias), from the live weights; the products' weights
+        prepared for :class:`dsh.llm.products.Products`."""
+        self.products = Products(self.slots, self.product_log)
+        fused = [fused_projections(ly) for ly in self.layers]
+        for (w_qkv, _), (w_gu, _) in fused:
+            self.products.prepare(w_qkv)
+            self.products.prepare(w_gu)
+        head = self.model.lm_head
+        self.head = (head.weight.detach(), None if head.bias is None else head.bias.detach())
+        self.products.prepare(self.head[0])
+        return fused
 
-    @staticmethod
-    def _residual(x, linear, a):
+    def _residual(self, x, linear, a):
         """``x + linear(a)``: one addmm when the layer has no bias."""
         if linear.bias is None:
-            return torch.addmm(x, a, linear.weight.t())
-        return x + linear(a)
+            return self.products.add_linear(x, a, linear.weight.detach())
+        return x + self.products.linear(a, linear.weight.detach(), linear.bias.detach())
 
     def _norm(self, x, norm):
         return kernels.rms_norm(self.lib, x, norm.weight, norm.variance_epsilon, torch.empty_like(x))
 
     def _logits(self, s):
         """The logits ``[A, V]`` after feeding token ``s.tok`` at position ``s.pos`` of every active row."""
-        lib, F, A = self.lib, torch.nn.functional, s.tok.shape[0]
+        lib, A = self.lib, s.tok.shape[0]
         x = self.model.model.embed_tokens(s.tok)
         lens = torch.where(s.done, 0, s.pos + 1)                 # positions each row attends (0: a finished row)
         o = torch.empty(A, self.H, self.D)
         for i, layer in enumerate(self.layers):
             (w_qkv, b_qkv), (w_gu, b_gu) = self.fused[i]
-            qkv = F.linear(self._norm(x, layer.input_layernorm), w_qkv, b_qkv)
+            qkv = self.products.linear(self._norm(x, layer.input_layernorm), w_qkv, b_qkv)
             kernels.attend(lib, qkv, self.cos, self.sin, s.pos, lens, s.slot, self.k_cache[i], self.v_cache[i], o,
                            self.KV, self.M, self.scaling)
             x = self._residual(x, layer.self_attn.o_proj, o.view(A, -1))
-            gu = F.linear(self._norm(x, layer.post_attention_layernorm), w_gu, b_gu)
+            gu = self.products.linear(self._norm(x, layer.post_attention_layernorm), w_gu, b_gu)
             if self.silu:
                 act = kernels.silu_mul(lib, gu, torch.empty(A, gu.shape[1] // 2))
             else:
                 gate, up = gu.chunk(2, dim=-1)
                 act = layer.mlp.act_fn(gate) * up
             x = self._residual(x, layer.mlp.down_proj, act)
-        return self.model.lm_head(self._norm(x, self.model.model.norm)).float().contiguous()
+        return self.products.linear(self._norm(x, self.model.model.norm), *self.head).float().contiguous()
 
     def _step(self, s, inv_temp: float, greedy: bool):
         """Feed one token to every active row; rows past their prompt record the token sampled after it."""

@@ -337,7 +337,8 @@ def tiny_table(tiny) -> list[dict]:
     (tokens/s, x generate, share of the roofline; seconds, share of the time before; ``loaded``: how many repeats ran
     beside more than the bench), GRPO (rollouts/s, x before; once), training, and the attribution routes
     (trajectories/s and the ratio to one trajectory at a time, medians over the repeats), the attention alone (GB/s
-    of cache read, share of the read bandwidth); where the run measured the
+    of cache read, share of the read bandwidth), the products in the step (GFLOP/s, share of the best library rate
+    at the same shapes alone); where the run measured the
     reference commit (:mod:`dsh.experiment.bench.reference`), each speed against it (``x reference``: the median of
     the repeats' rate ratios, or of the reference's time over the path's)."""
     import statistics
@@ -389,6 +390,12 @@ def tiny_table(tiny) -> list[dict]:
         rows.append({"part": "tiny attention", "path": f"attend, {r['rows']} rows at {r['context']}, {r['kv_cache']} cache",
                      "measure": "cache bytes/s (share of read bw)", "value": r["bytes_per_s"] / 1e9,
                      "ratio to default": 1.0, "share of ceiling": r["share_of_read_bandwidth"]})
+    for path, rs in by_path(tiny.get("products") or []).items():        # results of 2026-11-29 on
+        rows.append({"part": "tiny products", "path": path,
+                     "measure": f"GFLOP/s in full steps (median of {len(rs)}; share of best library alone)",
+                     "value": med([r["products_flops"] / 1e9 for r in rs]), "ratio to default": None,
+                     "share of ceiling": med([r["share_of_best_library"] for r in rs]),
+                     "loaded": sum(bool(r.get("loaded")) for r in rs)})
     for r in tiny["training"]:
         rows.append({"part": "tiny training", "path": r["path"], "measure": "tokens/s (share of 6N at peak)",
                      "value": r["tokens_per_s"], "ratio to default": r["ratio_to_default"],
@@ -403,6 +410,6 @@ def format_table(result: dict) -> str:
     for r in rows:
         share = "" if r["share of ceiling"] is None else f"{100 * r['share of ceiling']:.1f}%"
         ref = "" if r.get("x reference") is None else f"{r['x reference']:.2f}x"
-        lines.append(f"{r['part']:<15}{r['path'][:69]:<70}{r['measure'][:33]:<34}{r['value']:>11.1f}"
-                     f"{r['ratio to default']:>9.2f}x{share:>9}{ref:>8}")
+        x = "" if r["ratio to default"] is None else f"{r['ratio to default']:.2f}x"
+        lines.append(f"{r['part']:<15}{r['path'][:69]:<70}{r['measure'][:33]:<34}{r['value']:>11.1f}{x:>10}{share:>9}{ref:>8}")
     return "\n".join(lines)

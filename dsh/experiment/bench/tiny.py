@@ -20,8 +20,8 @@ baseline in the same run, and against the machine's roofline measured in the sam
   prompt and generated token through every linear layer, plus attention's products, at the matmul peak) and the
   KV-read time (each generated token reads the keys and values of its context once, in the cache's dtype, at the read
   bandwidth); the serial bound (the two added) is reported beside it, and the serial bound again with the products at
-  the rate that the decoding step's own matrix shapes reach when measured alone at that many rows
-  (:func:`step_matmul_rate`).
+  the rate that the decoding step's own matrix shapes reach when measured alone at that many rows, the faster library
+  per shape (:func:`.step_products.library_rates`).
 - **GRPO**: a policy that writes reflection traces of the laptop task's length (the shipped base after
   ``policy_sft_steps`` steps of the laptop preset's reflection SFT), then ``grpo_steps`` optimizer steps of the
   laptop preset's GRPO four ways: the baseline configuration (one rollout round of 32 completions per step
@@ -38,7 +38,9 @@ baseline in the same run, and against the machine's roofline measured in the sam
 - **training**: tokens/s of the laptop preset's reflection SFT (padding-free; and with the packed attention in C),
   TRL's ``SFTTrainer`` defaults on the same data (padded batches) and ``dsh.training.pretrain``'s plain loop, each
   against the 6N bound at the matmul peak.
-- **attention** (:mod:`.attention`) alone, at the sampling rows, against the read bandwidth; **attribution**
+- **products** (:mod:`.step_products`): the step's matrix products inside the engine's steps against the best library
+  rate at the same shapes alone; **attention** (:mod:`.attention`) alone, at the sampling rows, against the read
+  bandwidth; **attribution**
   (:mod:`.attribution`): the study's gradients one trajectory at a time and from packed passes, interleaved.
 - **the reference** (:mod:`.reference`; sizes with ``reference``, where this checkout's history holds it): dsh at
   :data:`.reference.REFERENCE_COMMIT` from a git worktree in processes of its own, one more path of the sampling
@@ -83,6 +85,7 @@ from .baselines import (
     run_generate_heap_kept,
 )
 from .reference import REFERENCE_COMMIT, REFERENCE_PATH, Reference, unavailable
+from .step_products import library_rates, product_rows
 
 
 @dataclass(frozen=True)
@@ -178,39 +181,6 @@ def _minor_faults() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
 
 
-def step_matmul_rate(model, rows: int, repeats: int = 20) -> float:
-    """FLOP/s of one decoding step's matrix products at ``rows`` rows, measured alone (each layer's fused q/k/v,
-    output, fused gate/up and down projections and the LM head, as :mod:`dsh.llm.kernel_engine` runs them; the
-    fastest of ``repeats`` passes): the rate a decoding step's products can reach on this machine, below the
-    1024^3 peak because their inner dimension is the model's width."""
-    import torch
-
-    from ...llm.kernel_engine import fused_projections
-
-    F = torch.nn.functional
-    layer = model.model.layers[0]
-    (qkv, _), (gate_up, _) = fused_projections(layer)
-    w = [qkv, layer.self_attn.o_proj.weight.detach(), gate_up, layer.mlp.down_proj.weight.detach()]
-    head = model.lm_head.weight.detach()
-    xs = {n: torch.randn(rows, n) for n in {x.shape[1] for x in w + [head]}}
-    n_layers = len(model.model.layers)
-    flops = 2 * rows * (n_layers * sum(x.numel() for x in w) + head.numel())
-
-    def step():
-        for _ in range(n_layers):
-            for x in w:
-                F.linear(xs[x.shape[1]], x)
-        F.linear(xs[head.shape[1]], head)
-
-    best = float("inf")
-    with torch.no_grad():
-        for _ in range(repeats + 1):
-            t = time.perf_counter()
-            step()
-            best = min(best, time.perf_counter() - t)
-    return flops / best
-
-
 def sampling_rows(size: TinySize, seed: int = 0, ref: Reference | None = None) -> list:
     """Rows of the sampling comparison (module docstring), each with its workload's ``work``
     (:func:`sampling_work`); :func:`add_rooflines` puts them against the device's peaks. ``ref``: the reference
@@ -226,7 +196,7 @@ def sampling_rows(size: TinySize, seed: int = 0, ref: Reference | None = None) -
     try:
         for rows in size.rows:
             ps = prompts[:rows * size.prompts_per_row]
-            rate = step_matmul_rate(model, rows)
+            rate = library_rates(model, rows)["best_flops"]
             for rep in range(size.repeats):
                 fp32 = None
                 for path in sampling_paths(ref is not None):
@@ -285,7 +255,7 @@ def add_rooflines(rows: list, peaks: dict) -> None:
     for r in rows:
         work = r.pop("work")
         roof = roofline(work, peaks["library_peak_flops"], peaks["read_bandwidth_bytes_per_s"])
-        # the same bounds with the products at the rate the step's own shapes reach alone (step_matmul_rate)
+        # the same bounds with the products at the rate the step's own shapes reach alone (library_rates)
         at_shapes = roofline(work, r["step_matmul_flops"], peaks["read_bandwidth_bytes_per_s"])
         r.update(roofline=roof, roofline_tokens_per_s=r["generated_tokens"] / roof["roofline_s"],
                  share_of_roofline=roof["roofline_s"] / r["seconds"], share_of_serial_bound=roof["serial_s"] / r["seconds"],
@@ -485,6 +455,10 @@ def run(size: TinySize, workdir: Path, seed: int = 0) -> dict:
     for r in attribution:
         r["loaded"] = loaded(r["load_1min"])
     attention = attention_rows(max(size.rows), size.max_new)
+    products = product_rows(size.rows, size.prompts_per_row, size.max_new,
+                            lambda tok, n: _ladder_prompts(tok, n, seed), seed)
+    for r in products:
+        r["loaded"] = loaded(r["load_1min"])
     measured.append(device_peaks())
     peaks = {k: max(m[k] for m in measured) for k in measured[0]}      # the stricter roofline
     add_rooflines(sampling, peaks)
@@ -493,7 +467,7 @@ def run(size: TinySize, workdir: Path, seed: int = 0) -> dict:
         r["share_of_peak"] = r["flops_6n"] / peaks["library_peak_flops"]
     return {"size": dataclasses.asdict(size), "device_measurements": measured, "device": peaks,
             "sampling": sampling, "evaluation": evaluation, "grpo": grpo, "training": training,
-            "attribution": attribution, "attention": attention,
+            "attribution": attribution, "attention": attention, "products": products,
             "reference": {"commit": REFERENCE_COMMIT, "unavailable": why},
             "seconds": round(time.time() - t0, 1), "cpu_flags": flags, "load_average_before": load_before,
             "load_average": os.getloadavg()}

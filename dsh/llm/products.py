@@ -1,0 +1,115 @@
+"""The decoding step's matrix products ``x @ w.T`` (:mod:`dsh.llm.kernel_engine`): torch's product (MKL on x86), or
+oneDNN's with the weight packed ahead (the path torch's inductor takes on the CPU) where oneDNN's result is the same
+bit for bit, so that the choice never changes a sample.
+
+Which library is faster depends on the CPU and the shape (measured by ``dsh bench``: at the laptop base's fused
+gate/up product, 256 rows x 128 -> 768, oneDNN ~1.25x MKL on an AMD Zen 4; MKL faster at 128 -> 128). Whether the two
+agree bit for bit depends on each library's summation order for the shape and the row count (on that CPU they agree
+for an inner dimension of 128 from 8 rows on, not below 8 rows, nor at 384). :class:`Products` therefore probes,
+once per process and weight shape, every row count up to the slots with random inputs, timing both libraries on the
+way, and sends a product to oneDNN only at row counts where oneDNN agrees and is faster. Identical outputs on a
+random probe mean the same operations in the same order (a coincidence over thousands of entries is impossible), so
+they hold for every input of that shape.
+"""
+
+from __future__ import annotations
+
+import time
+
+import torch
+
+F = torch.nn.functional
+PROBE_ROWS = (1, 2, 4, 8, 16, 32, 64, 128, 192, 256)   # row counts timed; identity is checked at every row count
+
+
+def onednn_available() -> bool:
+    """Whether torch has oneDNN's packed linear product on the CPU."""
+    ops = getattr(torch.ops, "mkldnn", None)
+    if ops is None or not torch.backends.mkldnn.is_available():
+        return False
+    try:
+        w = torch.zeros(8, 8)
+        ops._linear_pointwise(torch.zeros(2, 8), ops._reorder_linear_weight(w), None, "none", [], "")
+    except (RuntimeError, AttributeError):
+        return False
+    return True
+
+
+_PLANS: dict = {}    # (out, in, rows) -> the row counts from which oneDNN is used (None: never)
+
+
+def _time(f, repeats: int = 10) -> float:
+    best = float("inf")
+    for _ in range(3):
+        t = time.perf_counter()
+        for _ in range(repeats):
+            f()
+        best = min(best, (time.perf_counter() - t) / repeats)
+    return best
+
+
+def plan(out_features: int, in_features: int, rows: int) -> frozenset:
+    """The row counts ``1 .. rows`` at which a ``[r, in] @ [out, in].T`` product goes to oneDNN: those where its
+    result equals torch's bit for bit (random inputs, every row count) and where it was faster when timed (at the
+    :data:`PROBE_ROWS` up to ``rows``, each untimed row count taking its next timed one's verdict). Cached per
+    process."""
+    key = (out_features, in_features, rows)
+    if key in _PLANS:
+        return _PLANS[key]
+    chosen: set = set()
+    if onednn_available():
+        ops = torch.ops.mkldnn
+        g = torch.Generator().manual_seed(0)
+        w = torch.randn(out_features, in_features, generator=g)
+        packed = ops._reorder_linear_weight(w)
+        x = torch.randn(rows, in_features, generator=g)
+        same = {r for r in range(1, rows + 1)
+                if torch.equal(F.linear(x[:r], w), ops._linear_pointwise(x[:r], packed, None, "none", [], ""))}
+        timed = sorted({r for r in PROBE_ROWS if r <= rows} | {rows})
+        faster = {}
+        for r in timed:
+            xr = x[:r].contiguous()
+            mkl = _time(lambda xr=xr: F.linear(xr, w))
+            dnn = _time(lambda xr=xr: ops._linear_pointwise(xr, packed, None, "none", [], ""))
+            faster[r] = dnn < mkl
+        for r in same:
+            nxt = next(t for t in timed if t >= r)
+            if faster[nxt]:
+                chosen.add(r)
+    _PLANS[key] = frozenset(chosen)
+    return _PLANS[key]
+
+
+class Products:
+    """``x @ w.T + b`` for the weights of one :meth:`dsh.llm.kernel_engine.KernelDecoder.generate` (the live weights,
+    packed once for oneDNN where :func:`plan` sends some row counts to it), at up to ``rows`` rows. ``log``: a list
+    that every product appends ``(rows, flops, seconds)`` to (for ``dsh bench``), or None."""
+
+    def __init__(self, rows: int, log: list | None = None):
+        self.rows, self.log = rows, log
+        self._packed: dict = {}
+
+    def prepare(self, w: torch.Tensor) -> None:
+        """Pack ``w`` for oneDNN if :func:`plan` uses oneDNN at some row count of its shape."""
+        if plan(w.shape[0], w.shape[1], self.rows):
+            self._packed[id(w)] = (w, torch.ops.mkldnn._reorder_linear_weight(w))
+
+    def linear(self, x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None = None) -> torch.Tensor:
+        """``x @ w.T (+ b)``: oneDNN where :func:`plan` chose it for ``x``'s row count (no bias), else ``F.linear``."""
+        t = time.perf_counter() if self.log is not None else 0.0
+        got = self._packed.get(id(w))
+        if b is None and got is not None and got[0] is w and x.shape[0] in plan(w.shape[0], w.shape[1], self.rows):
+            y = torch.ops.mkldnn._linear_pointwise(x, got[1], None, "none", [], "")
+        else:
+            y = F.linear(x, w, b)
+        if self.log is not None:
+            self.log.append((x.shape[0], 2 * x.shape[0] * w.numel(), time.perf_counter() - t))
+        return y
+
+    def add_linear(self, r: torch.Tensor, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        """``r + x @ w.T`` as one ``addmm`` (the residual sums of the output and down projections)."""
+        t = time.perf_counter() if self.log is not None else 0.0
+        y = torch.addmm(r, x, w.t())
+        if self.log is not None:
+            self.log.append((x.shape[0], 2 * x.shape[0] * w.numel(), time.perf_counter() - t))
+        return y
