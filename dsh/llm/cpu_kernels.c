@@ -319,17 +319,22 @@ static void tiles_of(const float *restrict x, int64_t n, int64_t D, float *restr
       }
 }
 
-/* sc[r][j] = scale * x_r . t_j for the QB rows x (row stride D; rows from nq on count as 0) against one tile t
-   ([D][TILE]). */
-INLINE void tile_products(const float *restrict x, int64_t nq, const float *restrict t, const int64_t D, float scale,
-                          float sc[QB][TILE]) {
+/* xs[r] = scale * x_r for the QB rows x (row stride D; rows from nq on 0): the rows of tile_products, scaled once
+   for all the tiles they meet. */
+INLINE void scaled_rows(const float *restrict x, int64_t nq, const int64_t D, float scale, float xs[QB][D]) {
+  for (int64_t r = 0; r < QB; ++r)
+    for (int64_t d = 0; d < D; ++d) xs[r][d] = r < nq ? x[r * D + d] * scale : 0.f;
+}
+
+/* sc[r][j] = xs_r . t_j for the QB rows xs (scaled_rows) against one tile t ([D][TILE]). */
+INLINE void tile_products(const int64_t D, const float xs[QB][D], const float *restrict t, float sc[QB][TILE]) {
   for (int64_t r = 0; r < QB; ++r)
     for (int64_t j = 0; j < TILE; ++j) sc[r][j] = 0.f;
   for (int64_t d = 0; d < D; ++d)
     for (int64_t r = 0; r < QB; ++r) {
-      const float xs = r < nq ? x[r * D + d] * scale : 0.f;
+      const float x = xs[r][d];
 #pragma omp simd
-      for (int64_t j = 0; j < TILE; ++j) sc[r][j] += xs * t[d * TILE + j];
+      for (int64_t j = 0; j < TILE; ++j) sc[r][j] += x * t[d * TILE + j];
     }
 }
 
@@ -372,15 +377,16 @@ INLINE void forward_task(const float *restrict Q, const float *restrict K, const
   tiles_of(K, n, D, kt);
   for (int64_t i0 = 0; i0 < n; i0 += QB) {
     const int64_t nq = n - i0 < QB ? n - i0 : QB;
-    float m[QB], l[QB], sc[QB][TILE], acc[QB][D];
+    float m[QB], l[QB], sc[QB][TILE], acc[QB][D], qs[QB][D];
     int64_t valid[QB];
     for (int64_t r = 0; r < QB; ++r) {
       m[r] = -FLT_MAX, l[r] = 0.f;
       for (int64_t d = 0; d < D; ++d) acc[r][d] = 0.f;
     }
+    scaled_rows(Q + i0 * D, nq, D, scale, qs);
     const int64_t last = (i0 + nq - 1) / TILE;
     for (int64_t b = 0; b <= last; ++b) {
-      tile_products(Q + i0 * D, nq, kt + b * D * TILE, D, scale, sc);
+      tile_products(D, qs, kt + b * D * TILE, sc);
       visible(i0, nq, b, valid);
       /* each row's running softmax; a row that sees no key of this tile keeps its sums (weight 0, scale 1) */
       float p[QB][TILE], corr[QB];
@@ -445,17 +451,18 @@ INLINE void backward_task(const float *restrict Q, const float *restrict K, cons
   tiles_of(V, n, D, vt);
   for (int64_t i0 = 0; i0 < n; i0 += QB) {
     const int64_t nq = n - i0 < QB ? n - i0 : QB;
-    float sc[QB][TILE], dp[QB][TILE], p[QB][TILE], ds[QB][TILE], g[QB][D], gq[QB][D];
+    float sc[QB][TILE], dp[QB][TILE], p[QB][TILE], ds[QB][TILE], g[QB][D], gq[QB][D], qs[QB][D];
     int64_t valid[QB];
     for (int64_t r = 0; r < QB; ++r)
       for (int64_t d = 0; d < D; ++d) {
         g[r][d] = r < nq ? dout[(i0 + r) * ostride + d] : 0.f;
         gq[r][d] = 0.f;
       }
+    scaled_rows(Q + i0 * D, nq, D, scale, qs);
     const int64_t last = (i0 + nq - 1) / TILE;
     for (int64_t b = 0; b <= last; ++b) {
-      tile_products(Q + i0 * D, nq, kt + b * D * TILE, D, scale, sc);
-      tile_products(&g[0][0], nq, vt + b * D * TILE, D, 1.f, dp);
+      tile_products(D, qs, kt + b * D * TILE, sc);
+      tile_products(D, g, vt + b * D * TILE, dp); /* g: dout's rows as they are (x * 1 = x), 0 from nq on */
       visible(i0, nq, b, valid);
       for (int64_t r = 0; r < QB; ++r) {
         const float L = r < nq ? lse[i0 + r] : 0.f, dl = r < nq ? delta[i0 + r] : 0.f;
