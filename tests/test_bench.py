@@ -264,3 +264,9 @@ def test_the_tiny_table_reports_medians_over_the_repeats_and_counts_the_loaded_o
     assert s["measure"].startswith("tokens/s (median of 5")
     assert e["value"] == 2.0 and e["ratio to default"] == 0.5 and e["x reference"] == 1.0 and e["loaded"] == 0
     assert bench_tiny.loaded((os.cpu_count() or 1) + 0.6) and not bench_tiny.loaded(0.1)
+    grpo = [{"path": p, "rollouts_per_s": x, "ratio_to_before": x, "ratio_to_reference": x / 2, "update_s": u,
+             "update_ratio_to_reference": 4 / u} for p, x, u in (("fast", 6.0, 2.0), ("ref", 2.0, 4.0), ("fast", 4.0, 1.0),
+                                                                  ("ref", 2.0, 4.0), ("fast", 5.0, 4.0))]
+    g_fast, g_ref, u_fast, _ = bench.tiny_table({"sampling": [], "evaluation": [], "grpo": grpo, "training": []})
+    assert g_fast["value"] == 5.0 and g_fast["x reference"] == 2.5 and g_fast["measure"].endswith("(median of 3)")
+    assert g_ref["value"] == 2.0 and u_fast["value"] == 2.0 and u_fast["x reference"] == 2.0

@@ -335,12 +335,12 @@ def table(result: dict) -> list[dict]:
 def tiny_table(tiny) -> list[dict]:
     """The tiny part's rows for :func:`table`: sampling and evaluation as the median over their interleaved repeats
     (tokens/s, x generate, share of the roofline; seconds, share of the time before; ``loaded``: how many repeats ran
-    beside more than the bench), GRPO (rollouts/s, x before; once), training, and the attribution routes
-    (trajectories/s and the ratio to one trajectory at a time, medians over the repeats), the attention alone (GB/s
-    of cache read, share of the read bandwidth), the products in the step (GFLOP/s, share of the best library rate
-    at the same shapes alone); where the run measured the
-    reference commit (:mod:`dsh.experiment.bench.reference`), each speed against it (``x reference``: the median of
-    the repeats' rate ratios, or of the reference's time over the path's)."""
+    beside more than the bench), GRPO (rollouts/s, x before; the update's time; medians over a path's runs), training,
+    and the attribution routes (trajectories/s and the ratio to one trajectory at a time, medians over the repeats),
+    the attention alone (GB/s of cache read, share of the read bandwidth), the products in the step (GFLOP/s, share of
+    the best library rate at the same shapes alone); where the run measured the reference commit
+    (:mod:`dsh.experiment.bench.reference`), each speed against it (``x reference``: the median of the repeats' rate
+    ratios, or of the reference's time over the path's)."""
     import statistics
 
     if not tiny:
@@ -371,15 +371,20 @@ def tiny_table(tiny) -> list[dict]:
                      "ratio to default": med([r["time_share_of_before"] for r in rs]), "share of ceiling": None,
                      "x reference": med([1 / x for x in ref]) if None not in ref else None,
                      "loaded": sum(bool(r.get("loaded")) for r in rs)})
-    for r in tiny["grpo"]:
-        rows.append({"part": "tiny GRPO", "path": r["path"], "measure": "rollouts/s end to end",
-                     "value": r["rollouts_per_s"], "ratio to default": r["ratio_to_before"], "share of ceiling": None,
-                     "x reference": r.get("ratio_to_reference")})
-    for r in tiny["grpo"]:
-        if "rollout_tokens_per_s" in r:          # results of 2026-11-26 on
-            rows.append({"part": "tiny GRPO", "path": r["path"], "measure": "rollout tokens/s end to end",
-                         "value": r["rollout_tokens_per_s"], "ratio to default": r["token_ratio_to_before"],
-                         "share of ceiling": None})
+    for path, rs in by_path(tiny["grpo"]).items():
+        rows.append({"part": "tiny GRPO", "path": path, "measure": f"rollouts/s end to end (median of {len(rs)})",
+                     "value": med([r["rollouts_per_s"] for r in rs]),
+                     "ratio to default": med([r["ratio_to_before"] for r in rs]), "share of ceiling": None,
+                     "x reference": med([r.get("ratio_to_reference") for r in rs])})
+    for path, rs in by_path(tiny["grpo"]).items():
+        if "rollout_tokens_per_s" in rs[0]:          # results of 2026-11-26 on
+            rows.append({"part": "tiny GRPO", "path": path, "measure": "rollout tokens/s end to end",
+                         "value": med([r["rollout_tokens_per_s"] for r in rs]),
+                         "ratio to default": med([r["token_ratio_to_before"] for r in rs]), "share of ceiling": None})
+        if "update_ratio_to_reference" in rs[0]:
+            rows.append({"part": "tiny GRPO", "path": path, "measure": f"update time (median of {len(rs)})",
+                         "value": med([r["update_s"] for r in rs]), "ratio to default": None, "share of ceiling": None,
+                         "x reference": med([r["update_ratio_to_reference"] for r in rs])})
     for path, rs in by_path(tiny.get("attribution") or []).items():       # results of 2026-11-28 on
         ratio = [r.get("ratio_to_one_at_a_time", 1.0) for r in rs]
         rows.append({"part": "tiny attribution", "path": path,

@@ -97,6 +97,7 @@ class TinySize:
     policy_sft_steps: int = 150      # reflection SFT steps that make the GRPO policy
     grpo_steps: int = 8              # optimizer steps of each GRPO run (one rollout round of the preset)
     grpo_max_completion: int | None = None   # None: the preset's
+    grpo_repeats: int = 3            # runs of the fastest GRPO path, each followed by the reference's (when it runs)
     eval_n_per_level: int | None = None      # None: the preset's (100 a level)
     eval_repeats: int = 5
     training_steps: int = 8
@@ -107,7 +108,7 @@ class TinySize:
 
 TINY_SIZES = {
     "cpu": TinySize(rows=(8, 32), prompts_per_row=2, max_new=40, repeats=1, policy_sft_steps=4, grpo_steps=8,
-                    grpo_max_completion=48, eval_n_per_level=4, eval_repeats=1, training_steps=2,
+                    grpo_max_completion=48, grpo_repeats=1, eval_n_per_level=4, eval_repeats=1, training_steps=2,
                     attribution_per_level=1, attribution_repeats=1, reference=False),
     "laptop": TinySize(),
 }
@@ -302,7 +303,9 @@ def _grpo_row(label: str, s: dict, run_dir: Path, **extra) -> dict:
 
 
 def grpo_rows(size: TinySize, workdir: Path, seed: int = 0, ref: Reference | None = None) -> list:
-    """Rows of the GRPO comparison (module docstring); with ``ref`` the reference commit's preset path last."""
+    """Rows of the GRPO comparison (module docstring), each with its ``repeat``: every path once (repeat 0), with
+    ``ref`` the reference commit's preset path after them, then ``grpo_repeats - 1`` more runs of the fastest path,
+    each followed by the reference's."""
     policy = workdir / "grpo_policy"
     train(resolve("sft_reflection", LAPTOP.name, model=str(SHIPPED_BASE), output_dir=str(policy),
                   n_train=8 * size.policy_sft_steps, max_steps=size.policy_sft_steps, task_options={"attempts": "injected"},
@@ -318,19 +321,26 @@ def grpo_rows(size: TinySize, workdir: Path, seed: int = 0, ref: Reference | Non
             (GRPO_PATHS[2], {}, False),
             (GRPO_PATHS[3], fast_paths(), False),
             (GRPO_PATHS[4], {**fast_paths(), "update_precision": "bfloat16"}, False))[:len(grpo_paths())]
-    out = []
-    for k, (label, over, old) in enumerate(runs):
-        cfg = resolve("grpo", LAPTOP.name, output_dir=str(workdir / f"grpo_{k}"), **common, **over)
+    def one_path(k, label, over, old, rep=0):
+        folder = workdir / (f"grpo_{k}" + (f"_r{rep}" if rep else ""))
+        cfg = resolve("grpo", LAPTOP.name, output_dir=str(folder), **common, **over)
         with kernels.disabled() if old else contextlib.nullcontext():
             s = train(cfg)
-        out.append(_grpo_row(label, s, workdir / f"grpo_{k}",
-                             completions_per_round=cfg.generation_batch_size or cfg.per_device_train_batch_size,
-                             backend_used=s["generation_backend"],
-                             **{k: getattr(cfg, k) for k in ("packed_attention", "rollout_kv_cache", "update_precision")}))
-    if ref is not None:
-        s = ref.run("grpo", policy=str(policy), out=str(workdir / "grpo_reference"), steps=size.grpo_steps,
+        return _grpo_row(label, s, folder, repeat=rep, backend_used=s["generation_backend"],
+                         completions_per_round=cfg.generation_batch_size or cfg.per_device_train_batch_size,
+                         **{f: getattr(cfg, f) for f in ("packed_attention", "rollout_kv_cache", "update_precision")})
+
+    def reference(rep=0):
+        folder = workdir / ("grpo_reference" + (f"_r{rep}" if rep else ""))
+        s = ref.run("grpo", policy=str(policy), out=str(folder), steps=size.grpo_steps,
                     max_completion=size.grpo_max_completion, seed=seed)
-        out.append(_grpo_row(REFERENCE_PATH + ": its laptop preset", s, workdir / "grpo_reference", commit=ref.commit))
+        return _grpo_row(REFERENCE_PATH + ": its laptop preset", s, folder, repeat=rep, commit=ref.commit)
+
+    out = [one_path(k, *r) for k, r in enumerate(runs)] + ([reference()] if ref is not None else [])
+    for rep in range(1, size.grpo_repeats):   # the fastest path again, each run followed by the reference's
+        out.append(one_path(len(runs) - 1, *runs[-1], rep=rep))
+        if ref is not None:
+            out.append(reference(rep))
     for r in out:
         r["ratio_to_before"] = r["rollouts_per_s"] / out[0]["rollouts_per_s"]
         # rollouts per second depend on how long the paths' rollouts are (the path before updates its policy every
@@ -338,9 +348,10 @@ def grpo_rows(size: TinySize, workdir: Path, seed: int = 0, ref: Reference | Non
         if r["mean_completion_tokens"] and out[0]["mean_completion_tokens"]:
             r["rollout_tokens_per_s"] = r["rollouts"] * r["mean_completion_tokens"] / r["seconds"]
             r["token_ratio_to_before"] = r["rollout_tokens_per_s"] / out[0]["rollout_tokens_per_s"]
-        if ref is not None:
-            r["ratio_to_reference"] = r["rollouts_per_s"] / out[-1]["rollouts_per_s"]
-            r["update_ratio_to_reference"] = out[-1]["update_s"] / r["update_s"]
+        if ref is not None:                     # against the reference's run of the same repeat
+            mine = next(x for x in out if x["path"].startswith(REFERENCE_PATH) and x["repeat"] == r["repeat"])
+            r["ratio_to_reference"] = r["rollouts_per_s"] / mine["rollouts_per_s"]
+            r["update_ratio_to_reference"] = mine["update_s"] / r["update_s"]
     return out
 
 
