@@ -2,13 +2,13 @@
 oneDNN's with the weight packed ahead (the path torch's inductor takes on the CPU) where oneDNN's result is the same
 bit for bit, so that the choice never changes a sample.
 
-Which library is faster depends on the CPU and the shape (measured by ``dsh bench``: at the laptop base's fused
+Which library is faster depends on the CPU and the shape (measured alone, 2 threads: at the laptop base's fused
 gate/up product, 256 rows x 128 -> 768, oneDNN ~1.25x MKL on an AMD Zen 4; MKL faster at 128 -> 128). Whether the two
 agree bit for bit depends on each library's summation order for the shape and the row count (on that CPU they agree
 for an inner dimension of 128 from 8 rows on, not below 8 rows, nor at 384). :class:`Products` therefore probes,
 once per process and weight shape, every row count up to the slots with random inputs, timing both libraries on the
 way, and sends a product to oneDNN only at row counts where oneDNN agrees and is faster. Identical outputs on a
-random probe mean the same operations in the same order (a coincidence over thousands of entries is impossible), so
+random probe mean the same operations in the same order (a coincidence over thousands of entries is practically impossible), so
 they hold for every input of that shape.
 """
 
