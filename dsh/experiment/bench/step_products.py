@@ -14,7 +14,6 @@ step" figure.
 from __future__ import annotations
 
 import os
-import statistics
 import time
 
 from ...llm import kernels
@@ -110,12 +109,3 @@ def product_rows(rows_list, prompts_per_row: int, max_new: int, prompts_of, seed
                         "share_of_best_library": inside["products_flops"] / alone["best_flops"]})
     return out
 
-
-def medians(rows: list[dict]) -> dict:
-    """Per row count: the median share of the best library rate and the median rates over the repeats."""
-    got = {}
-    for n in sorted({r["rows"] for r in rows}):
-        mine = [r for r in rows if r["rows"] == n]
-        got[n] = {k: statistics.median(r[k] for r in mine) for k in ("share_of_best_library", "products_flops",
-                                                                       "best_flops", "mkl_flops")}
-    return got
