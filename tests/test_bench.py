@@ -104,6 +104,8 @@ def test_bench_cli_on_cpu(tmp_path):
         assert x["kv_bytes_per_call"] == 32 * (x["context"] + 1) * 4 * 32 * 2 * (4 if x["kv_cache"] == "float32" else 2)
         assert x["bytes_per_s"] == pytest.approx(x["kv_bytes_per_call"] / x["seconds_per_call"])
         assert x["share_of_read_bandwidth"] == pytest.approx(x["bytes_per_s"] / peaks["read_bandwidth_bytes_per_s"])
+        assert x["read_bandwidth_beside"] > 0                       # measured just before and after it
+        assert x["share_of_read_bandwidth_beside"] == pytest.approx(x["bytes_per_s"] / x["read_bandwidth_beside"])
     prod = tiny["products"]             # the step's products inside full steps and alone: rows 8 and 32, 3 repeats
     assert [x["rows"] for x in prod] == [8] * 3 + [32] * 3
     for x in prod:

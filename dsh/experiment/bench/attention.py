@@ -2,9 +2,9 @@
 decoding position of every row) at the sampling part's rows, every row at the same context length, on caches of
 random keys and values in each dtype the engine has (float32; float16 where the CPU converts half floats in
 hardware). It reads each row's keys and values up to its position once, so its rate in bytes per second, set
-against the read bandwidth measured in the same run (:func:`add_shares`), is how near the attention streams the
-cache at the memory's speed. At small shapes (the ``cpu`` size's 32 rows at 20-40 positions: about a megabyte of
-cache) the caches stay in the CPU's own caches and the share can pass 1."""
+against the read bandwidth measured in the same run and measured beside it (:func:`add_shares`), is how near the
+attention streams the cache at the memory's speed. At small shapes (the ``cpu`` size's 32 rows at 20-40 positions:
+about a megabyte of cache) the caches stay in the CPU's own caches and the share can pass 1."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ import time
 
 from ...llm import kernels
 from ...llm.models import load
+from ...llm.peaks import read_bandwidth
 from ...training.laptop_base import SHIPPED_BASE
 
 
@@ -56,15 +57,26 @@ def attention_rate(model, rows: int, context: int, kv_dtype=None, repeats: int =
 
 def attention_rows(rows: int, max_new: int) -> list[dict]:
     """:func:`attention_rate` of the shipped base at ``rows`` rows, at half and at all of ``max_new`` positions, for
-    each cache dtype the engine has here."""
+    each cache dtype the engine has here, each with the read bandwidth measured just before and just after it (the
+    larger: ``read_bandwidth_beside``), since this host's bandwidth moves between minutes more than the attention's
+    rate does."""
     import torch
 
     model, _ = load(str(SHIPPED_BASE), device="cpu")
     dtypes = [torch.float32] + ([torch.float16] if kernels.half_cache(kernels.load()) else [])
-    return [attention_rate(model, rows, c, d) for c in (max_new // 2, max_new) for d in dtypes]
+    out = []
+    for c in (max_new // 2, max_new):
+        for d in dtypes:
+            before = read_bandwidth(torch.device("cpu"))
+            r = attention_rate(model, rows, c, d)
+            out.append({**r, "read_bandwidth_beside": max(before, read_bandwidth(torch.device("cpu")))})
+    return out
 
 
 def add_shares(rows: list[dict], peaks: dict) -> None:
-    """Each row's rate as a share of the read bandwidth in ``peaks`` (the tiny bench's device peaks)."""
+    """Each row's rate as a share of the read bandwidth in ``peaks`` (the tiny bench's device peaks) and of the one
+    measured beside it."""
     for r in rows:
         r["share_of_read_bandwidth"] = r["bytes_per_s"] / peaks["read_bandwidth_bytes_per_s"]
+        if "read_bandwidth_beside" in r:
+            r["share_of_read_bandwidth_beside"] = r["bytes_per_s"] / r["read_bandwidth_beside"]

@@ -395,6 +395,10 @@ def tiny_table(tiny) -> list[dict]:
         rows.append({"part": "tiny attention", "path": f"attend, {r['rows']} rows at {r['context']}, {r['kv_cache']} cache",
                      "measure": "cache bytes/s (share of read bw)", "value": r["bytes_per_s"] / 1e9,
                      "ratio to default": 1.0, "share of ceiling": r["share_of_read_bandwidth"]})
+        if "share_of_read_bandwidth_beside" in r:     # results of 2026-11-28 18:00 on
+            rows.append({"part": "tiny attention", "path": f"attend, {r['rows']} rows at {r['context']}, {r['kv_cache']} cache",
+                         "measure": "cache bytes/s (share of read bw beside)", "value": r["bytes_per_s"] / 1e9,
+                         "ratio to default": 1.0, "share of ceiling": r["share_of_read_bandwidth_beside"]})
     for path, rs in by_path(tiny.get("products") or []).items():        # results of 2026-11-29 on
         rows.append({"part": "tiny products", "path": path,
                      "measure": f"GFLOP/s in full steps (median of {len(rs)}; share of best library alone)",
