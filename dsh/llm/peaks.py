@@ -17,7 +17,7 @@ def sync(device):
         torch.cuda.synchronize(device)
 
 
-def _best(device, f, repeats: int) -> float:
+def best_seconds(device, f, repeats: int) -> float:
     """Seconds of the fastest of ``repeats + 1`` calls of ``f`` (the first warms up)."""
     best = float("inf")
     for _ in range(repeats + 1):
@@ -36,7 +36,7 @@ def memory_bandwidth(device, mbytes: int | None = None, repeats: int = 5) -> flo
     n = (mbytes or (1024 if device.type == "cuda" else 256)) * 2 ** 20
     x = torch.empty(n, dtype=torch.uint8, device=device).fill_(1)
     y = torch.empty_like(x)
-    return 2 * n / _best(device, lambda: y.copy_(x), repeats)
+    return 2 * n / best_seconds(device, lambda: y.copy_(x), repeats)
 
 
 def read_bandwidth(device, mbytes: int = 256, repeats: int = 5) -> float:
@@ -44,7 +44,7 @@ def read_bandwidth(device, mbytes: int = 256, repeats: int = 5) -> float:
     import torch
 
     x = torch.ones(mbytes * 2 ** 18, device=device)
-    return x.numel() * 4 / _best(device, lambda: x.sum(), repeats)
+    return x.numel() * 4 / best_seconds(device, lambda: x.sum(), repeats)
 
 
 def matmul_peak(device, repeats: int = 5) -> float:
@@ -55,7 +55,7 @@ def matmul_peak(device, repeats: int = 5) -> float:
     n, dtype = (8192, torch.bfloat16) if cuda else (1024, torch.float32)
     a = torch.randn(n, n, device=device, dtype=dtype)
     b = torch.randn(n, n, device=device, dtype=dtype)
-    return 2 * n ** 3 / _best(device, lambda: a @ b, repeats)
+    return 2 * n ** 3 / best_seconds(device, lambda: a @ b, repeats)
 
 
 def fma_rate(repeats: int = 5) -> float | None:
@@ -69,15 +69,30 @@ def fma_rate(repeats: int = 5) -> float | None:
     return max(lib.fma_rate(20_000_000) for _ in range(repeats))
 
 
+def onednn_available() -> bool:
+    """Whether torch has oneDNN's packed linear product on the CPU."""
+    import torch
+
+    ops = getattr(torch.ops, "mkldnn", None)
+    if ops is None or not torch.backends.mkldnn.is_available():
+        return False
+    try:
+        w = torch.zeros(8, 8)
+        ops._linear_pointwise(torch.zeros(2, 8), ops._reorder_linear_weight(w), None, "none", [], "")
+    except (RuntimeError, AttributeError):
+        return False
+    return True
+
+
 def onednn_matmul_peak(repeats: int = 5) -> float | None:
     """FLOP/s of a 1024^3 fp32 product by oneDNN with its weights packed ahead (the path torch's inductor takes on
     the CPU), best of ``repeats``; None where torch has no oneDNN. On some CPUs it is well above MKL's
     :func:`matmul_peak`, on others level with it."""
     import torch
 
-    ops = getattr(torch.ops, "mkldnn", None)
-    if not torch.backends.mkldnn.is_available() or ops is None:
+    if not onednn_available():
         return None
+    ops = torch.ops.mkldnn
     n = 1024
     a, w = torch.randn(n, n), torch.randn(n, n)
     try:
@@ -86,4 +101,4 @@ def onednn_matmul_peak(repeats: int = 5) -> float | None:
         f()
     except (RuntimeError, AttributeError):
         return None
-    return 2 * n ** 3 / _best(torch.device("cpu"), f, repeats)
+    return 2 * n ** 3 / best_seconds(torch.device("cpu"), f, repeats)

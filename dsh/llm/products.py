@@ -18,34 +18,18 @@ import time
 
 import torch
 
+from .peaks import best_seconds, onednn_available
+
 F = torch.nn.functional
 PROBE_ROWS = (1, 2, 4, 8, 16, 32, 64, 128, 192, 256)   # row counts timed; identity is checked at every row count
 
 
-def onednn_available() -> bool:
-    """Whether torch has oneDNN's packed linear product on the CPU."""
-    ops = getattr(torch.ops, "mkldnn", None)
-    if ops is None or not torch.backends.mkldnn.is_available():
-        return False
-    try:
-        w = torch.zeros(8, 8)
-        ops._linear_pointwise(torch.zeros(2, 8), ops._reorder_linear_weight(w), None, "none", [], "")
-    except (RuntimeError, AttributeError):
-        return False
-    return True
+_PLANS: dict = {}    # (out, in, rows) -> the row counts at which oneDNN is used (empty: none)
 
 
-_PLANS: dict = {}    # (out, in, rows) -> the row counts from which oneDNN is used (None: never)
-
-
-def _time(f, repeats: int = 10) -> float:
-    best = float("inf")
-    for _ in range(3):
-        t = time.perf_counter()
-        for _ in range(repeats):
-            f()
-        best = min(best, (time.perf_counter() - t) / repeats)
-    return best
+def _time(f, calls: int = 10) -> float:
+    """Seconds of one call of ``f``: the fastest of three runs of ``calls`` calls."""
+    return best_seconds(torch.device("cpu"), lambda: [f() for _ in range(calls)], 2) / calls
 
 
 def plan(out_features: int, in_features: int, rows: int) -> frozenset:
@@ -91,14 +75,15 @@ class Products:
 
     def prepare(self, w: torch.Tensor) -> None:
         """Pack ``w`` for oneDNN if :func:`plan` uses oneDNN at some row count of its shape."""
-        if plan(w.shape[0], w.shape[1], self.rows):
-            self._packed[id(w)] = (w, torch.ops.mkldnn._reorder_linear_weight(w))
+        rows = plan(w.shape[0], w.shape[1], self.rows)
+        if rows:
+            self._packed[id(w)] = (w, torch.ops.mkldnn._reorder_linear_weight(w), rows)
 
     def linear(self, x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None = None) -> torch.Tensor:
         """``x @ w.T (+ b)``: oneDNN where :func:`plan` chose it for ``x``'s row count (no bias), else ``F.linear``."""
         t = time.perf_counter() if self.log is not None else 0.0
         got = self._packed.get(id(w))
-        if b is None and got is not None and got[0] is w and x.shape[0] in plan(w.shape[0], w.shape[1], self.rows):
+        if b is None and got is not None and got[0] is w and x.shape[0] in got[2]:
             y = torch.ops.mkldnn._linear_pointwise(x, got[1], None, "none", [], "")
         else:
             y = F.linear(x, w, b)

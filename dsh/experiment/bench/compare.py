@@ -392,13 +392,12 @@ def tiny_table(tiny) -> list[dict]:
                      "ratio to default": med(ratio), "share of ceiling": None,
                      "loaded": sum(bool(r.get("loaded")) for r in rs)})
     for r in tiny.get("attention") or []:           # results of 2026-11-28 on
-        rows.append({"part": "tiny attention", "path": f"attend, {r['rows']} rows at {r['context']}, {r['kv_cache']} cache",
-                     "measure": "cache bytes/s (share of read bw)", "value": r["bytes_per_s"] / 1e9,
-                     "ratio to default": 1.0, "share of ceiling": r["share_of_read_bandwidth"]})
-        if "share_of_read_bandwidth_beside" in r:     # results of 2026-11-28 18:00 on
-            rows.append({"part": "tiny attention", "path": f"attend, {r['rows']} rows at {r['context']}, {r['kv_cache']} cache",
-                         "measure": "cache bytes/s (share of read bw beside)", "value": r["bytes_per_s"] / 1e9,
-                         "ratio to default": 1.0, "share of ceiling": r["share_of_read_bandwidth_beside"]})
+        path = f"attend, {r['rows']} rows at {r['context']}, {r['kv_cache']} cache"
+        shares = [("read bw", "share_of_read_bandwidth"), ("read bw beside", "share_of_read_bandwidth_beside")]
+        for label, key in shares:                      # beside: results of 2026-11-28 18:00 on
+            if key in r:
+                rows.append({"part": "tiny attention", "path": path, "measure": f"cache bytes/s (share of {label})",
+                             "value": r["bytes_per_s"] / 1e9, "ratio to default": 1.0, "share of ceiling": r[key]})
     for path, rs in by_path(tiny.get("products") or []).items():        # results of 2026-11-29 on
         rows.append({"part": "tiny products", "path": path,
                      "measure": f"GFLOP/s in full steps (median of {len(rs)}; share of best library alone)",

@@ -18,6 +18,7 @@ import time
 
 from ...llm import kernels
 from ...llm.models import load
+from ...llm.peaks import best_seconds, onednn_available
 from ...training.laptop_base import SHIPPED_BASE
 
 
@@ -32,22 +33,11 @@ def _step_weights(model) -> tuple:
     return w, model.lm_head.weight.detach(), len(model.model.layers)
 
 
-def _best_of(f, repeats: int) -> float:
-    best = float("inf")
-    for _ in range(repeats + 1):
-        t = time.perf_counter()
-        f()
-        best = min(best, time.perf_counter() - t)
-    return best
-
-
 def library_rates(model, rows: int, repeats: int = 20, calls: int = 20) -> dict:
     """FLOP/s of one decoding step's products at ``rows`` rows measured alone (:func:`_step_weights`, fastest of
     ``repeats`` runs of ``calls`` calls each): ``mkl_flops`` (torch's product for every shape), ``onednn_flops``
     (oneDNN, weights packed ahead; absent where torch has none) and ``best_flops`` (the faster library per shape)."""
     import torch
-
-    from ...llm.products import onednn_available
 
     F = torch.nn.functional
     w, head, n_layers = _step_weights(model)
@@ -57,14 +47,15 @@ def library_rates(model, rows: int, repeats: int = 20, calls: int = 20) -> dict:
     flops = sum(2 * rows * x.numel() * c for x, c in zip(shapes, counts))
     times = {"mkl": [], "onednn": []}
     ops = torch.ops.mkldnn if onednn_available() else None
+    cpu = torch.device("cpu")
     with torch.no_grad():
         for x in shapes:
             a = torch.randn(rows, x.shape[1], generator=g)
-            times["mkl"].append(_best_of(lambda a=a, x=x: [F.linear(a, x) for _ in range(calls)], repeats) / calls)
+            times["mkl"].append(best_seconds(cpu, lambda a=a, x=x: [F.linear(a, x) for _ in range(calls)], repeats) / calls)
             if ops is not None:
                 p = ops._reorder_linear_weight(x)
-                times["onednn"].append(_best_of(lambda a=a, p=p: [ops._linear_pointwise(a, p, None, "none", [], "")
-                                                                  for _ in range(calls)], repeats) / calls)
+                times["onednn"].append(best_seconds(cpu, lambda a=a, p=p: [ops._linear_pointwise(a, p, None, "none", [], "")
+                                                                      for _ in range(calls)], repeats) / calls)
     step = {k: sum(t * c for t, c in zip(ts, counts)) for k, ts in times.items() if ts}
     best = sum(min(ts[i] for ts in times.values() if ts) * c for i, c in enumerate(counts))
     return {**{f"{k}_flops": flops / s for k, s in step.items()}, "best_flops": flops / best}
