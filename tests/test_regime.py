@@ -163,6 +163,32 @@ def test_route_timing_takes_each_routes_median_and_scales_the_studies_time():
             report.route_timing(bad)
 
 
+def test_restudy_table_sets_each_study_against_its_committed_record_and_names_a_moved_fit():
+    def fit(n, slope, verdict):
+        return {"n": n, "slope": slope, "verdict": verdict}
+
+    same = {"trajectories": [10, 10], "same_trajectories": 10, "norm_rel_diff": {"median": 1e-5, "max": 2e-3},
+            "fits": {"kl_k3 / decision": fit([200, 200], [1.0, 1.001], ["holds", "holds"]),
+                     "sft / stage": fit([5, 5], [None, None], [None, None])}}
+    moved = {**same, "same_trajectories": 9,
+             "fits": {"kl_k3 / decision": fit([200, 201], [1.0, 0.9], ["holds", "cannot tell"])}}
+    rec = {"studies": [{"study": "a", "committed_wall_s": 600.0, "wall_s": 120.0, "rounds": [2, 2],
+                        "against_committed": same},
+                       {"study": "b", "committed_wall_s": 300.0, "wall_s": 180.0, "rounds": [1, 1],
+                        "against_committed": moved}]}
+    table, total = report.restudy_table(rec)
+    assert list(table["ratio"]) == [5.0, 1.67] and list(table["packed min"]) == [2.0, 3.0]
+    assert list(table["fits kept"]) == ["2 of 2", "0 of 1"] and list(table["same trajectories"]) == ["10 of 10", "9 of 10"]
+    assert table["max |d slope|"].iloc[0] == pytest.approx(0.001) and table["max |d slope|"].iloc[1] == pytest.approx(0.1)
+    assert total["committed_s"] == 900.0 and total["packed_s"] == 300.0 and total["ratio"] == 3.0
+    assert total["changed"] == ["b / kl_k3 / decision"] and not total["fits_kept"] and not total["same_trajectories"]
+    _, whole = report.restudy_table({"studies": rec["studies"][:1]})
+    assert whole["fits_kept"] and whole["same_trajectories"] and whole["changed"] == []
+    for bad in (None, {}, {"studies": []}, {"studies": [{"study": "a"}]}):
+        with pytest.raises(ValueError, match="restudy must"):
+            report.restudy_table(bad)
+
+
 def test_a_second_reading_is_compared_stage_by_stage_and_a_moved_rate_shows(tmp_path):
     """The design folder's reader (no dsh imports) and the calibration read the same well-formed laptop responses
     alike; a rate moved in one reading shows as its difference."""

@@ -58,6 +58,7 @@ from .regime import (  # noqa: F401
     reading_agreement,
     regime_rows,
     regime_table,
+    restudy_table,
     round4_table,
     round5_table,
     route_timing,

@@ -164,6 +164,40 @@ def route_timing(routes: dict, studies_s: float | None = None) -> dict:
     return out
 
 
+def restudy_table(restudy: dict) -> tuple[pd.DataFrame, dict]:
+    """The committed attribution studies formed again by the packed route (``design/restudy.json``: per study the
+    committed and the new wall time and ``against_committed``, the comparison of the two records), one row a study:
+    both times in minutes and their ratio, rounds, how many trajectories are the same, the gradient norms' median
+    and largest relative difference, how many fits keep their count and verdict and the largest slope difference.
+    Also ``{"committed_s", "packed_s", "ratio", "same_trajectories": all studies', "fits_kept": all fits',
+    "changed": [study / fit whose count or verdict moved]}``."""
+    rows_in = restudy.get("studies") if isinstance(restudy, dict) else None
+    need = {"study", "committed_wall_s", "wall_s", "rounds", "against_committed"}
+    if not rows_in or not all(isinstance(r, dict) and need <= set(r) for r in rows_in):
+        raise ValueError("restudy must be a restudy record: studies, each with study, committed_wall_s, wall_s, "
+                         "rounds and against_committed")
+    rows, changed = [], []
+    for r in rows_in:
+        c = r["against_committed"]
+        fits = c["fits"]
+        kept = [k for k, f in fits.items() if f["n"][0] == f["n"][1] and f["verdict"][0] == f["verdict"][1]]
+        changed += [f"{r['study']} / {k}" for k in fits if k not in kept]
+        slopes = [abs(f["slope"][0] - f["slope"][1]) for f in fits.values()
+                  if f["slope"][0] is not None and f["slope"][1] is not None]
+        rows.append({"study": r["study"], "committed min": round(r["committed_wall_s"] / 60, 1),
+                     "packed min": round(r["wall_s"] / 60, 1), "ratio": round(r["committed_wall_s"] / r["wall_s"], 2),
+                     "rounds": f"{r['rounds'][0]} / {r['rounds'][1]}",
+                     "same trajectories": f"{c['same_trajectories']} of {c['trajectories'][0]}",
+                     "median |d norm| / norm": c["norm_rel_diff"]["median"],
+                     "max |d norm| / norm": c["norm_rel_diff"]["max"],
+                     "fits kept": f"{len(kept)} of {len(fits)}", "max |d slope|": max(slopes, default=None)})
+    committed, packed = (sum(r[k] for r in rows_in) for k in ("committed_wall_s", "wall_s"))
+    same = all(r["against_committed"]["same_trajectories"] == r["against_committed"]["trajectories"][0]
+               == r["against_committed"]["trajectories"][1] for r in rows_in)
+    return pd.DataFrame(rows), {"committed_s": committed, "packed_s": packed, "ratio": committed / packed,
+                                "same_trajectories": same, "fits_kept": not changed, "changed": changed}
+
+
 READ_AGAIN = {"accuracy": "observed_accuracy", "p_s": "p_s", "p_dC": "p_d_given_correct", "p_dW": "p_d_given_wrong"}
 
 
