@@ -244,7 +244,9 @@ def test_the_report_and_first_page_give_the_recorded_tables_over_the_committed_r
     code gave them before the store and the report's refactors (b787497; recorded again unchanged), the graded ones
     as the graded run under round 4 of its rule (the attempt budget) gives them (recorded again when that run was
     committed; the laptop tables and rows came out unchanged), and again when the graded attribution studies were
-    formed again by packed passes (one first-page number moved: Theorem 3.1's largest deviation, 6.8e-05 -> 5.1e-08)."""
+    formed again by packed passes (one first-page number moved: Theorem 3.1's largest deviation, 6.8e-05 -> 5.1e-08),
+    and when the first page's Theorem 3.1 rows became "not testable here" (the studies form the identity's two sides
+    from one score pass)."""
     import sys
 
     sys.path.insert(0, str(Path(__file__).parent / "reference"))
