@@ -3,6 +3,7 @@ results whose truth is known: a ladder built to meet every point meets each, and
 ingredient is broken; the slope of p_s on difficulty (dsh.measure.trend.level_slope) recovers a known slope."""
 
 import copy
+import json
 import random
 from pathlib import Path
 
@@ -187,6 +188,31 @@ def test_restudy_table_sets_each_study_against_its_committed_record_and_names_a_
     for bad in (None, {}, {"studies": []}, {"studies": [{"study": "a"}]}):
         with pytest.raises(ValueError, match="restudy must"):
             report.restudy_table(bad)
+
+
+def test_workers_table_sets_the_layouts_side_by_side_per_trial_and_compares_their_weights():
+    def run(stage, g, s, u, w):
+        return {"stage": stage, "generation_s": g, "scoring_s": s, "update_s": u, "final_weights": w}
+
+    seq = "one after the other, 2 threads"
+    par = "side by side, 1 thread each"
+    two = [run("a", 10, 4, 9, "x"), run("b", 10, 4, 9, "y")]
+    one = [run("a", 16, 8, 18, "p"), run("b", 16, 8, 18, "q")]
+    rec = {"trials": [{"trial": 0, "layout": seq, "wall_s": 72.0, "runs": two},
+                      {"trial": 0, "layout": par, "wall_s": 60.0, "runs": one},
+                      {"trial": 1, "layout": par, "wall_s": 60.0, "runs": one},
+                      {"trial": 1, "layout": seq, "wall_s": 66.0, "runs": two}]}
+    table, got = report.workers_table(rec)
+    assert list(table.generation_s) == [20, 32, 32, 20] and list(table.update_s) == [18, 36, 36, 18]
+    assert got["ratios"] == [1.2, 1.1] and got["slowdown"] == {"generation_s": 1.6, "scoring_s": 2.0, "update_s": 2.0}
+    assert got["same_weights"] and got["weights_differ"]
+    moved = json.loads(json.dumps(rec))
+    moved["trials"][2]["runs"][0]["final_weights"] = "x"          # one thread's second trial: other weights
+    _, got = report.workers_table(moved)
+    assert not got["same_weights"] and got["weights_differ"]
+    for bad in (None, {"trials": []}, {"trials": [{"trial": 0}]}, {"trials": rec["trials"][:1]}):
+        with pytest.raises(ValueError, match="record must"):
+            report.workers_table(bad)
 
 
 def test_a_second_reading_is_compared_stage_by_stage_and_a_moved_rate_shows(tmp_path):

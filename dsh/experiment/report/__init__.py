@@ -63,6 +63,7 @@ from .regime import (  # noqa: F401
     round5_table,
     route_timing,
     run_time,
+    workers_table,
 )
 from .stages import (  # noqa: F401
     calibration_frame,

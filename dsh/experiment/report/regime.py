@@ -198,6 +198,36 @@ def restudy_table(restudy: dict) -> tuple[pd.DataFrame, dict]:
                                 "same_trajectories": same, "fits_kept": not changed, "changed": changed}
 
 
+def workers_table(record: dict) -> tuple[pd.DataFrame, dict]:
+    """Two stages one after the other on two threads against side by side on one thread each
+    (``design/two_workers.json``: trials of both layouts, each with its runs): one row a (trial, layout) with its
+    wall time and its runs' generation, scoring and update seconds summed; also ``{"ratios": [per trial, one after
+    the other / side by side], "slowdown": {part: one thread's seconds / two threads', summed over trials},
+    "same_weights": whether each layout gave the same final weights in every trial, "weights_differ": whether the two
+    layouts' weights differ}``."""
+    trials = record.get("trials") if isinstance(record, dict) else None
+    if not trials or not all(isinstance(t, dict) and {"trial", "layout", "wall_s", "runs"} <= set(t) for t in trials):
+        raise ValueError("record must be a two_workers record: trials, each with trial, layout, wall_s and runs")
+    parts = ("generation_s", "scoring_s", "update_s")
+    rows = [{"trial": t["trial"], "layout": t["layout"], "wall_s": t["wall_s"],
+             **{k: round(sum(r[k] for r in t["runs"]), 1) for k in parts}} for t in trials]
+    layouts = sorted({t["layout"] for t in trials})
+    if len(layouts) != 2:
+        raise ValueError(f"record must hold two layouts, got {layouts}")
+    seq = next(k for k in layouts if "after" in k)
+    par = next(k for k in layouts if k != seq)
+    by = {(t["trial"], t["layout"]): t for t in trials}
+    ratios = [by[(i, seq)]["wall_s"] / by[(i, par)]["wall_s"] for i in sorted({t["trial"] for t in trials})
+              if (i, seq) in by and (i, par) in by]
+    slow = {k: sum(r[k] for r in rows if r["layout"] == par) / sum(r[k] for r in rows if r["layout"] == seq)
+            for k in parts}
+    weights = {k: {tuple(sorted((r["stage"], r["final_weights"]) for r in t["runs"])) for t in trials
+                   if t["layout"] == k} for k in layouts}
+    return pd.DataFrame(rows), {"ratios": ratios, "slowdown": slow,
+                                "same_weights": all(len(w) == 1 for w in weights.values()),
+                                "weights_differ": weights[seq].isdisjoint(weights[par])}
+
+
 READ_AGAIN = {"accuracy": "observed_accuracy", "p_s": "p_s", "p_dC": "p_d_given_correct", "p_dW": "p_d_given_wrong"}
 
 
