@@ -289,6 +289,15 @@ def test_study_on_the_shipped_base_writes_what_it_measured(tmp_path):
     assert r["trajectories"] and all(t["checks"] == 0 and t["tokens"]["decision"] == 1 for t in r["trajectories"])
     assert set(r["fits"]) == {f"{o} / {p}" for o in ("reward", "sft", "dft", "reward_group", "kl_immediate")
                               for p in ("decision", "stage")}
+    one = st.run_study(base, base, tmp_path / "one.json.gz", settings, packed=False)   # one trajectory at a time
+    assert r["gradients"] == "packed" and one["gradients"] == "per trajectory"
+    assert [t["L"] for t in one["trajectories"]] == [t["L"] for t in r["trajectories"]]
+    for a, b in zip(r["trajectories"], one["trajectories"]):          # the two routes agree to float rounding
+        for o, g in a["grad"].items():
+            if g is not None:
+                assert all(abs(g[k] - b["grad"][o][k]) <= 1e-3 * abs(g[k]) + 1e-9 for k in ("attempt", "decision"))
+    with pytest.raises(ValueError, match="^packed must be true or false"):
+        st.run_study(base, base, tmp_path / "b.json.gz", settings, packed="yes")
     for bad, match in ((dict(levels=("2x2",)), "levels"), (dict(group=1), "group"), (dict(temperature=0), "temp"),
                        (dict(objectives=("kl",)), "objectives"), (dict(prompts_per_level=0), "prompts_per_level"),
                        (dict(min_signal=-1), "min_signal"), (dict(max_rounds=0), "max_rounds")):

@@ -193,8 +193,7 @@ def enough(rows, objectives, min_signal: int) -> bool:
     return all(n >= min_signal for n in fit_counts(rows, objectives).values())
 
 
-GRADIENTS = "packed"    # how the study's gradients are formed (:func:`attribute_groups`' ``packed``); records before
-#                         it have no such field: one trajectory at a time ("per trajectory")
+GRADIENTS = "packed"    # the gradients' default route (run_study's packed); a record without the field: "per trajectory"
 
 
 def gradients_of(study: dict) -> str:
@@ -202,15 +201,17 @@ def gradients_of(study: dict) -> str:
     return study.get("gradients", "per trajectory")
 
 
-def resume_point(previous: dict, settings: StudySettings, objectives, weights: tuple) -> int | None:
+def resume_point(previous: dict, settings: StudySettings, objectives, weights: tuple,
+                 gradients: str = GRADIENTS) -> int | None:
     """The rounds of ``previous`` (a study record) that this study can take as its own first rounds, or None: a
     study of the same weights (model's, reference's), objectives and settings but ``max_rounds``, by method 2 or 3
     (one split; rounds are drawn and attributed one by one, each from its own seeded questions and streams) and with
-    gradients formed as this study forms them (:data:`GRADIENTS`: the two routes agree to rounding, not bit for bit),
+    gradients formed as this study forms them (``gradients``, :data:`GRADIENTS` or "per trajectory": the two routes
+    agree to rounding, not bit for bit),
     with no more rounds than ``max_rounds``, and where :func:`enough` holds after none of its rounds but the last
     (method 3 would have drawn them all). Its rounds are then exactly what this study draws first."""
     study_record("previous", previous)
-    if gradients_of(previous) != GRADIENTS:
+    if gradients_of(previous) != gradients:
         return None
     same = {k: x for k, x in asdict(settings).items() if k != "max_rounds"}
     old = {k: x for k, x in (previous.get("settings") or {}).items() if k != "max_rounds"}
@@ -226,11 +227,12 @@ def resume_point(previous: dict, settings: StudySettings, objectives, weights: t
 
 
 def study_rounds(model, ref_model, tok, settings: StudySettings, objectives, previous: dict | None = None,
-                 start: int = 0, progress: bool = False) -> dict:
+                 start: int = 0, progress: bool = False, packed: bool = True) -> dict:
     """Rounds of :func:`sample_groups` and :func:`attribute_groups`, one after the other, until :func:`enough`
     holds or ``max_rounds`` rounds were drawn; the first ``start`` rounds taken from ``previous`` (a study record,
     :func:`resume_point`). Returns the samples drawn, the rounds, the per-trajectory and per-group rows, the k1
-    profile and the seconds spent sampling. ``progress``: a bar over each round's trajectories."""
+    profile and the seconds spent sampling. ``progress``: a bar over each round's trajectories; ``packed``: the
+    gradients' route (:func:`attribute_groups`)."""
     if previous is not None and start:
         got = {"samples": previous["samples"], "rounds": start, "trajectories": list(previous["trajectories"]),
                "groups": list(previous["groups"]), "sample_s": previous.get("sample_s", 0.0),
@@ -244,7 +246,7 @@ def study_rounds(model, ref_model, tok, settings: StudySettings, objectives, pre
         t0 = time.time()
         new = sample_groups(model, tok, settings, got["rounds"])
         got["sample_s"] += time.time() - t0
-        rows, group_rows, p = attribute_groups(model, ref_model, tok, new, objectives, settings.temperature,
+        rows, group_rows, p = attribute_groups(model, ref_model, tok, new, objectives, settings.temperature, packed,
                                                bar=f"attribution round {got['rounds'] + 1}" if progress else None)
         got["samples"] += len(new)
         got["rounds"] += 1
@@ -441,7 +443,7 @@ def study_objectives(settings: StudySettings, model: str, reference: str) -> tup
 
 def run_study(model: str, reference: str, out, settings: StudySettings = StudySettings(),
               progress: bool = False, roots: dict | None = None, previous: dict | None = None,
-              bars: bool | None = None) -> dict:
+              bars: bool | None = None, packed: bool = True) -> dict:
     """Sample, attribute and fit (:func:`sample_groups`, :func:`attribute_groups`, :func:`fits`) for ``model``
     against ``reference`` (model folders; the reference is the model its training started from) and write ``out``
     (a ``.json.gz`` name: one gzipped JSON object, :func:`dsh.core.files.write_json_gz`, holding settings, models,
@@ -451,8 +453,12 @@ def run_study(model: str, reference: str, out, settings: StudySettings = StudySe
     become this study's first (:func:`resume_point`; refused in one line when they cannot), recorded as ``resumed``;
     its wall time counts in ``wall_s``. The models run on the CPU in float32, on a GPU host too. ``progress``: a
     line when it is written; ``bars`` (``progress`` unless given): a progress bar over each round's trajectories.
-    Returns what it wrote."""
+    ``packed``: the gradients from packed passes (the default, recorded as :data:`GRADIENTS`), else one trajectory
+    at a time (recorded as "per trajectory"; :func:`attribute_groups`). Returns what it wrote."""
     settings = settings.checked()
+    if not isinstance(packed, bool):
+        raise ValueError(f"packed must be true or false, got {packed!r}")
+    gradients = GRADIENTS if packed else "per trajectory"
     out = Path(out)
     if not out.name.endswith(".json.gz"):
         raise ValueError(f"out must name a .json.gz file, got {str(out)!r}")
@@ -467,16 +473,17 @@ def run_study(model: str, reference: str, out, settings: StudySettings = StudySe
     weights = weights_digest(loc), weights_digest(ref_loc)
     start = 0
     if previous is not None:
-        start = resume_point(previous, settings, objectives, weights)
+        start = resume_point(previous, settings, objectives, weights, gradients)
         if start is None:
             raise ValueError("previous must be a study of the same weights, objectives and settings but max_rounds, "
-                             f"by method 2 or 3 with {GRADIENTS} gradients, whose rounds this study would draw "
+                             f"by method 2 or 3 with {gradients} gradients, whose rounds this study would draw "
                              "(resume_point)")
-    got = study_rounds(m, ref, tok, settings, objectives, previous, start, progress=progress if bars is None else bars)
+    got = study_rounds(m, ref, tok, settings, objectives, previous, start, progress=progress if bars is None else bars,
+                       packed=packed)
     rows, group_rows = got["trajectories"], got["groups"]
     result = {"model": portable(str(model), roots), "reference": portable(str(reference), roots),
               "weights": weights[0], "reference_weights": weights[1],
-              "settings": asdict(settings), "method": METHOD, "gradients": GRADIENTS, "rounds": got["rounds"],
+              "settings": asdict(settings), "method": METHOD, "gradients": gradients, "rounds": got["rounds"],
               "samples": got["samples"],
               "objectives": list(objectives), "trajectories": rows, "groups": group_rows,
               "kl_positions": got["kl_positions"], "fits": fits(rows, group_rows, objectives, settings.seed),

@@ -9,7 +9,6 @@ routes (packed, one trajectory at a time, packed: the host's speed drifts, so ea
 and writes attribution_routes.json beside this file: each run's wall time, sampling time and load, the machine, and
 how the first packed record compares with the committed one (same trajectories; the largest relative difference of
 a gradient norm; every fit's count, slope and verdict)."""
-import functools
 import gzip
 import json
 import os
@@ -46,18 +45,16 @@ def main() -> int:
     committed = json.load(gzip.open(HERE.parent / "attribution" / f"{STUDY}.json.gz"))
     settings = st.StudySettings(**{k: tuple(x) if isinstance(x, list) else x for k, x in committed["settings"].items()})
     model, reference = (str(RUNS / Path(committed[k]).name / "final") for k in ("model", "reference"))
-    attribute, runs, first = st.attribute_groups, [], None
+    runs, first = [], None
     with tempfile.TemporaryDirectory() as tmp:
         for i, route in enumerate(ROUTES):
-            st.attribute_groups = functools.partial(attribute, packed=route == "packed")
             load, t0 = os.getloadavg()[0], time.time()
-            rec = st.run_study(model, reference, Path(tmp) / f"{i}.json.gz", settings)
+            rec = st.run_study(model, reference, Path(tmp) / f"{i}.json.gz", settings, packed=route == "packed")
             runs.append({"route": route, "wall_s": round(time.time() - t0, 1), "sample_s": rec["sample_s"],
                          "load_before": round(load, 2), "load_after": round(os.getloadavg()[0], 2),
                          "trajectories": len(rec["trajectories"])})
             print(runs[-1], flush=True)
             first = first or (rec if route == "packed" else None)
-    st.attribute_groups = attribute
     out = {"study": STUDY, "committed_wall_s": committed["wall_s"], "committed_commit": committed.get("commit"),
            "runs": runs, "against_committed": compare(committed, first), "commit": git_commit(),
            "hardware": hardware(), "date": time.strftime("%Y-%m-%d %H:%M:%S")}
