@@ -17,9 +17,8 @@ import tempfile
 import time
 from pathlib import Path
 
-import numpy as np
-
 from dsh.core.provenance import git_commit, hardware
+from dsh.experiment.bench.attribution import norm_differences
 from dsh.experiment.run import attribution_study as st
 
 HERE = Path(__file__).resolve().parent
@@ -33,12 +32,11 @@ def compare(committed: dict, new: dict) -> dict:
     a, b = committed["trajectories"], new["trajectories"]
     same = sum((x["prompt"], x["reward"], x["L"], x["tokens"]) == (y["prompt"], y["reward"], y["L"], y["tokens"])
                for x, y in zip(a, b))
-    rel = [abs(g[k] - y["grad"][o][k]) / g[k] for x, y in zip(a, b) for o, g in x["grad"].items() if g is not None
-           for k in ("attempt", "check", "decision", "stage") if g[k] > 0]
+    rel = norm_differences(a, b)
     fits = {k: {"n": [f.get("n"), new["fits"][k].get("n")], "slope": [f.get("slope"), new["fits"][k].get("slope")],
                 "verdict": [f.get("verdict"), new["fits"][k].get("verdict")]} for k, f in committed["fits"].items()}
     return {"trajectories": [len(a), len(b)], "same_trajectories": same,
-            "norm_rel_diff": {"median": float(np.median(rel)), "max": float(max(rel))}, "fits": fits}
+            "norm_rel_diff": {"median": rel["median"], "max": float(rel["largest"])}, "fits": fits}
 
 
 def main() -> int:
