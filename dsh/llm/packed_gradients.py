@@ -133,12 +133,13 @@ def _layout(model, got) -> tuple[dict, int, dict]:
 
 
 def _weight_grams(model, got, deltas, row: _Packed, keep_at: list[int]):
-    """Per trajectory, the Gram matrix of the combinations' weight gradients (each formed from the trajectory's
-    own rows) and the flat vectors of the combinations ``keep_at``; a parameter two modules share (the tied
-    embedding) once both terms are in."""
-    B, C = len(row.spans), len(deltas)
+    """Per trajectory and weighting, the Gram matrix of its parts' weight gradients (each formed from the
+    trajectory's own rows; the combinations come as consecutive runs of ``len(PARTS)``, one run a weighting:
+    ``[B, weightings, parts, parts]``) and the flat vectors of the combinations ``keep_at``; a parameter two modules
+    share (the tied embedding) once both terms are in."""
+    B, C, P = len(row.spans), len(deltas), len(PARTS)
     offsets, n, uses = _layout(model, got)
-    gram = torch.zeros(B, C, C)
+    gram = torch.zeros(B, C // P, P, P)
     kept = torch.empty(B, len(keep_at), n) if keep_at else None     # every parameter's slice is written once
     partial = {}                                        # a shared parameter's sum so far: per trajectory [C, *shape]
     for j, (mod, kind, x, out) in enumerate(got):
@@ -162,7 +163,8 @@ def _weight_grams(model, got, deltas, row: _Packed, keep_at: list[int]):
             continue
         for b in range(B):
             flat = per[b].reshape(C, -1)
-            gram[b] += flat @ flat.T
+            blocks = flat.view(C // P, P, -1)
+            gram[b] += torch.bmm(blocks, blocks.transpose(1, 2))
             if keep_at:
                 kept[b, :, o0:o0 + size] = flat[keep_at]
     return gram, kept
@@ -202,13 +204,13 @@ def packed_part_grams(model, ref_model, segs: list[Segmented], objectives, advan
     keep_at = [i for i, (w, _) in enumerate(combos) if w in keep_w]
     gram, kept = _weight_grams(model, got, deltas, row, keep_at)
     at = {c: i for i, c in enumerate(combos)}
+    w_at = {w: i for i, w in enumerate(weightings)}
     out = []
     for b in range(len(segs)):
         res = {"gram": {}, "vectors": {}, "k1": lp[b] - lp_ref[b]}
         for o in objectives:
             w, scale = ("score", advantages[b]) if o == "reward" else ("score", -1.0) if o == "sft" else (o, 1.0)
-            idx = [at[(w, k)] for k in PARTS]
-            res["gram"][o] = scale * scale * gram[b][idx][:, idx]
+            res["gram"][o] = scale * scale * gram[b, w_at[w]]
             if o in keep:
                 res["vectors"][o] = {k: scale * kept[b, keep_at.index(at[(w, k)])] for k in PARTS}
         out.append(res)
