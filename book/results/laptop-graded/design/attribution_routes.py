@@ -27,6 +27,11 @@ RUNS = Path("runs/graded-r5/runs")
 ROUTES = ("packed", "per trajectory", "packed")
 
 
+def where(recorded: str) -> str:
+    """A study record's model path (``<runs_dir>/<stage>`` or a shipped model's name) on this machine."""
+    return str(RUNS / recorded.split("/", 1)[1]) if recorded.startswith("<runs_dir>/") else recorded
+
+
 def compare(committed: dict, new: dict) -> dict:
     """How ``new`` (a study record) stands against ``committed`` of the same model, reference and settings."""
     a, b = committed["trajectories"], new["trajectories"]
@@ -42,7 +47,7 @@ def compare(committed: dict, new: dict) -> dict:
 def main() -> int:
     committed = json.load(gzip.open(HERE.parent / "attribution" / f"{STUDY}.json.gz"))
     settings = st.StudySettings(**{k: tuple(x) if isinstance(x, list) else x for k, x in committed["settings"].items()})
-    model, reference = (str(RUNS / Path(committed[k]).name / "final") for k in ("model", "reference"))
+    model, reference = where(committed["model"]), where(committed["reference"])
     runs, first = [], None
     with tempfile.TemporaryDirectory() as tmp:
         for i, route in enumerate(ROUTES):

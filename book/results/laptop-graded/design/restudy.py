@@ -26,18 +26,13 @@ RUNS = Path("runs/graded-r5/runs")
 SCRATCH = Path("runs/restudy")
 
 
-def where(recorded: str) -> str:
-    """A record's model path (``<runs_dir>/<stage>`` or a shipped model's name) on this machine."""
-    return str(RUNS / recorded.split("/", 1)[1]) if recorded.startswith("<runs_dir>/") else recorded
-
-
 def settings_of(record: dict):
     from dsh.experiment.run import attribution_study as st
     return st.StudySettings(**{k: tuple(x) if isinstance(x, list) else x for k, x in record["settings"].items()})
 
 
 def run() -> int:
-    from attribution_routes import compare  # the design script beside this one
+    from attribution_routes import compare, where  # the design script beside this one
 
     from dsh.core.provenance import git_commit, hardware
     from dsh.experiment.run import attribution_study as st
