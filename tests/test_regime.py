@@ -183,6 +183,14 @@ def test_restudy_table_sets_each_study_against_its_committed_record_and_names_a_
     assert table["max |d slope|"].iloc[0] == pytest.approx(0.001) and table["max |d slope|"].iloc[1] == pytest.approx(0.1)
     assert total["committed_s"] == 900.0 and total["packed_s"] == 300.0 and total["ratio"] == 3.0
     assert total["changed"] == ["b / kl_k3 / decision"] and not total["fits_kept"] and not total["same_trajectories"]
+    assert total["max_slope_difference"]["other fits"] == pytest.approx(0.1)
+    assert total["max_slope_difference"]["group-summed reward"] is None
+    grouped = json.loads(json.dumps(rec))
+    grouped["studies"][0]["against_committed"]["fits"]["reward_group / decision"] = fit([40, 40], [3.0, 3.2],
+                                                                                        ["cannot tell"] * 2)
+    _, g = report.restudy_table(grouped)
+    assert g["max_slope_difference"]["group-summed reward"] == pytest.approx(0.2) and g["fits_kept"] is False
+    assert g["max_slope_difference"]["other fits"] == pytest.approx(0.1)
     _, whole = report.restudy_table({"studies": rec["studies"][:1]})
     assert whole["fits_kept"] and whole["same_trajectories"] and whole["changed"] == []
     for bad in (None, {}, {"studies": []}, {"studies": [{"study": "a"}]}):

@@ -371,12 +371,13 @@ def tiny_table(tiny) -> list[dict]:
                      "ratio to default": med([r["time_share_of_before"] for r in rs]), "share of ceiling": None,
                      "x reference": med([1 / x for x in ref]) if None not in ref else None,
                      "loaded": sum(bool(r.get("loaded")) for r in rs)})
-    for path, rs in by_path(tiny["grpo"]).items():
+    grpo = by_path(tiny["grpo"])
+    for path, rs in grpo.items():
         rows.append({"part": "tiny GRPO", "path": path, "measure": f"rollouts/s end to end (median of {len(rs)})",
                      "value": med([r["rollouts_per_s"] for r in rs]),
                      "ratio to default": med([r["ratio_to_before"] for r in rs]), "share of ceiling": None,
                      "x reference": med([r.get("ratio_to_reference") for r in rs])})
-    for path, rs in by_path(tiny["grpo"]).items():
+    for path, rs in grpo.items():
         if "rollout_tokens_per_s" in rs[0]:          # results of 2026-11-26 on
             rows.append({"part": "tiny GRPO", "path": path, "measure": "rollout tokens/s end to end",
                          "value": med([r["rollout_tokens_per_s"] for r in rs]),

@@ -170,20 +170,24 @@ def restudy_table(restudy: dict) -> tuple[pd.DataFrame, dict]:
     both times in minutes and their ratio, rounds, how many trajectories are the same, the gradient norms' median
     and largest relative difference, how many fits keep their count and verdict and the largest slope difference.
     Also ``{"committed_s", "packed_s", "ratio", "same_trajectories": all studies', "fits_kept": all fits',
-    "changed": [study / fit whose count or verdict moved]}``."""
+    "changed": [study / fit whose count or verdict moved], "max_slope_difference": {"group-summed reward": the
+    largest over the ``reward_group`` fits, "other fits": over the rest}}`` (None where no slope compares)."""
     rows_in = restudy.get("studies") if isinstance(restudy, dict) else None
     need = {"study", "committed_wall_s", "wall_s", "rounds", "against_committed"}
     if not rows_in or not all(isinstance(r, dict) and need <= set(r) for r in rows_in):
         raise ValueError("restudy must be a restudy record: studies, each with study, committed_wall_s, wall_s, "
                          "rounds and against_committed")
-    rows, changed = [], []
+    rows, changed, by_kind = [], [], {"group-summed reward": [], "other fits": []}
     for r in rows_in:
         c = r["against_committed"]
         fits = c["fits"]
         kept = [k for k, f in fits.items() if f["n"][0] == f["n"][1] and f["verdict"][0] == f["verdict"][1]]
         changed += [f"{r['study']} / {k}" for k in fits if k not in kept]
-        slopes = [abs(f["slope"][0] - f["slope"][1]) for f in fits.values()
-                  if f["slope"][0] is not None and f["slope"][1] is not None]
+        moved = {k: abs(f["slope"][0] - f["slope"][1]) for k, f in fits.items()
+                 if f["slope"][0] is not None and f["slope"][1] is not None}
+        for k, x in moved.items():
+            by_kind["group-summed reward" if k.startswith("reward_group") else "other fits"].append(x)
+        slopes = list(moved.values())
         rows.append({"study": r["study"], "committed min": round(r["committed_wall_s"] / 60, 1),
                      "packed min": round(r["wall_s"] / 60, 1), "ratio": round(r["committed_wall_s"] / r["wall_s"], 2),
                      "rounds": f"{r['rounds'][0]} / {r['rounds'][1]}",
@@ -195,7 +199,8 @@ def restudy_table(restudy: dict) -> tuple[pd.DataFrame, dict]:
     same = all(r["against_committed"]["same_trajectories"] == r["against_committed"]["trajectories"][0]
                == r["against_committed"]["trajectories"][1] for r in rows_in)
     return pd.DataFrame(rows), {"committed_s": committed, "packed_s": packed, "ratio": committed / packed,
-                                "same_trajectories": same, "fits_kept": not changed, "changed": changed}
+                                "same_trajectories": same, "fits_kept": not changed, "changed": changed,
+                                "max_slope_difference": {k: max(x, default=None) for k, x in by_kind.items()}}
 
 
 def workers_table(record: dict) -> tuple[pd.DataFrame, dict]:
