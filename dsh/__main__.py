@@ -43,8 +43,7 @@ def _cmd_simulate(args) -> int:
     sim = simulate(args.p_s, args.p_dC, args.p_dW, n=args.n, seed=args.seed)
     obs = float(sim.final_correct.mean())
     out = {"n": args.n, "seed": args.seed, "observed_accuracy": obs,
-           "predicted_accuracy": predicted_accuracy(args.p_s, args.p_dC, args.p_dW),
-           "mean_attempts": float(sim.n_attempts.mean())}
+           "predicted_accuracy": predicted_accuracy(args.p_s, args.p_dC, args.p_dW), "mean_attempts": float(sim.n_attempts.mean())}
     print(json.dumps(out) if args.json else "\n".join(f"{k} = {v}" for k, v in out.items()))
     return 0
 
@@ -123,8 +122,7 @@ def _cmd_evaluate(args) -> int:
     levels = [x.strip() for x in args.levels.split(",") if x.strip()]
     settings = EvalSettings(levels=levels, n_per_level=args.n, temperature=args.temperature,
                             max_new_tokens=args.max_new_tokens, batch_size=args.batch_size,
-                            samples_per_question=args.samples, kv_cache=args.kv_cache,
-                            attempt_budget=args.attempt_budget)
+                            samples_per_question=args.samples, kv_cache=args.kv_cache, attempt_budget=args.attempt_budget)
     path = evaluate(model=args.model, out=args.out, settings=settings, seed=args.seed, backend=args.backend)
     recs = read_jsonl(path)
     cut = sum(bool(r.get("truncated")) for r in recs)
@@ -150,7 +148,7 @@ def _cmd_pipeline(args) -> int:
                            ablation_seeds=(_int_list("ablation_seeds", args.ablation_seeds)
                                            if args.ablation_seeds is not None else None),
                            progress=not args.quiet, fresh=args.fresh,
-                           attribution_overrides=attribution_overrides or None)
+                           attribution_overrides=attribution_overrides or None, workers=args.workers, threads=args.threads)
     print(json.dumps({k: summary[k] for k in ("preset", "stages", "wall_s", "timings_s", "design")}, indent=1))
     return 0
 
@@ -382,6 +380,8 @@ def _add_pipeline(sub, presets_help, model_help) -> None:
     pl.add_argument("--ablation-seeds", help="seeds of the preset's ablations, a subset of --seeds (laptop: 0,1,2)")
     pl.add_argument("--fresh", action="store_true", help="start over results and runs folders that hold another "
                     "pipeline run (only what the pipeline wrote there is removed; without it such folders are refused)")
+    pl.add_argument("--workers", type=int, default=1, help="worker processes that run steps side by side (default 1)")
+    pl.add_argument("--threads", type=int, help="threads a worker (default: the cores shared out); weights depend on it")
     pl.add_argument("--quiet", action="store_true", help="no progress output")
     pl.set_defaults(func=_cmd_pipeline)
 

@@ -571,23 +571,23 @@ def test_the_pipeline_step_reuses_a_study_only_of_the_same_method_settings_and_w
 
     base = str(presets.LAPTOP.model)
     s = st.StudySettings(levels=("1x2",), prompts_per_level=1, group=2, max_new_tokens=60, min_signal=0)
-    first = attribution_stage(base, base, tmp_path, "base", s, Clock(False), tmp_path)
+    first = attribution_stage(base, base, tmp_path, "base", s, tmp_path, Clock(False))
     path = tmp_path / "base.json.gz"
     assert first["method"] == st.METHOD and path.is_file()
     stamp = path.read_bytes()
-    reused = attribution_stage(base, base, tmp_path, "base", s, Clock(False), tmp_path)
+    reused = attribution_stage(base, base, tmp_path, "base", s, tmp_path, Clock(False))
     assert reused == json.loads(json.dumps(first))                                             # read back
     assert path.read_bytes() == stamp
     write_json_gz(path, dict(first, method=1, trajectories=[]))             # another split: computed again
-    again = attribution_stage(base, base, tmp_path, "base", s, Clock(False), tmp_path)
+    again = attribution_stage(base, base, tmp_path, "base", s, tmp_path, Clock(False))
     assert again["method"] == st.METHOD and again["trajectories"] == first["trajectories"] and "resumed" not in again
     write_json_gz(path, dict(first, method=2, settings=dict(first["settings"], max_rounds=4)))
-    taken = attribution_stage(base, base, tmp_path, "base", s, Clock(False), tmp_path)   # method 2: its rounds taken
+    taken = attribution_stage(base, base, tmp_path, "base", s, tmp_path, Clock(False))   # method 2: its rounds taken
     assert taken["resumed"] == {"rounds": 1, "method": 2, "commit": first["commit"], "date": first["date"],
                                 "wall_s": first["wall_s"]}
     assert {k: taken[k] for k in ("trajectories", "fits", "rounds", "samples")} == \
         {k: first[k] for k in ("trajectories", "fits", "rounds", "samples")} and taken["settings"] == first["settings"]
-    other = attribution_stage(base, base, tmp_path, "base", replace(s, group=3), Clock(False), tmp_path)
+    other = attribution_stage(base, base, tmp_path, "base", replace(s, group=3), tmp_path, Clock(False))
     assert len(other["trajectories"]) + other["kl_positions"]["skipped"] == 3                  # new settings
 
 

@@ -137,7 +137,7 @@ def test_bad_laptop_input_is_one_line_before_any_work(tmp_path):
 # ------------------------------------------------------------------------------------------------
 # A killed and resumed pipeline writes the results folder of an uninterrupted one
 # ------------------------------------------------------------------------------------------------
-VOLATILE = {"wall_s", "timings_s", "load_average_1min", "date", "provenance", "hardware"}       # how long, where
+VOLATILE = {"wall_s", "timings_s", "schedule", "load_average_1min", "date", "provenance", "hardware"}   # how long, where
 TRAIN_VOLATILE = {"wall_s", "tokens_per_s", "resumed_from", "hardware", "generation_s", "scoring_s", "update_s"}
 CURVE_VOLATILE = {"rollout_s", "scoring_s", "update_s"}
 

@@ -39,6 +39,7 @@ from .check_probe import check_levels
 from .evaluate import model_context
 from .presets import DEFAULT, get
 from .steps import Clock, attribution_stage, make_folders, reward_curve, stage_job, study_settings, train_stage
+from .workers import Step, check_workers, run_steps
 
 
 def plan(preset, runs_dir: str, model: str | None = None, overrides: dict | None = None,
@@ -126,7 +127,8 @@ def stages_needed(stages, chosen, starts: dict | None = None) -> list[str]:
 def run_pipeline(preset: str = DEFAULT, results_dir: str | None = None, runs_dir: str | None = None,
                  model: str | None = None, overrides: dict | None = None, stages: tuple | None = None,
                  eval_overrides: dict | None = None, seeds=None, ablation_seeds=None,
-                 progress: bool = True, fresh: bool = False, attribution_overrides: dict | None = None) -> dict:
+                 progress: bool = True, fresh: bool = False, attribution_overrides: dict | None = None,
+                 workers: int = 1, threads: int | None = None) -> dict:
     """Train every stage (reusing finished runs, resuming killed ones), evaluate every model and calibrate it, and
     run the preset's gradient-attribution study on its attribution stages (:func:`attribution_stage`).
 
@@ -139,11 +141,13 @@ def run_pipeline(preset: str = DEFAULT, results_dir: str | None = None, runs_dir
     pipeline wrote there is removed first), a folder with anything else in it always, before any work.
     ``attribution_overrides``: fields of the study's :class:`~dsh.experiment.run.attribution_study.StudySettings` that
     replace the preset's (a smaller study; its seed is the step's: 0, and 1 for the repeats). Each step's
-    time is printed as it ends (``progress``). Returns the summary that is also written to
-    ``results_dir/summary.json``."""
+    time is printed as it ends (``progress``). ``workers``: steps run side by side on this many worker processes of
+    ``threads`` threads each (:mod:`dsh.experiment.run.workers`; the weights depend on ``threads``, not on
+    ``workers``). Returns the summary that is also written to ``results_dir/summary.json``."""
     seed = TEST_SEED
     if not isinstance(fresh, bool):
         raise ValueError(f"fresh must be true or false, got {fresh!r}")
+    workers, threads = check_workers(workers, threads)
     p = get(preset)
     results, runs = Path(results_dir or p.results_dir), Path(runs_dir or p.runs_dir)
     model = model or p.model
@@ -174,44 +178,71 @@ def run_pipeline(preset: str = DEFAULT, results_dir: str | None = None, runs_dir
     with exclusive(runs, f"runs_dir {runs} is in use by another dsh pipeline; wait for it or choose another "
                          f"runs_dir"):
         return _run_claimed(p, results, runs, model, overrides, plan_, cfgs, chosen, needed, settings, study, seed,
-                            fresh, progress, ident)
+                            fresh, progress, ident, (workers, threads))
+
+
+def pipeline_steps(p, results: Path, runs: Path, model: str, plan_, cfgs: dict, chosen: list, needed: list,
+                   settings, study, seed: int) -> list[Step]:
+    """The pipeline's steps in the order one worker runs them: per stage of the plan its training (the stages it
+    needs) and its evaluation job (the chosen ones), then the attribution studies. Each step names the steps whose
+    models it reads; ``cost`` is the method's rough share of the run (:data:`STEP_COST`), for the order of work."""
+    models_of = {st.name: (cfgs[st.name].output_dir if st.method else model) for st in plan_}
+    trained = {st.name for st in plan_ if st.method and st.name in needed}
+    inits = {s.name: s.init for s in plan_}
+
+    def made(*names) -> tuple:
+        return tuple(f"train {n}" for n in names if n in trained)
+
+    out = []
+    for st in plan_:
+        if st.name in trained:
+            out.append(Step(f"train {st.name}", train_stage, (cfgs[st.name], st.name), made(st.init),
+                            STEP_COST.get(st.method, 1.0)))
+        if st.name in chosen:
+            out.append(Step(f"job {st.name}", stage_job, (results, runs, st.name, models_of[st.name], p, settings,
+                                                          seed), made(st.name), STEP_COST["job"]))
+    if study:
+        for name, tseed in [(s, 0) for s in p.attribution_stages] + [(s, 1) for s in p.attribution_repeats]:
+            if name in chosen:
+                ref = inits[name] or name
+                out.append(Step(f"study {name}-t{tseed}", attribution_stage,
+                                (models_of[name], models_of[ref], results / "attribution", name,
+                                 dataclasses.replace(study, seed=tseed), runs), made(name, ref), STEP_COST["study"]))
+    return out
+
+
+# rough minutes a step takes on the 2-core machine (the laptop-graded run's records), only to order the work of
+# several workers: the longest chains first
+STEP_COST = {"sft": 1.0, "sft_reflection": 2.0, "dft": 2.0, "grpo": 6.0, "job": 0.5, "study": 2.0}
 
 
 def _run_claimed(p, results: Path, runs: Path, model: str, overrides, plan_, cfgs: dict, chosen: list, needed: list,
-                 settings, study, seed: int, fresh: bool, progress: bool, ident: dict) -> dict:
+                 settings, study, seed: int, fresh: bool, progress: bool, ident: dict, layout: tuple) -> dict:
     """:func:`run_pipeline`'s work once its arguments are checked and it holds the runs folder's lock: claim both
-    folders, then train, evaluate, calibrate, probe and study every stage, and write the summary."""
+    folders, then train, evaluate, calibrate, probe and study every stage (on ``layout`` = (workers, threads)), and
+    write the summary."""
     folders.claim({"results_dir": results, "runs_dir": runs}, ident, fresh)
     make_folders(results, runs, ("generations", "calibration") + (("probe",) if p.probe else ())
                  + (("attribution",) if study else ()))
     clock = Clock(progress)
     prov, load = provenance(), [(0.0, os.getloadavg()[0])]
-    models_of, train_summaries, curves, calib, along = {}, {}, {}, {}, {}
+
+    def done(step: Step, out) -> None:
+        if step.fn is stage_job:
+            load.append((round(clock.elapsed(), 1), os.getloadavg()[0]))
+            clock.say(f"{step.args[2]}: accuracy {out['all']['overall']['observed_accuracy']:.3f}, "
+                      f"truncated {100 * (out['truncated'] or 0):.1f} % (load {load[-1][1]:.2f})")
+
+    work = pipeline_steps(p, results, runs, model, plan_, cfgs, chosen, needed, settings, study, seed)
+    outs, schedule = run_steps(work, clock, *layout, done=done)
+    train_summaries, curves, along = {}, {}, {}
     for st in plan_:
-        if st.name not in needed:
-            continue
-        models_of[st.name] = model
-        if st.method is not None:
-            train_summaries[st.name] = train_stage(cfgs[st.name], st.name, clock)
-            models_of[st.name] = cfgs[st.name].output_dir
+        if f"train {st.name}" in outs:
+            train_summaries[st.name] = outs[f"train {st.name}"]
             if st.method == "grpo":
                 curves[st.name] = reward_curve(Path(cfgs[st.name].output_dir))
             if cfgs[st.name].validation_every:
                 along[st.name] = validation.read_log(Path(cfgs[st.name].output_dir) / "validation.jsonl")
-        if st.name not in chosen:
-            continue
-        name = st.name
-        calib[name] = stage_job(results, runs, name, models_of[name], p, settings, seed, clock)
-        load.append((round(clock.elapsed(), 1), os.getloadavg()[0]))
-        clock.say(f"{name}: accuracy {calib[name]['all']['overall']['observed_accuracy']:.3f}, "
-                  f"truncated {100 * (calib[name]['truncated'] or 0):.1f} % (load {load[-1][1]:.2f})")
-    if study:
-        inits = {s.name: s.init for s in plan_}
-        for name, tseed in [(s, 0) for s in p.attribution_stages] + [(s, 1) for s in p.attribution_repeats]:
-            if name in chosen:
-                ref = models_of[inits[name]] if inits[name] else models_of[name]
-                attribution_stage(models_of[name], ref, results / "attribution", name,
-                                  dataclasses.replace(study, seed=tseed), clock, runs)
     old = store.read_record(results / "summary.json")
     if not clock.worked and store.made_from(old, {"stages": chosen, "eval": settings.key(), "seed": seed}):
         clock.say(f"every step reused; {results / 'summary.json'} left as it is")
@@ -222,7 +253,8 @@ def _run_claimed(p, results: Path, runs: Path, model: str, overrides, plan_, cfg
     summary = _summary(p, model, [s for s in plan_ if s.name in chosen], settings, seed, clock, train_summaries,
                        cfgs, calib)
     summary.update(reward_curves=curves, validation_curves=along, load_average_1min=load, provenance=prov,
-                   date=time.strftime("%Y-%m-%d %H:%M:%S"), jobs=jobs)
+                   date=time.strftime("%Y-%m-%d %H:%M:%S"), jobs=jobs,
+                   workers={"workers": layout[0], "threads": layout[1]}, schedule=schedule)
     summary = portable(json.loads(json.dumps(summary, default=str)), {runs: "<runs_dir>"})   # no machine's paths
     write_text(results / "summary.json", json.dumps(summary, indent=1))
     clock.say(f"done in {summary['wall_s']} s: {results}")

@@ -54,10 +54,12 @@ def reward_curve(run: Path) -> list[dict]:
 
 class Clock:
     """Wall time since the run started, each step's time (``timings``), whether any step did work rather than reuse
-    its artifact (``worked``), and progress lines ``[dsh pipeline] ...`` (printed when ``progress``)."""
+    its artifact (``worked``), and progress lines ``[dsh pipeline] ...`` (printed when ``progress``; progress bars
+    too when ``bars``, by default as ``progress``)."""
 
-    def __init__(self, progress: bool = True):
+    def __init__(self, progress: bool = True, bars: bool | None = None):
         self.progress, self.start, self.timings, self.worked = progress, time.time(), {}, False
+        self.bars = progress if bars is None else bars
 
     def elapsed(self) -> float:
         return time.time() - self.start
@@ -114,7 +116,7 @@ def evaluate_model(model: str, gen: Path, settings, seed: int, name: str, clock:
         gen.unlink(missing_ok=True)   # the pipeline's own working file, of another model or other settings: start over
         record.unlink(missing_ok=True)
     t0 = time.time()
-    evaluate(model, out=str(gen), settings=settings, seed=seed, backend=backend, progress=clock.progress)
+    evaluate(model, out=str(gen), settings=settings, seed=seed, backend=backend, progress=clock.bars)
     recs = read_jsonl(gen)
     clock.say(f"evaluate {name}: {len(recs)} responses in {clock.took(f'evaluate_{name}', t0)} s "
               f"(elapsed {clock.elapsed():.0f} s)")
@@ -191,8 +193,8 @@ def study_path(folder: Path, stage: str, seed: int) -> Path:
     return folder / f"{stage if seed == 0 else f'{stage}-t{seed}'}.json.gz"
 
 
-def attribution_stage(model: str, reference: str, folder: Path, name: str, settings, clock: Clock,
-                      runs: Path) -> dict:
+def attribution_stage(model: str, reference: str, folder: Path, name: str, settings, runs: Path,
+                      clock: Clock) -> dict:
     """The gradient-attribution study of one stage's model against ``reference`` into
     ``folder/<name>.json.gz`` (``<name>-t<seed>.json.gz`` for a trajectory seed other than 0), reused when that file
     holds a study with the same settings and method of the same weights, the model's and the reference's; continued
@@ -215,7 +217,7 @@ def attribution_stage(model: str, reference: str, folder: Path, name: str, setti
             clock.say(f"attribution {label}: the earlier study's {old['rounds']} round"
                       f"{'s' if old['rounds'] != 1 else ''} taken as this study's first")
     clock.worked = True
-    got = run_study(model, reference, out, settings, roots={runs: "<runs_dir>"}, previous=old, bars=clock.progress)
+    got = run_study(model, reference, out, settings, roots={runs: "<runs_dir>"}, previous=old, bars=clock.bars)
     verdicts = [f["verdict"] for f in got["fits"].values() if f["verdict"]]
     clock.say(f"attribution {label}: {len(got['trajectories'])} trajectories, verdicts "
               + ", ".join(f"{k} {verdicts.count(k)}" for k in ("holds", "fails", "cannot tell"))
