@@ -34,6 +34,10 @@ def test_settings_keys_and_one_line_errors():
     with pytest.raises(ValueError, match=r"^update_precision applies to GRPO's update; method 'sft' needs float32"):
         TrainConfig(method="sft", update_precision="bfloat16")
     assert TrainConfig(method="grpo", update_precision="bfloat16").update_precision == "bfloat16"
+    with pytest.raises(ValueError, match=r"^scoring_precision must be one of float32, bfloat16; got 'half'"):
+        TrainConfig(method="grpo", scoring_precision="half")
+    with pytest.raises(ValueError, match=r"^scoring_precision applies to GRPO's reference scoring; method 'dft' needs"):
+        TrainConfig(method="dft", scoring_precision="bfloat16")
 
 
 @pytest.mark.slow   # loads the shipped base
@@ -117,8 +121,8 @@ def test_grpo_rollouts_validation_and_update_use_the_paths_they_name(tmp_path, m
     assert calls                                              # the update's and the scoring's attention in C
 
 
-@pytest.mark.slow   # trains: two GRPO steps of the laptop preset from the shipped base, twice
-def test_grpo_update_precision_changes_only_the_update(tmp_path, monkeypatch):
+@pytest.mark.slow   # trains: two GRPO steps of the laptop preset from the shipped base, three times
+def test_grpo_update_and_scoring_precision_each_change_only_their_pass(tmp_path, monkeypatch):
     import json
 
     from dsh.llm.models import weights_digest
@@ -129,15 +133,19 @@ def test_grpo_update_precision_changes_only_the_update(tmp_path, monkeypatch):
     entered, layers = [], grpo_trainer.bfloat16_layers
     monkeypatch.setattr(grpo_trainer, "bfloat16_layers", lambda m: entered.append(1) or layers(m))
     runs = {}
-    for precision in ("float32", "bfloat16"):
-        cfg = resolve("grpo", "laptop", model=str(SHIPPED_BASE), output_dir=str(tmp_path / precision), max_steps=2,
+    for precision, scoring in (("float32", "float32"), ("bfloat16", "float32"), ("float32", "bfloat16")):
+        out = tmp_path / f"{precision}-{scoring}"
+        cfg = resolve("grpo", "laptop", model=str(SHIPPED_BASE), output_dir=str(out), max_steps=2,
                       generation_batch_size=32, per_device_train_batch_size=16, max_completion_length=48,
                       validation_every=0, save_steps=10 ** 6, report_to=(), packed_attention="kernels",
-                      update_precision=precision)
+                      update_precision=precision, scoring_precision=scoring)
+        assert cfg.beta > 0                                              # a reference model to score with
         train(cfg)
-        runs[precision] = (len(entered), weights_digest(tmp_path / precision / "final"),
-                           json.loads((tmp_path / precision / "run_config.json").read_text())["dsh"]["update_precision"])
+        rec = json.loads((out / "run_config.json").read_text())["dsh"]
+        runs[precision, scoring] = (len(entered), weights_digest(out / "final"),
+                                    (rec["update_precision"], rec["scoring_precision"]))
         entered.clear()
-    assert runs["float32"][0] == 0 and runs["bfloat16"][0] == 2          # one update pass a step, never scoring
-    assert runs["float32"][1] != runs["bfloat16"][1]
-    assert [r[2] for r in runs.values()] == ["float32", "bfloat16"]
+    # one update pass a step, never scoring; with scoring_precision the round's one reference pass, not the update
+    assert [r[0] for r in runs.values()] == [0, 2, 1]
+    assert len({r[1] for r in runs.values()}) == 3                       # each gives other weights
+    assert [r[2] for r in runs.values()] == list(runs)

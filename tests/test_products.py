@@ -21,8 +21,13 @@ def test_every_row_count_gives_torchs_product_bit_for_bit(shape):
     p = products.Products(48)
     p.prepare(w)
     x = torch.randn(48, shape[1], generator=g)
-    for r in range(1, 49):
-        assert torch.equal(p.linear(x[:r], w), F.linear(x[:r], w)), r
+    was = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)          # torch's two-thread product: the one a split row count gives on any threads
+        for r in range(1, 49):
+            assert torch.equal(p.linear(x[:r], w), F.linear(x[:r], w)), r
+    finally:
+        torch.set_num_threads(was)
     assert products.plan(*shape, 48) <= set(range(1, 49))
 
 
@@ -62,3 +67,51 @@ def test_the_engine_logs_every_product_of_a_step():
         eng.log_products(())
     with pytest.raises(ValueError, match="CPU path"):
         Engine(m, [11], slots=4, max_len=32, attention="torch").log_products([])
+
+
+def _torch_product(kind, x, w, r):
+    return F.linear(x, w) if kind == "linear" else torch.addmm(r, x, w.t())
+
+
+@pytest.mark.parametrize("kind", ["linear", "addmm"])
+@pytest.mark.parametrize("shape", [(384, 128), (128, 384), (68, 128)])
+def test_the_products_are_the_same_on_one_thread_as_on_two(kind, shape):
+    """Where torch's own product gives other bits on one thread than on two (MKL, on an AMD Zen 4: 5-7 and 9-11
+    rows), the engine takes it in two pieces that give the two-thread result on either thread count; everywhere else
+    it is torch's. Fails if a row count that differs has no split, or a split gives other bits."""
+    g = torch.Generator().manual_seed(3)
+    w = torch.randn(*shape, generator=g)
+    x, r = torch.randn(48, shape[1], generator=g), torch.randn(48, shape[0], generator=g)
+    p = products.Products(48)
+    p.prepare(w, residual=kind == "addmm")
+    mine = (lambda n: p.linear(x[:n], w)) if kind == "linear" else (lambda n: p.add_linear(r[:n], x[:n], w))
+    was, got, ref = torch.get_num_threads(), {}, {}
+    try:
+        for t in (1, 2):
+            torch.set_num_threads(t)
+            got[t] = [mine(n) for n in range(1, 49)]
+            ref[t] = [_torch_product(kind, x[:n], w, r[:n]) for n in range(1, 49)]
+    finally:
+        torch.set_num_threads(was)
+    differ = {n for n in range(1, 49) if not torch.equal(ref[1][n - 1], ref[2][n - 1])}
+    assert differ == set(products.thread_splits(kind, *shape, 48))
+    for n in range(1, 49):
+        assert torch.equal(got[1][n - 1], got[2][n - 1]) and torch.equal(got[2][n - 1], ref[2][n - 1]), n
+
+
+def test_the_engine_samples_the_same_tokens_and_log_probabilities_on_one_thread_as_on_two():
+    """The shipped graded base, 64 prompts through 16 slots at T = 1: rows finish at different steps, so the steps run
+    at every row count up to 16 (the ones where MKL's product depends on the threads included)."""
+    from dsh.llm.models import GRADED_BASE, resolve_model
+
+    m = LlamaForCausalLM.from_pretrained(resolve_model(GRADED_BASE)).eval()
+    prompts = [[1] + [3 + (7 * i + j) % 40 for j in range(4 + i % 9)] for i in range(64)]
+    was, out = torch.get_num_threads(), {}
+    try:
+        for t in (1, 2):
+            torch.set_num_threads(t)
+            gens = Engine(m, [m.config.eos_token_id], slots=16, max_len=256).generate(prompts, 120, temperature=1.0)
+            out[t] = [(g.tokens, [float(v) for v in g.logprobs]) for g in gens]
+    finally:
+        torch.set_num_threads(was)
+    assert out[1] == out[2]

@@ -223,6 +223,47 @@ def test_workers_table_sets_the_layouts_side_by_side_per_trial_and_compares_thei
             report.workers_table(bad)
 
 
+def test_pipeline_workers_table_gives_each_trials_ratio_the_filled_share_and_whose_weights():
+    def run(trial, w, wall, steps, weights):
+        return {"trial": trial, "workers": w, "threads": 2 // w, "wall_s": wall, "load_before": 0.5,
+                "schedule": [{"step": f"s{i}", "start_s": a, "end_s": b, "worker": i % w} for i, (a, b) in enumerate(steps)],
+                "final_weights": weights}
+
+    one, two = {"a": "x", "b": "y"}, {"a": "p", "b": "q"}
+    rec = {"runs": [run(0, 1, 100.0, [(0, 60), (60, 100)], one), run(0, 2, 80.0, [(0, 80), (0, 40)], two),
+                    run(1, 2, 90.0, [(0, 90), (0, 45)], two), run(1, 1, 99.0, [(0, 50), (50, 99)], one)]}
+    table, got = report.pipeline_workers_table(rec, committed={"a": "x", "b": "y", "c": "z"})
+    assert list(table.filled) == [1.0, 0.75, 0.75, 1.0] and list(table.steps_min) == [round(100 / 60, 2), 2.0, 2.25,
+                                                                                      round(99 / 60, 2)]
+    assert got["ratios"] == [1.25, 1.1] and got["same_weights"] and got["weights_differ"] and got["committed"]
+    assert report.pipeline_workers_table(rec, committed={"a": "x", "b": "other"})[1]["committed"] is False
+    assert report.pipeline_workers_table(rec)[1]["committed"] is None
+    moved = json.loads(json.dumps(rec))
+    moved["runs"][2]["final_weights"] = {"a": "p", "b": "y"}      # two workers' second trial: one stage's weights moved
+    got = report.pipeline_workers_table(moved)[1]
+    assert not got["same_weights"] and got["weights_differ"]
+    moved["runs"][1]["final_weights"] = {"a": "p", "b": "y"}
+    moved["runs"][2]["final_weights"] = {"a": "p", "b": "y"}
+    assert not report.pipeline_workers_table(moved)[1]["weights_differ"]    # b alike on both layouts
+    for bad in (None, {"runs": []}, {"runs": [{"trial": 0}]}, {"runs": rec["runs"][:1]}):
+        with pytest.raises(ValueError, match="record must"):
+            report.pipeline_workers_table(bad)
+
+
+def test_the_workers_projection_divides_each_kinds_recorded_time_by_its_gain():
+    took = {"stages": [{"stage": "base", "method": None, "evaluate_s": 10.0, "probe_s": 5.0},
+                       {"stage": "sft-s0", "method": "sft", "train_s": 60.0, "evaluate_s": 10.0, "probe_s": 5.0},
+                       {"stage": "rl-s0", "method": "grpo", "train_s": 300.0, "evaluate_s": 20.0, "probe_s": 10.0}],
+            "studies_s": 100.0}
+    got = report.workers_projection(took, {"grpo": 1.2, "fine_tuning": 1.5, "studies": 1.25})
+    assert got == pytest.approx({"grpo_s": 250.0, "fine_tuning_s": 80.0, "studies_s": 80.0, "pipeline_s": 410.0})
+    for bad in ({"grpo": 1.2}, {"grpo": 1.2, "fine_tuning": 0, "studies": 1.0}, None):
+        with pytest.raises(ValueError, match="^gains must"):
+            report.workers_projection(took, bad)
+    with pytest.raises(ValueError, match="^took must"):
+        report.workers_projection({"stages": []}, {"grpo": 1.2, "fine_tuning": 1.5, "studies": 1.25})
+
+
 def test_a_second_reading_is_compared_stage_by_stage_and_a_moved_rate_shows(tmp_path):
     """The design folder's reader (no dsh imports) and the calibration read the same well-formed laptop responses
     alike; a rate moved in one reading shows as its difference."""

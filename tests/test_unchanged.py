@@ -96,12 +96,13 @@ def test_every_preset_config_and_plan_is_as_before_the_layout_move():
         reflection, DFT) made padding-free: the same batches, the loss equal up to float rounding; every TrainConfig's
         packed_attention and rollout_kv_cache fields (torch, float32: the paths before they existed); every
         TrainConfig's and evaluation's attempt_budget (None: no budget, the protocol before it existed); every
-        TrainConfig's update_precision (float32: the update before it existed). Nothing else may differ."""
+        TrainConfig's update_precision and scoring_precision (float32: the passes before they existed). Nothing else
+        may differ."""
         if isinstance(x, dict):
             if "method" in x and "trust_remote_code" in x:          # a TrainConfig
                 x.update(validation_every=0, validation_per_level=25, validation_max_new_tokens=None,
                          packed_attention="torch", rollout_kv_cache="float32", attempt_budget=None,
-                         update_precision="float32")
+                         update_precision="float32", scoring_precision="float32")
             if x.get("method") == "grpo" and x.get("task") == "laptop_task":
                 x.update(generation_batch_size=256, max_steps=32, save_steps=16, padding_free=True)
                 x.update(n_train=1280, max_steps=320, learning_rate=2e-4, temperature=2.0, validation_every=80)

@@ -117,3 +117,21 @@ def _threads(clock=None):
     import torch
 
     assert torch.get_num_threads() == 1
+
+
+def test_the_schedule_is_drawn_one_row_a_worker_one_bar_a_step():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from dsh.experiment import report
+
+    schedule = [{"step": "train a", "start_s": 0, "end_s": 60, "worker": 7},
+                {"step": "job a", "start_s": 60, "end_s": 90, "worker": 7},
+                {"step": "train b", "start_s": 0, "end_s": 120, "worker": 9}]
+    ax = report.plot_schedule(schedule).axes[0]
+    bars = sorted((p.get_y() + p.get_height() / 2, p.get_x(), p.get_width()) for p in ax.patches)
+    assert bars == [(0, 0, 1.0), (0, 1.0, 0.5), (1, 0, 2.0)]     # worker 7 first (ties by first start), minutes
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["worker 1", "worker 2"]
+    for bad in ([], [{"step": "x"}], None):
+        with pytest.raises(ValueError, match="^schedule must be"):
+            report.plot_schedule(bad)

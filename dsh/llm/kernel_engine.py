@@ -88,6 +88,9 @@ class KernelDecoder:
         for (w_qkv, _), (w_gu, _) in fused:
             self.products.prepare(w_qkv)
             self.products.prepare(w_gu)
+        for ly in self.layers:
+            for lin in (ly.self_attn.o_proj, ly.mlp.down_proj):
+                self.products.prepare(lin.weight.detach(), residual=lin.bias is None)
         head = self.model.lm_head
         self.head = (head.weight.detach(), None if head.bias is None else head.bias.detach())
         self.products.prepare(self.head[0])

@@ -10,6 +10,12 @@ once per process and weight shape, every row count up to the slots with random i
 way, and sends a product to oneDNN only at row counts where oneDNN agrees and is faster. Identical outputs on a
 random probe mean the same operations in the same order (a coincidence over thousands of entries is practically impossible), so
 they hold for every input of that shape.
+
+The products are also the same on one thread as on two (:func:`thread_splits`): MKL computes a few row counts
+(on the CPU above 5-7 and 9-11 rows) in another order when it has a second thread, taking the last rows beyond a
+multiple of four as a block of their own, so a sample drawn on one thread (a pipeline worker,
+:mod:`dsh.experiment.run.workers`) could differ in its last bits from one drawn on two. At those row counts the
+product is taken in the two pieces the two-thread path uses, which give its result on either thread count.
 """
 
 from __future__ import annotations
@@ -64,6 +70,60 @@ def plan(out_features: int, in_features: int, rows: int) -> frozenset:
     return _PLANS[key]
 
 
+_SPLITS: dict = {}   # (kind, out, in, rows) -> {row count: rows of the first piece}
+
+
+def _product(kind: str, x, w, r):
+    return F.linear(x, w) if kind == "linear" else torch.addmm(r, x, w.t())
+
+
+def _pieces(kind: str, x, w, r, head: int):
+    """The product of ``x``'s rows in two pieces, its first ``head`` rows and the rest; a single remaining row is
+    computed beside a copy of itself (a two-row product), as MKL's two-thread path computes it."""
+    tail = x[head:] if x.shape[0] - head > 1 else x[head:].expand(2, -1)
+    rt = None if r is None else (r[head:] if x.shape[0] - head > 1 else r[head:].expand(2, -1))
+    rest = _product(kind, tail.contiguous(), w, None if rt is None else rt.contiguous())
+    return torch.cat([_product(kind, x[:head], w, None if r is None else r[:head]), rest[:x.shape[0] - head]])
+
+
+def thread_splits(kind: str, out_features: int, in_features: int, rows: int) -> dict:
+    """The row counts ``1 .. rows`` at which torch's ``kind`` product (``linear``: ``x @ w.T``; ``addmm``:
+    ``r + x @ w.T``) of that shape gives other bits on one thread than on two, each mapped to the first piece's rows
+    of the split (:func:`_pieces`; the largest multiple of four below the row count) whose result equals the
+    two-thread product on either thread count: checked on random inputs on one thread and on two (torch's threads
+    are set to each for the check, then restored). A row count without such a split is left out (its product keeps
+    the dependence). Cached per process."""
+    key = (kind, out_features, in_features, rows)
+    if key in _SPLITS:
+        return _SPLITS[key]
+    g = torch.Generator().manual_seed(1)
+    w = torch.randn(out_features, in_features, generator=g)
+    x = torch.randn(rows, in_features, generator=g)
+    r = torch.randn(rows, out_features, generator=g) if kind == "addmm" else None
+    was = torch.get_num_threads()
+    got = {}
+    try:
+        for t in (1, 2):
+            torch.set_num_threads(t)
+            got[t] = [_product(kind, x[:n], w, None if r is None else r[:n]) for n in range(1, rows + 1)]
+        differ = [n for n in range(1, rows + 1) if not torch.equal(got[1][n - 1], got[2][n - 1])]
+        splits = {}
+        for n in differ:
+            head = (n - 1) // 4 * 4
+            if head and all(_same_split(kind, x[:n], w, None if r is None else r[:n], head, got[2][n - 1], t)
+                            for t in (1, 2)):
+                splits[n] = head
+    finally:
+        torch.set_num_threads(was)
+    _SPLITS[key] = splits
+    return splits
+
+
+def _same_split(kind, x, w, r, head, want, threads) -> bool:
+    torch.set_num_threads(threads)
+    return torch.equal(_pieces(kind, x, w, r, head), want)
+
+
 class Products:
     """``x @ w.T + b`` for the weights of one :meth:`dsh.llm.kernel_engine.KernelDecoder.generate` (the live weights,
     packed once for oneDNN where :func:`plan` sends some row counts to it), at up to ``rows`` rows. ``log``: a list
@@ -72,18 +132,26 @@ class Products:
     def __init__(self, rows: int, log: list | None = None):
         self.rows, self.log = rows, log
         self._packed: dict = {}
+        self._splits: dict = {}
 
-    def prepare(self, w: torch.Tensor) -> None:
-        """Pack ``w`` for oneDNN if :func:`plan` uses oneDNN at some row count of its shape."""
-        rows = plan(w.shape[0], w.shape[1], self.rows)
+    def prepare(self, w: torch.Tensor, residual: bool = False) -> None:
+        """Pack ``w`` for oneDNN if :func:`plan` uses oneDNN at some row count of its shape; find its
+        :func:`thread_splits` (``residual``: for :meth:`add_linear`)."""
+        rows = frozenset() if residual else plan(w.shape[0], w.shape[1], self.rows)
         if rows:
             self._packed[id(w)] = (w, torch.ops.mkldnn._reorder_linear_weight(w), rows)
+        kind = "addmm" if residual else "linear"
+        self._splits[kind, tuple(w.shape)] = thread_splits(kind, w.shape[0], w.shape[1], self.rows)
 
     def linear(self, x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None = None) -> torch.Tensor:
-        """``x @ w.T (+ b)``: oneDNN where :func:`plan` chose it for ``x``'s row count (no bias), else ``F.linear``."""
+        """``x @ w.T (+ b)``: in two pieces where :func:`thread_splits` splits it, else oneDNN where :func:`plan` chose
+        it for ``x``'s row count (no bias), else ``F.linear``."""
         t = time.perf_counter() if self.log is not None else 0.0
         got = self._packed.get(id(w))
-        if b is None and got is not None and got[0] is w and x.shape[0] in got[2]:
+        head = self._splits.get(("linear", tuple(w.shape)), {}).get(x.shape[0])
+        if head is not None and b is None:
+            y = _pieces("linear", x, w, None, head)
+        elif b is None and got is not None and got[0] is w and x.shape[0] in got[2]:
             y = torch.ops.mkldnn._linear_pointwise(x, got[1], None, "none", [], "")
         else:
             y = F.linear(x, w, b)
@@ -92,9 +160,11 @@ class Products:
         return y
 
     def add_linear(self, r: torch.Tensor, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-        """``r + x @ w.T`` as one ``addmm`` (the residual sums of the output and down projections)."""
+        """``r + x @ w.T`` as one ``addmm`` (the residual sums of the output and down projections); in two pieces
+        where :func:`thread_splits` splits it."""
         t = time.perf_counter() if self.log is not None else 0.0
-        y = torch.addmm(r, x, w.t())
+        head = self._splits.get(("addmm", tuple(w.shape)), {}).get(x.shape[0])
+        y = torch.addmm(r, x, w.t()) if head is None else _pieces("addmm", x, w, r, head)
         if self.log is not None:
             self.log.append((x.shape[0], 2 * x.shape[0] * w.numel(), time.perf_counter() - t))
         return y

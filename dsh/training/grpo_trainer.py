@@ -24,6 +24,7 @@ class EngineGRPOTrainer(GRPOTrainer):
     stop_after = None            # (token id, n): a rollout ends right after its n-th such token (an attempt budget)
     padding_free = False         # length-sorted steps and packed log-probability passes (module docstring)
     update_precision = "float32"  # bfloat16: the decoder layers' products in the update pass (bfloat16_layers)
+    scoring_precision = "float32"  # bfloat16: the same in the reference model's pass (the KL term's log-probabilities)
     generation_seconds = 0.0     # wall time spent generating rollouts (for dsh bench)
     scoring_seconds = 0.0        # wall time of the reference and old-policy log-probabilities
     update_seconds = 0.0         # wall time of the training steps (forward, backward, optimizer)
@@ -52,7 +53,9 @@ class EngineGRPOTrainer(GRPOTrainer):
             old = self._old_logps_from_sampler(model, input_ids.shape[0], logits_to_keep)
             if old is not None:
                 return old, None, None
-            low = self.update_precision == "bfloat16" and torch.is_grad_enabled()
+            grad = torch.is_grad_enabled()
+            low = (self.update_precision == "bfloat16" and grad) or (
+                self.scoring_precision == "bfloat16" and not grad and model is not self.model)
             with bfloat16_layers(model) if low else contextlib.nullcontext():
                 if not self.padding_free or any(multimodal.get(k) is not None for k in MULTIMODAL):
                     return super()._get_per_token_logps_and_entropies(

@@ -189,7 +189,7 @@ def check_run_dir(cfg: TrainConfig, digest: str | None = None) -> Path:
 
 
 # TrainConfig fields added after runs were recorded, each with the default that is the behaviour those runs had
-ADDED = ("packed_attention", "rollout_kv_cache", "attempt_budget", "update_precision")
+ADDED = ("packed_attention", "rollout_kv_cache", "attempt_budget", "update_precision", "scoring_precision")
 
 
 def resume_mismatch(run: Path, cfg: TrainConfig, digest: str | None = None) -> str:

@@ -186,6 +186,7 @@ def _grpo_trainer(cfg: TrainConfig, trl_cfg, model, tok, ds, peft_config, callba
     trainer.stop_after = budget_stop(cfg, tok)
     trainer.padding_free = cfg.padding_free
     trainer.update_precision = cfg.update_precision
+    trainer.scoring_precision = cfg.scoring_precision
     if cfg.padding_free and getattr(trainer, "ref_model", None) is not None:
         from ..llm.packing import register
 

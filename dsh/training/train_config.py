@@ -89,7 +89,11 @@ class TrainConfig:
                                    "update's pass (the policy's log-probabilities with gradients) in float32, or in "
                                    "bfloat16 under CPU autocast (~3x float32's products where the CPU has AVX512_BF16); "
                                    "weights, optimizer state, norms, attention, the LM head and every pass without "
-                                   "gradients (reference, old policy, validation, rollouts) stay float32")
+                                   "gradients (reference, old policy, validation, rollouts) stay float32 unless "
+                                   "scoring_precision says otherwise")
+    scoring_precision: str = _field("float32", "GRPO on the CPU: the reference model's log-probabilities (the KL "
+                                    "term's) in float32, or with its decoder layers' products in bfloat16 as "
+                                    "update_precision does (float32 logits; the KL term moves by the rounding)")
     # optimization
     learning_rate: float = _field(1e-5, "peak learning rate")
     lr_scheduler_type: str = _field("cosine", "transformers scheduler: cosine, constant, linear ...")
@@ -214,9 +218,11 @@ class TrainConfig:
                              "(or packed_attention=torch)")
         v.choice("rollout_kv_cache", self.rollout_kv_cache, KV_CACHE)
         v.choice("update_precision", self.update_precision, UPDATE_PRECISIONS)
-        if self.update_precision != "float32" and self.method != "grpo":
-            raise ValueError(f"update_precision applies to GRPO's update; method {self.method!r} needs float32, got "
-                             f"{self.update_precision!r}")
+        v.choice("scoring_precision", self.scoring_precision, UPDATE_PRECISIONS)
+        for k, what in (("update_precision", "update"), ("scoring_precision", "reference scoring")):
+            if getattr(self, k) != "float32" and self.method != "grpo":
+                raise ValueError(f"{k} applies to GRPO's {what}; method {self.method!r} needs float32, got "
+                                 f"{getattr(self, k)!r}")
         self._check_sampling()
         self.report_to = tuple(self.report_to or ())
         for r in self.report_to:

@@ -55,6 +55,7 @@ from .regime import (  # noqa: F401
     READ_AGAIN,
     REGIME_POINTS,
     graded_design_tables,
+    pipeline_workers_table,
     reading_agreement,
     regime_rows,
     regime_table,
@@ -63,6 +64,7 @@ from .regime import (  # noqa: F401
     round5_table,
     route_timing,
     run_time,
+    workers_projection,
     workers_table,
 )
 from .stages import (  # noqa: F401
@@ -89,6 +91,7 @@ from .training import (  # noqa: F401
     kl_arms,
     kl_table,
     plot_reward_curves,
+    plot_schedule,
     plot_validation_curves,
     plot_validation_rows,
     reward_trend_table,

@@ -233,6 +233,57 @@ def workers_table(record: dict) -> tuple[pd.DataFrame, dict]:
                                 "weights_differ": weights[seq].isdisjoint(weights[par])}
 
 
+def pipeline_workers_table(record: dict, committed: dict | None = None) -> tuple[pd.DataFrame, dict]:
+    """The pipeline on one worker of two threads against two workers of one thread each
+    (``design/pipeline_workers.json``: runs of both layouts, alternating, each with its wall time, its summary's
+    schedule and its stages' final weights): one row a run with its wall time, its steps' time summed and the share
+    of its workers' time they filled (steps' time / (workers x wall time)); also ``{"ratios": [per trial, one
+    worker's wall time / two workers'], "same_weights": whether each layout gave the same weights in every trial,
+    "weights_differ": whether the layouts' weights differ at every stage, "committed": whether the one-worker runs'
+    weights are ``committed``'s (stage -> final weights digest; None without it)}``."""
+    runs = record.get("runs") if isinstance(record, dict) else None
+    keys = {"trial", "workers", "wall_s", "schedule", "final_weights"}
+    if not runs or not all(isinstance(r, dict) and keys <= set(r) for r in runs):
+        raise ValueError("record must be a pipeline_workers record: runs, each with " + ", ".join(sorted(keys)))
+    if {r["workers"] for r in runs} != {1, 2}:
+        raise ValueError(f"record must hold runs on 1 and 2 workers, got {sorted({r['workers'] for r in runs})}")
+    rows = []
+    for r in runs:
+        busy = sum(x["end_s"] - x["start_s"] for x in r["schedule"])
+        rows.append({"trial": r["trial"], "workers": r["workers"], "threads": r.get("threads"),
+                     "wall_min": round(r["wall_s"] / 60, 2), "steps_min": round(busy / 60, 2),
+                     "filled": round(busy / (r["workers"] * r["wall_s"]), 3), "load_before": r.get("load_before")})
+    by = {(r["trial"], r["workers"]): r for r in runs}
+    ratios = [by[(i, 1)]["wall_s"] / by[(i, 2)]["wall_s"] for i in sorted({r["trial"] for r in runs})
+              if (i, 1) in by and (i, 2) in by]
+    weights = {w: [r["final_weights"] for r in runs if r["workers"] == w] for w in (1, 2)}
+    same = all(all(x == ws[0] for x in ws) for ws in weights.values())
+    differ = all(weights[1][0][k] != weights[2][0].get(k) for k in weights[1][0])
+    mine = None if committed is None else all(committed.get(k) == x for k, x in weights[1][0].items())
+    return pd.DataFrame(rows), {"ratios": ratios, "same_weights": same, "weights_differ": differ, "committed": mine}
+
+
+def workers_projection(took: dict, gains: dict) -> dict:
+    """The pipeline's time on two workers, projected from its recorded times (``took``: :func:`run_time` with
+    studies) and the throughput gains measured per kind of step (``gains``: ``grpo``, ``fine_tuning`` (the SFT, SFT
+    (reflection) and DFT trainings with every evaluation job) and ``studies``, each one worker's time over two
+    workers'): each kind's time divided by its gain. ``{"grpo_s", "fine_tuning_s", "studies_s", "pipeline_s"}``. An
+    estimate: it leaves out the run's tail, where one worker may wait with nothing left to run."""
+    if not isinstance(gains, dict) or set(gains) != {"grpo", "fine_tuning", "studies"} or not all(
+            isinstance(x, (int, float)) and x > 0 for x in gains.values()):
+        raise ValueError(f"gains must give a positive gain for grpo, fine_tuning and studies, got {gains!r}")
+    if not isinstance(took, dict) or "studies_s" not in took:
+        raise ValueError("took must be run_time(results, studies): the stages and the studies")
+    rows = took["stages"]
+    grpo = sum(r.get("train_s") or 0.0 for r in rows if r["method"] == "grpo")
+    tune = sum((r.get("train_s") or 0.0) for r in rows if r["method"] not in (None, "grpo"))
+    jobs = sum(r["evaluate_s"] + r["probe_s"] for r in rows)
+    out = {"grpo_s": grpo / gains["grpo"], "fine_tuning_s": (tune + jobs) / gains["fine_tuning"],
+           "studies_s": took["studies_s"] / gains["studies"]}
+    out["pipeline_s"] = sum(out.values())
+    return out
+
+
 READ_AGAIN = {"accuracy": "observed_accuracy", "p_s": "p_s", "p_dC": "p_d_given_correct", "p_dW": "p_d_given_wrong"}
 
 

@@ -205,3 +205,29 @@ def timings_table(results: dict) -> pd.DataFrame:
         what, stage = re.split("[ _]", k, maxsplit=1)
         rows.setdefault(stage, {})[what] = s
     return pd.DataFrame(rows).T
+
+
+def plot_schedule(schedule: list, title: str = ""):
+    """A pipeline run's steps on its workers (a summary's ``schedule``: step, start_s, end_s, worker), one row a
+    worker, one bar a step, coloured by kind (train, job, study)."""
+    import matplotlib.pyplot as plt
+
+    if not schedule or not all(isinstance(r, dict) and {"step", "start_s", "end_s", "worker"} <= set(r) for r in schedule):
+        raise ValueError("schedule must be a list of steps with step, start_s, end_s and worker (a summary's schedule)")
+    workers = list(dict.fromkeys(r["worker"] for r in sorted(schedule, key=lambda r: r["start_s"])))   # by first start
+    colours = {"train": "tab:blue", "job": "tab:orange", "study": "tab:green"}
+    fig, ax = plt.subplots(figsize=(10, 0.6 + 0.5 * len(workers)))
+    for r in schedule:
+        kind = r["step"].split(" ", 1)[0]
+        y = workers.index(r["worker"])
+        ax.barh(y, (r["end_s"] - r["start_s"]) / 60, left=r["start_s"] / 60, color=colours.get(kind, "tab:gray"),
+                edgecolor="white")
+        if r["end_s"] - r["start_s"] > 0.04 * max(x["end_s"] for x in schedule):
+            ax.text((r["start_s"] + r["end_s"]) / 120, y, r["step"].split(" ", 1)[-1], ha="center", va="center",
+                    fontsize=6, color="white")
+    ax.set(yticks=range(len(workers)), yticklabels=[f"worker {i + 1}" for i in range(len(workers))],
+           xlabel="minutes since the run started", title=title)
+    ax.legend(handles=[plt.Rectangle((0, 0), 1, 1, color=c) for c in colours.values()], labels=list(colours),
+              fontsize=7, loc="lower right")
+    fig.tight_layout()
+    return fig
