@@ -216,7 +216,7 @@ def plot_schedule(schedule: list, title: str = ""):
         raise ValueError("schedule must be a list of steps with step, start_s, end_s and worker (a summary's schedule)")
     workers = list(dict.fromkeys(r["worker"] for r in sorted(schedule, key=lambda r: r["start_s"])))   # by first start
     colours = {"train": "tab:blue", "job": "tab:orange", "study": "tab:green"}
-    fig, ax = plt.subplots(figsize=(10, 0.6 + 0.5 * len(workers)))
+    fig, ax = plt.subplots(figsize=(10, 1.0 + 0.5 * len(workers)))
     for r in schedule:
         kind = r["step"].split(" ", 1)[0]
         y = workers.index(r["worker"])
@@ -228,6 +228,6 @@ def plot_schedule(schedule: list, title: str = ""):
     ax.set(yticks=range(len(workers)), yticklabels=[f"worker {i + 1}" for i in range(len(workers))],
            xlabel="minutes since the run started", title=title)
     ax.legend(handles=[plt.Rectangle((0, 0), 1, 1, color=c) for c in colours.values()], labels=list(colours),
-              fontsize=7, loc="lower right")
+              fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     fig.tight_layout()
     return fig
