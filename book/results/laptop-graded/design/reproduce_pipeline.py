@@ -14,7 +14,6 @@ committed studies were formed before the Gram matrices were taken per weighting,
 sixth digit; each study's comparison is recorded). Writes reproduce_pipeline.json beside this file: the command's
 wall time, the summary's ``wall_s``, the schedule, the load along the run, each difference found, and whether every
 artifact matched."""
-import gzip
 import json
 import os
 import subprocess
@@ -22,16 +21,14 @@ import sys
 import time
 from pathlib import Path
 
+from dsh.core.files import read_json, read_jsonl
+
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))                  # attribution_routes, beside this file
 COMMITTED = HERE.parent
 OUT = Path("runs/reproduce")
 VOLATILE = {"wall_s", "sample_s", "date", "commit", "hardware", "provenance", "tokens_per_s", "generation_s",
             "scoring_s", "update_s", "resumed_from"}
-
-
-def _json(path: Path):
-    return json.loads(gzip.open(path).read() if path.suffix == ".gz" else path.read_text())
 
 
 def _strip(x):
@@ -42,26 +39,22 @@ def _strip(x):
     return x
 
 
-def _rows(path: Path) -> list:
-    return [json.loads(line) for line in gzip.open(path).read().decode().splitlines() if line.strip()]
-
-
 def compare(mine: Path, theirs: Path) -> list[str]:
     """Every difference between the new results folder and the committed one, one line each (empty: none)."""
     out = []
-    a, b = _json(mine / "summary.json"), _json(theirs / "summary.json")
+    a, b = read_json(mine / "summary.json"), read_json(theirs / "summary.json")
     for stage, t in b["training"].items():
         if (a["training"].get(stage) or {}).get("final_weights") != t["final_weights"]:
             out.append(f"training {stage}: final weights differ")
     for job in sorted((theirs / "jobs").glob("*.json")):
         new = mine / "jobs" / job.name
         key = lambda r: {k: v for k, v in r.items() if k not in ("commit", "files")}   # noqa: E731
-        if not new.is_file() or key(_json(new)) != key(_json(job)):
+        if not new.is_file() or key(read_json(new)) != key(read_json(job)):
             out.append(f"job {job.stem}: key differs or missing")
             continue
-        for rel in _json(job).get("files", {}):
+        for rel in read_json(job).get("files", {}):
             x, y = mine / rel, theirs / rel
-            same = (_rows(x) == _rows(y)) if rel.endswith(".jsonl.gz") else (_strip(_json(x)) == _strip(_json(y)))
+            same = (read_jsonl(x) == read_jsonl(y)) if rel.endswith(".jsonl.gz") else (_strip(read_json(x)) == _strip(read_json(y)))
             if not same:
                 out.append(f"job {job.stem}: {rel} differs")
     for study in sorted((theirs / "attribution").glob("*.json.gz")):
@@ -69,7 +62,7 @@ def compare(mine: Path, theirs: Path) -> list[str]:
         if not new.is_file():
             out.append(f"study {study.name}: missing")
             continue
-        c = study_compare(_json(study), _json(new))
+        c = study_compare(read_json(study), read_json(new))
         if c["same_trajectories"] != c["trajectories"][0] or c["trajectories"][0] != c["trajectories"][1]:
             out.append(f"study {study.name}: trajectories differ ({c['same_trajectories']} of {c['trajectories']} the same)")
         moved = [k for k, f in c["fits"].items() if f["n"][0] != f["n"][1] or f["verdict"][0] != f["verdict"][1]]
@@ -96,9 +89,9 @@ def main() -> int:
     subprocess.run([sys.executable, "-m", "dsh", "pipeline", "--preset", "laptop-graded", "--workers", "2",
                     "--results-dir", str(OUT / "results"), "--runs-dir", str(OUT / "runs")], check=True)
     wall = time.time() - t0
-    s = _json(OUT / "results" / "summary.json")
+    s = read_json(OUT / "results" / "summary.json")
     diffs = compare(OUT / "results", COMMITTED)
-    studies = {p.name: study_compare(_json(p), _json(OUT / "results" / "attribution" / p.name))
+    studies = {p.name: study_compare(read_json(p), read_json(OUT / "results" / "attribution" / p.name))
                for p in sorted((COMMITTED / "attribution").glob("*.json.gz"))
                if (OUT / "results" / "attribution" / p.name).is_file()}
     out = {"command_wall_s": round(wall, 1), "summary_wall_s": s["wall_s"], "in_pieces": resumed,
