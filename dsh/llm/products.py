@@ -86,13 +86,37 @@ def _pieces(kind: str, x, w, r, head: int):
     return torch.cat([_product(kind, x[:head], w, None if r is None else r[:head]), rest[:x.shape[0] - head]])
 
 
+def row_splits(full, pieces, rows: int) -> dict:
+    """The row counts ``1 .. rows`` at which ``full(n)`` (a product of ``n`` rows) gives other bits on one thread
+    than on two, each mapped to the first piece's rows ``head`` (the largest multiple of four below ``n``) where
+    ``pieces(n, head)`` (the same product in two pieces, :func:`_pieces`) equals ``full(n)``'s two-thread result on
+    either thread count; a row count without such a split is left out. torch's threads are set to one and two for
+    the check, then restored."""
+    was = torch.get_num_threads()
+    got, splits = {}, {}
+    try:
+        for t in (1, 2):
+            torch.set_num_threads(t)
+            got[t] = [full(n) for n in range(1, rows + 1)]
+        for n in range(1, rows + 1):
+            head = (n - 1) // 4 * 4
+            if torch.equal(got[1][n - 1], got[2][n - 1]) or not head:
+                continue
+            if all(_same(pieces, n, head, got[2][n - 1], t) for t in (1, 2)):
+                splits[n] = head
+    finally:
+        torch.set_num_threads(was)
+    return splits
+
+
+def _same(pieces, n, head, want, threads) -> bool:
+    torch.set_num_threads(threads)
+    return torch.equal(pieces(n, head), want)
+
+
 def thread_splits(kind: str, out_features: int, in_features: int, rows: int) -> dict:
-    """The row counts ``1 .. rows`` at which torch's ``kind`` product (``linear``: ``x @ w.T``; ``addmm``:
-    ``r + x @ w.T``) of that shape gives other bits on one thread than on two, each mapped to the first piece's rows
-    of the split (:func:`_pieces`; the largest multiple of four below the row count) whose result equals the
-    two-thread product on either thread count: checked on random inputs on one thread and on two (torch's threads
-    are set to each for the check, then restored). A row count without such a split is left out (its product keeps
-    the dependence). Cached per process."""
+    """:func:`row_splits` of torch's ``kind`` product (``linear``: ``x @ w.T``; ``addmm``: ``r + x @ w.T``) of that
+    shape, on random inputs. Cached per process."""
     key = (kind, out_features, in_features, rows)
     if key in _SPLITS:
         return _SPLITS[key]
@@ -100,28 +124,9 @@ def thread_splits(kind: str, out_features: int, in_features: int, rows: int) -> 
     w = torch.randn(out_features, in_features, generator=g)
     x = torch.randn(rows, in_features, generator=g)
     r = torch.randn(rows, out_features, generator=g) if kind == "addmm" else None
-    was = torch.get_num_threads()
-    got = {}
-    try:
-        for t in (1, 2):
-            torch.set_num_threads(t)
-            got[t] = [_product(kind, x[:n], w, None if r is None else r[:n]) for n in range(1, rows + 1)]
-        differ = [n for n in range(1, rows + 1) if not torch.equal(got[1][n - 1], got[2][n - 1])]
-        splits = {}
-        for n in differ:
-            head = (n - 1) // 4 * 4
-            if head and all(_same_split(kind, x[:n], w, None if r is None else r[:n], head, got[2][n - 1], t)
-                            for t in (1, 2)):
-                splits[n] = head
-    finally:
-        torch.set_num_threads(was)
-    _SPLITS[key] = splits
-    return splits
-
-
-def _same_split(kind, x, w, r, head, want, threads) -> bool:
-    torch.set_num_threads(threads)
-    return torch.equal(_pieces(kind, x, w, r, head), want)
+    _SPLITS[key] = row_splits(lambda n: _product(kind, x[:n], w, None if r is None else r[:n]),
+                              lambda n, head: _pieces(kind, x[:n], w, None if r is None else r[:n], head), rows)
+    return _SPLITS[key]
 
 
 class Products:

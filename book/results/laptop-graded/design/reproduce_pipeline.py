@@ -1,6 +1,7 @@
 """The whole laptop-graded pipeline on two workers of one thread each, into scratch folders, timed whole and set
 against the committed results: a reproduction, not a new round (one thread rounds as two do since the engine's
-products were split at the row counts where MKL's depend on the threads; chapter 07). Run from the repository root
+products, and those of the training passes' LM head, were split at the row counts where MKL's depend on the
+threads; chapter 07). Run from the repository root
 with the project's venv, nothing else running (~1.5-1.7 h):
 
     python book/results/laptop-graded/design/reproduce_pipeline.py
