@@ -88,16 +88,16 @@ def _trl_head(n, threads):
 
 @pytest.mark.parametrize("n", [6, 10, 4096 + 9])
 def test_grpos_lm_head_gives_its_two_thread_values_and_gradients_on_one_thread(n):
-    """Inside thread_stable_head (what EngineGRPOTrainer.training_step runs in), TRL's chunked head over n tokens
+    """Inside trl_lm_head (what every training run runs in), TRL's chunked head over n tokens
     (its last chunk of n mod 4096 rows) gives the same log-probabilities, entropies and gradients on one thread as
     on two, and those of torch's two-thread path; on leaving, TRL's function is back."""
     import trl.trainer.utils as trl_utils
 
-    from dsh.training.grpo_trainer import thread_stable_head
+    from dsh.llm.thread_stable import trl_lm_head
 
     before = trl_utils._ChunkedLogProbFunction
     ref = _trl_head(n, 2)
-    with thread_stable_head():
+    with trl_lm_head():
         assert trl_utils._ChunkedLogProbFunction is not before
         got = {t: _trl_head(n, t) for t in (1, 2)}
     assert trl_utils._ChunkedLogProbFunction is before
@@ -109,11 +109,11 @@ def test_without_trls_chunked_head_the_whole_step_runs_thread_stable(monkeypatch
     """Another TRL (no ``_ChunkedLogProbFunction``): the block runs under ThreadStable as a whole."""
     import trl.trainer.utils as trl_utils
 
-    from dsh.training.grpo_trainer import thread_stable_head
+    from dsh.llm.thread_stable import trl_lm_head
 
     monkeypatch.delattr(trl_utils, "_ChunkedLogProbFunction")
     g = torch.Generator().manual_seed(8)
     w, x, buf = torch.randn(68, 128, generator=g), torch.randn(6, 128, generator=g), torch.empty(6, 4096)
     want = _on(2, lambda: _head_forward(x, w, buf))
-    with thread_stable_head():
+    with trl_lm_head():
         assert torch.equal(_on(1, lambda: _head_forward(x, w, buf)), want)

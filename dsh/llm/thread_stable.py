@@ -12,10 +12,12 @@ Inside :class:`ThreadStable` (a torch dispatch mode: it sees the backward pass's
 ``torch.mm(x, b[, out=])`` and ``acc.addmm_(x, b)`` of at most :data:`MAX_ROWS` rows, at a row count where the
 product depends on the threads, is taken in the two pieces that give its two-thread result on either thread count
 (:func:`dsh.llm.products.row_splits`, probed once per process for each shape and memory layout on random inputs).
-Every other call is torch's own. :func:`dsh.training.grpo_trainer.thread_stable_head` puts TRL's head under it.
+Every other call is torch's own. :func:`trl_lm_head` puts TRL's head under it (every training run: dsh.training.train).
 """
 
 from __future__ import annotations
+
+import contextlib
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -112,3 +114,36 @@ class ThreadStable(TorchDispatchMode):
                 if head is not None:
                     return _addmm_(acc, x, b, head)
         return func(*args, **kwargs)
+
+
+@contextlib.contextmanager
+def trl_lm_head():
+    """Inside it, TRL's chunked LM head (``trl.trainer.utils._ChunkedLogProbFunction``: the log-probabilities and
+    losses of SFTTrainer's and GRPOTrainer's passes) takes its products under :class:`ThreadStable`, forward and
+    backward, so that they round the same on one thread as on two; the rest of a step runs as before (the mode only
+    around the head: over a whole GRPO step it cost ~15 % of the update). On leaving, TRL's function is back.
+    Imports TRL."""
+    import trl.trainer.utils as trl_utils
+
+    was = getattr(trl_utils, "_ChunkedLogProbFunction", None)
+    if was is None:            # another TRL: everything inside under the mode (the same results, slower)
+        with ThreadStable():
+            yield
+        return
+
+    class Stable(was):
+        @staticmethod
+        def forward(ctx, *args):
+            with ThreadStable():
+                return was.forward(ctx, *args)
+
+        @staticmethod
+        def backward(ctx, *grads):
+            with ThreadStable():
+                return was.backward(ctx, *grads)
+
+    trl_utils._ChunkedLogProbFunction = Stable
+    try:
+        yield
+    finally:
+        trl_utils._ChunkedLogProbFunction = was

@@ -12,7 +12,6 @@ import torch.nn.functional as F
 from trl import GRPOTrainer
 
 from ..llm.engine import Engine, fit_slots
-from ..llm.thread_stable import ThreadStable
 from .rollout import MULTIMODAL, engine_unsuitable, length_sorted_steps
 
 
@@ -105,8 +104,7 @@ class EngineGRPOTrainer(GRPOTrainer):
 
     def training_step(self, *args, **kwargs):
         g0, s0, t0 = self.generation_seconds, self.scoring_seconds, time.perf_counter()
-        with thread_stable_head():   # the LM head's products round the same on one thread as on two
-            out = super().training_step(*args, **kwargs)
+        out = super().training_step(*args, **kwargs)
         # the step's own time: a round's sampling and scoring happen inside its first step
         dt = time.perf_counter() - t0 - (self.generation_seconds - g0) - (self.scoring_seconds - s0)
         self.update_seconds += dt
@@ -167,38 +165,6 @@ class EngineGRPOTrainer(GRPOTrainer):
         for i, lp in enumerate(sampled):
             out[i, :min(keep, len(lp))] = torch.tensor(lp[:keep])
         return out.to(next(model.parameters()).device)
-
-
-@contextlib.contextmanager
-def thread_stable_head():
-    """Inside it, TRL's chunked LM head (``trl.trainer.utils._ChunkedLogProbFunction``, the log-probabilities of the
-    update and of the scoring passes) takes its products under :class:`dsh.llm.thread_stable.ThreadStable`, forward
-    and backward, so that they round the same on one thread as on two; the rest of the step runs as before (the mode
-    only around the head: over the whole step it costs ~15 % of the update). On leaving, TRL's function is back."""
-    import trl.trainer.utils as trl_utils
-
-    was = getattr(trl_utils, "_ChunkedLogProbFunction", None)
-    if was is None:            # another TRL: the whole step under the mode (the same results, a slower update)
-        with ThreadStable():
-            yield
-        return
-
-    class Stable(was):
-        @staticmethod
-        def forward(ctx, *args):
-            with ThreadStable():
-                return was.forward(ctx, *args)
-
-        @staticmethod
-        def backward(ctx, *grads):
-            with ThreadStable():
-                return was.backward(ctx, *grads)
-
-    trl_utils._ChunkedLogProbFunction = Stable
-    try:
-        yield
-    finally:
-        trl_utils._ChunkedLogProbFunction = was
 
 
 @contextlib.contextmanager

@@ -300,6 +300,8 @@ def _train_in(cfg: TrainConfig, run: Path, trl_cfg, model, tok, records, resume_
     import torch
     from datasets import Dataset
 
+    from ..llm.thread_stable import trl_lm_head
+
     if cfg.resume:          # the killed run's logs past its checkpoint (all of them when there is none) are logged again
         trim_logs(run, int(Path(resume_from).name.split("-")[-1]) if resume_from else -1)
     (run / "run_config.json").write_text(json.dumps(
@@ -327,7 +329,7 @@ def _train_in(cfg: TrainConfig, run: Path, trl_cfg, model, tok, records, resume_
     if torch.cuda.is_available():
         torch.cuda.reset_peak_memory_stats()
     t0 = time.time()
-    with writing(run):            # checkpoints: a full disk is one line naming the run folder
+    with writing(run), trl_lm_head():   # a full disk: one line naming the run folder; the head thread-stable
         out = trainer.train(resume_from_checkpoint=resume_from)
     wall = time.time() - t0
     with writing(run / "final"):
