@@ -135,3 +135,23 @@ def test_the_schedule_is_drawn_one_row_a_worker_one_bar_a_step():
     for bad in ([], [{"step": "x"}], None):
         with pytest.raises(ValueError, match="^schedule must be"):
             report.plot_schedule(bad)
+
+
+def test_the_schedule_summary_gives_the_wall_time_the_filled_share_and_each_kinds_share():
+    from dsh.experiment import report
+
+    schedule = [{"step": "train a", "start_s": 0, "end_s": 60, "worker": 7},
+                {"step": "job a", "start_s": 60, "end_s": 90, "worker": 7},
+                {"step": "study a", "start_s": 90, "end_s": 100, "worker": 7},
+                {"step": "train b", "start_s": 0, "end_s": 100, "worker": 9}]
+    got = report.schedule_summary(schedule, 2)
+    assert got["wall_s"] == 100 and got["busy_s"] == 200 and got["filled"] == 1.0
+    assert got["by_kind"] == {"train": 0.8, "job": 0.15, "study": 0.05}
+    assert report.schedule_summary(schedule[:1], 2)["filled"] == 0.5
+    for bad in ([], [{"step": "x"}], None):
+        with pytest.raises(ValueError, match="^schedule must be"):
+            report.schedule_summary(bad, 2)
+    for bad in (0, 1.5, True, "2"):
+        with pytest.raises(ValueError, match="^workers must be"):
+            report.schedule_summary(schedule, bad)
+

@@ -95,6 +95,7 @@ from .training import (  # noqa: F401
     plot_validation_curves,
     plot_validation_rows,
     reward_trend_table,
+    schedule_summary,
     seed_deltas,
     seed_estimates,
     timings_table,

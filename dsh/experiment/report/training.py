@@ -231,3 +231,22 @@ def plot_schedule(schedule: list, title: str = ""):
               fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     fig.tight_layout()
     return fig
+
+
+def schedule_summary(schedule: list, workers: int) -> dict:
+    """A pipeline run's schedule (a summary's ``schedule``, on ``workers`` workers) in numbers: ``{"wall_s": the
+    last step's end, "busy_s": the steps' time summed, "filled": busy_s / (workers x wall_s), "by_kind": {kind:
+    share of busy_s} for train, job and study}``."""
+    if not schedule or not all(isinstance(r, dict) and {"step", "start_s", "end_s", "worker"} <= set(r) for r in schedule):
+        raise ValueError("schedule must be a list of steps with step, start_s, end_s and worker (a summary's schedule)")
+    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+        raise ValueError(f"workers must be a positive integer, got {workers!r}")
+    wall = max(r["end_s"] for r in schedule)
+    busy = sum(r["end_s"] - r["start_s"] for r in schedule)
+    kinds = {}
+    for r in schedule:
+        kind = r["step"].split(" ", 1)[0]
+        kinds[kind] = kinds.get(kind, 0.0) + r["end_s"] - r["start_s"]
+    return {"wall_s": wall, "busy_s": busy, "filled": busy / (workers * wall),
+            "by_kind": {k: x / busy for k, x in kinds.items()}}
+

@@ -85,7 +85,7 @@ def study_compare(committed: dict, new: dict) -> dict:
 def main() -> int:
     from dsh.core.provenance import git_commit, hardware
 
-    load, t0 = os.getloadavg()[0], time.time()
+    load, t0, commit = os.getloadavg()[0], time.time(), git_commit()    # the code the run loads
     resumed = (OUT / "results" / "summary.json").exists() or (OUT / "runs").exists()
     subprocess.run([sys.executable, "-m", "dsh", "pipeline", "--preset", "laptop-graded", "--workers", "2",
                     "--results-dir", str(OUT / "results"), "--runs-dir", str(OUT / "runs")], check=True)
@@ -98,7 +98,7 @@ def main() -> int:
     out = {"command_wall_s": round(wall, 1), "summary_wall_s": s["wall_s"], "in_pieces": resumed,
            "load_before": round(load, 2), "load_average_1min": s.get("load_average_1min"),
            "workers": s.get("workers"), "schedule": s.get("schedule"), "differences": diffs, "studies": studies,
-           "reproduced": not diffs, "commit": git_commit(), "hardware": hardware(),
+           "reproduced": not diffs, "commit": commit, "hardware": hardware(),
            "date": time.strftime("%Y-%m-%d %H:%M:%S")}
     (HERE / "reproduce_pipeline.json").write_text(json.dumps(out, indent=1) + "\n")
     print(json.dumps({k: out[k] for k in ("command_wall_s", "summary_wall_s", "in_pieces", "reproduced")}))
