@@ -55,18 +55,23 @@ def test_inside_thread_stable_every_row_count_gives_the_two_thread_product_on_on
         assert torch.equal(mine[1][n - 1], torch_own[2][n - 1]) and torch.equal(mine[2][n - 1], torch_own[2][n - 1]), n
 
 
-def test_calls_thread_stable_does_not_take_are_torchs_own():
-    """bfloat16 operands, more rows than MAX_ROWS, a scaled addmm_: passed through unchanged."""
+@pytest.mark.parametrize("threads", [1, 2])
+def test_calls_thread_stable_does_not_take_are_torchs_own(threads):
+    """bfloat16 operands, more rows than MAX_ROWS, a scaled addmm_: passed through unchanged, on either thread count."""
     g = torch.Generator().manual_seed(6)
     w = torch.randn(68, 128, generator=g)
     x = torch.randn(ROWS + 5, 128, generator=g)
-    acc = torch.randn(6, 128, generator=g)
-    with ThreadStable():
-        big = torch.mm(x, w.t())
-        half = torch.mm(x[:6].bfloat16(), w.t().bfloat16())
-        scaled = acc.clone().addmm_(torch.mm(x[:6], w.t()), w, beta=0.5)
-    assert torch.equal(big, torch.mm(x, w.t())) and torch.equal(half, torch.mm(x[:6].bfloat16(), w.t().bfloat16()))
-    assert torch.equal(scaled, acc.clone().addmm_(torch.mm(x[:6], w.t()), w, beta=0.5))
+    acc, tile = torch.randn(6, 128, generator=g), torch.randn(6, 68, generator=g)
+
+    def calls():
+        return (torch.mm(x, w.t()), torch.mm(x[:6].bfloat16(), w.t().bfloat16()),
+                acc.clone().addmm_(tile, w, beta=0.5))
+
+    def stable():
+        with ThreadStable():
+            return calls()
+    for a, b in zip(_on(threads, stable), _on(threads, calls)):
+        assert torch.equal(a, b)
 
 
 def _trl_head(n, threads):
