@@ -77,12 +77,15 @@ def _product(kind: str, x, w, r):
     return F.linear(x, w) if kind == "linear" else torch.addmm(r, x, w.t())
 
 
+def tail_block(x, head: int):
+    """The rows of ``x`` from ``head`` on, as the second piece of a split product takes them (contiguous); a single
+    row beside a copy of itself (a two-row block, as MKL's two-thread path computes it: keep the first result row)."""
+    return (x[head:] if x.shape[0] - head > 1 else x[head:].expand(2, -1)).contiguous()
+
+
 def _pieces(kind: str, x, w, r, head: int):
-    """The product of ``x``'s rows in two pieces, its first ``head`` rows and the rest; a single remaining row is
-    computed beside a copy of itself (a two-row product), as MKL's two-thread path computes it."""
-    tail = x[head:] if x.shape[0] - head > 1 else x[head:].expand(2, -1)
-    rt = None if r is None else (r[head:] if x.shape[0] - head > 1 else r[head:].expand(2, -1))
-    rest = _product(kind, tail.contiguous(), w, None if rt is None else rt.contiguous())
+    """The product of ``x``'s rows in two pieces, its first ``head`` rows and the rest (:func:`tail_block`)."""
+    rest = _product(kind, tail_block(x, head), w, None if r is None else tail_block(r, head))
     return torch.cat([_product(kind, x[:head], w, None if r is None else r[:head]), rest[:x.shape[0] - head]])
 
 

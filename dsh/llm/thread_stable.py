@@ -22,7 +22,7 @@ import contextlib
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from .products import row_splits
+from .products import row_splits, tail_block
 
 MAX_ROWS = 16        # row counts probed (those that differ lie below it; dsh.llm.products probed 1-299)
 
@@ -42,8 +42,7 @@ def _mm(x, b, out, head=None):
         return torch.mm(x, b) if out is None else torch.mm(x, b, out=out)
     n = x.shape[0]
     first = torch.mm(x[:head], b) if out is None else torch.mm(x[:head], b, out=out[:head])
-    tail = x[head:] if n - head > 1 else x[head:].expand(2, -1)
-    rest = torch.mm(tail.contiguous(), b)[:n - head]
+    rest = torch.mm(tail_block(x, head), b)[:n - head]
     if out is None:
         return torch.cat([first, rest])
     out[head:].copy_(rest)
@@ -59,7 +58,7 @@ def _addmm_(acc, x, b, head=None):
     if n - head > 1:
         acc[head:].addmm_(x[head:], b)
     else:
-        acc[head:].copy_(torch.addmm(acc[head:].expand(2, -1).contiguous(), x[head:].expand(2, -1).contiguous(), b)[:1])
+        acc[head:].copy_(torch.addmm(tail_block(acc, head), tail_block(x, head), b)[:1])
     return acc
 
 
@@ -72,15 +71,13 @@ def splits(op: str, x, b, target) -> dict:
     g = torch.Generator().manual_seed(2)
     k, m = b.shape
     xs, bs = _random((MAX_ROWS, k), x.stride(), g), _random((k, m), b.stride(), g)
-    ts = None if target is None else _random((MAX_ROWS, m), target.stride(), g)
+    ts = _random((MAX_ROWS, m), target.stride(), g) if op == "addmm_" else None    # the sum's starting values
 
     def run(n, head=None):
+        t = None if target is None else torch.empty_strided((MAX_ROWS, m), target.stride()).zero_()   # its layout
         if op == "mm":
-            t = None if ts is None else _random((MAX_ROWS, m), ts.stride(), g)[:n]
-            return _mm(xs[:n], bs, t, head).clone()
-        t = _random((MAX_ROWS, m), ts.stride(), g)
-        t.copy_(ts)
-        return _addmm_(t[:n], xs[:n], bs, head).clone()
+            return _mm(xs[:n], bs, None if t is None else t[:n], head).clone()
+        return _addmm_(t.copy_(ts)[:n], xs[:n], bs, head).clone()
 
     _FOUND[key] = row_splits(run, run, MAX_ROWS)
     return _FOUND[key]

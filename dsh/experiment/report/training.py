@@ -207,13 +207,17 @@ def timings_table(results: dict) -> pd.DataFrame:
     return pd.DataFrame(rows).T
 
 
+def _check_schedule(schedule) -> None:
+    if not schedule or not all(isinstance(r, dict) and {"step", "start_s", "end_s", "worker"} <= set(r) for r in schedule):
+        raise ValueError("schedule must be a list of steps with step, start_s, end_s and worker (a summary's schedule)")
+
+
 def plot_schedule(schedule: list, title: str = ""):
     """A pipeline run's steps on its workers (a summary's ``schedule``: step, start_s, end_s, worker), one row a
     worker, one bar a step, coloured by kind (train, job, study)."""
     import matplotlib.pyplot as plt
 
-    if not schedule or not all(isinstance(r, dict) and {"step", "start_s", "end_s", "worker"} <= set(r) for r in schedule):
-        raise ValueError("schedule must be a list of steps with step, start_s, end_s and worker (a summary's schedule)")
+    _check_schedule(schedule)
     workers = list(dict.fromkeys(r["worker"] for r in sorted(schedule, key=lambda r: r["start_s"])))   # by first start
     colours = {"train": "tab:blue", "job": "tab:orange", "study": "tab:green"}
     fig, ax = plt.subplots(figsize=(10, 1.0 + 0.5 * len(workers)))
@@ -237,8 +241,7 @@ def schedule_summary(schedule: list, workers: int) -> dict:
     """A pipeline run's schedule (a summary's ``schedule``, on ``workers`` workers) in numbers: ``{"wall_s": the
     last step's end, "busy_s": the steps' time summed, "filled": busy_s / (workers x wall_s), "by_kind": {kind:
     share of busy_s} for train, job and study}``."""
-    if not schedule or not all(isinstance(r, dict) and {"step", "start_s", "end_s", "worker"} <= set(r) for r in schedule):
-        raise ValueError("schedule must be a list of steps with step, start_s, end_s and worker (a summary's schedule)")
+    _check_schedule(schedule)
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
         raise ValueError(f"workers must be a positive integer, got {workers!r}")
     wall = max(r["end_s"] for r in schedule)
@@ -249,4 +252,3 @@ def schedule_summary(schedule: list, workers: int) -> dict:
         kinds[kind] = kinds.get(kind, 0.0) + r["end_s"] - r["start_s"]
     return {"wall_s": wall, "busy_s": busy, "filled": busy / (workers * wall),
             "by_kind": {k: x / busy for k, x in kinds.items()}}
-

@@ -40,9 +40,10 @@ def _strip(x):
     return x
 
 
-def compare(mine: Path, theirs: Path) -> list[str]:
-    """Every difference between the new results folder and the committed one, one line each (empty: none)."""
-    out = []
+def compare(mine: Path, theirs: Path) -> tuple[list[str], dict]:
+    """Every difference between the new results folder and the committed one, one line each (empty: none), and each
+    study's :func:`study_compare` (by file name)."""
+    out, studies = [], {}
     a, b = read_json(mine / "summary.json"), read_json(theirs / "summary.json")
     for stage, t in b["training"].items():
         if (a["training"].get(stage) or {}).get("final_weights") != t["final_weights"]:
@@ -63,13 +64,13 @@ def compare(mine: Path, theirs: Path) -> list[str]:
         if not new.is_file():
             out.append(f"study {study.name}: missing")
             continue
-        c = study_compare(read_json(study), read_json(new))
+        c = studies[study.name] = study_compare(read_json(study), read_json(new))
         if c["same_trajectories"] != c["trajectories"][0] or c["trajectories"][0] != c["trajectories"][1]:
             out.append(f"study {study.name}: trajectories differ ({c['same_trajectories']} of {c['trajectories']} the same)")
         moved = [k for k, f in c["fits"].items() if f["n"][0] != f["n"][1] or f["verdict"][0] != f["verdict"][1]]
         if moved:
             out.append(f"study {study.name}: fits {', '.join(moved)} changed count or verdict")
-    return out
+    return out, studies
 
 
 def study_compare(committed: dict, new: dict) -> dict:
@@ -91,10 +92,7 @@ def main() -> int:
                     "--results-dir", str(OUT / "results"), "--runs-dir", str(OUT / "runs")], check=True)
     wall = time.time() - t0
     s = read_json(OUT / "results" / "summary.json")
-    diffs = compare(OUT / "results", COMMITTED)
-    studies = {p.name: study_compare(read_json(p), read_json(OUT / "results" / "attribution" / p.name))
-               for p in sorted((COMMITTED / "attribution").glob("*.json.gz"))
-               if (OUT / "results" / "attribution" / p.name).is_file()}
+    diffs, studies = compare(OUT / "results", COMMITTED)
     out = {"command_wall_s": round(wall, 1), "summary_wall_s": s["wall_s"], "in_pieces": resumed,
            "load_before": round(load, 2), "load_average_1min": s.get("load_average_1min"),
            "workers": s.get("workers"), "schedule": s.get("schedule"), "differences": diffs, "studies": studies,
