@@ -42,6 +42,7 @@ from ...task.records import chat_prompt
 from ...training.train import train
 from ..run.presets import CI, GPU_SMALL, resolve
 from . import tiny as bench_tiny
+from .targets import target_rows
 
 PARTS = ("generation", "sft", "grpo", "tiny")
 
@@ -335,10 +336,11 @@ def table(result: dict) -> list[dict]:
 def tiny_table(tiny) -> list[dict]:
     """The tiny part's rows for :func:`table`: sampling and evaluation as the median over their interleaved repeats
     (tokens/s, x generate, share of the roofline; seconds, share of the time before; ``loaded``: how many repeats ran
-    beside more than the bench), GRPO (rollouts/s, x before; the update's time; medians over a path's runs), training,
-    and the attribution routes (trajectories/s and the ratio to one trajectory at a time, medians over the repeats),
-    the attention alone (GB/s of cache read, share of the read bandwidth), the products in the step (GFLOP/s, share of
-    the best library rate at the same shapes alone); where the run measured the reference commit
+    beside more than the bench), the sampling targets against the run's bounds (:func:`.targets.target_rows`), GRPO
+    (rollouts/s, x before; the update's time; medians over a path's runs), training, the attribution routes
+    (trajectories/s and the ratio to one trajectory at a time, medians over the repeats), the attention alone (GB/s
+    of cache read, share of the read bandwidth), the products in the step (GFLOP/s, share of the best library rate
+    at the same shapes alone); where the run measured the reference commit
     (:mod:`dsh.experiment.bench.reference`), each speed against it (``x reference``: the median of the repeats' rate
     ratios, or of the reference's time over the path's)."""
     import statistics
@@ -363,6 +365,7 @@ def tiny_table(tiny) -> list[dict]:
                      "share of ceiling": med([r.get("share_of_roofline") for r in rs]),
                      "x reference": med([r.get("ratio_to_reference") for r in rs]),
                      "loaded": sum(bool(r.get("loaded")) for r in rs)})
+    rows += target_rows(tiny["sampling"])     # the sampling targets against the run's bounds (bench.targets)
     for path, rs in by_path(tiny["evaluation"]).items():
         ref = [r.get("time_share_of_reference") for r in rs]
         rows.append({"part": "tiny evaluation", "path": path,
