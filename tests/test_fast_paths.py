@@ -149,3 +149,28 @@ def test_grpo_update_and_scoring_precision_each_change_only_their_pass(tmp_path,
     assert [r[0] for r in runs.values()] == [0, 2, 1]
     assert len({r[1] for r in runs.values()}) == 3                       # each gives other weights
     assert [r[2] for r in runs.values()] == list(runs)
+
+
+@pytest.mark.slow   # trains: two GRPO steps of the laptop preset from the shipped base, twice
+def test_progress_off_prints_no_bar_and_no_log_lines_and_trains_the_same(tmp_path, capfd):
+    from dsh.llm.models import weights_digest
+    from dsh.training.laptop_base import SHIPPED_BASE
+    from dsh.training.train import train
+
+    got = {}
+    for progress in (True, False):
+        cfg = resolve("grpo", "laptop", model=str(SHIPPED_BASE), output_dir=str(tmp_path / str(progress)), max_steps=2,
+                      generation_batch_size=32, per_device_train_batch_size=16, max_completion_length=48,
+                      validation_every=0, save_steps=10 ** 6, report_to=())
+        capfd.readouterr()
+        train(cfg, progress=progress)
+        out = "".join(capfd.readouterr())
+        got[progress] = (out, weights_digest(tmp_path / str(progress) / "final"))
+    loud, quiet = got[True][0], got[False][0]
+    assert "dsh: train grpo" in loud and "'loss'" in loud and "it/s" in loud + loud.replace("s/it", "it/s")
+    assert "dsh: train" not in quiet and "'loss'" not in quiet and "%|" not in quiet
+    # transformers' per-step warning that GRPO's inputs carry no input_ids: dropped either way
+    assert "Tried to track the number of tokens seen" not in loud + quiet
+    assert got[True][1] == got[False][1]
+    with pytest.raises(ValueError, match="progress must be true or false"):
+        train(cfg, progress="no")

@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import logging
 import time
 from pathlib import Path
 
@@ -256,24 +257,65 @@ def _summary(cfg: TrainConfig, trl_cfg, trainer, out, wall: float, resume_from, 
     }
 
 
-def train(cfg: TrainConfig) -> dict:
+class _NoTokenCount(logging.Filter):
+    """Drops transformers' "Tried to track the number of tokens seen" warning: GRPO's steps carry no ``input_ids``
+    (its rollouts are counted by dsh: ``rollouts``, ``real_tokens``), so transformers repeats it at every step."""
+
+    def filter(self, record) -> bool:
+        return "Tried to track the number of tokens seen" not in record.getMessage()
+
+
+def quiet_trainer(trainer, progress: bool) -> None:
+    """The trainer's console output as dsh wants it: transformers' per-step token-count warning dropped, and with
+    ``progress`` off its progress bar and printed log lines too (the logs still reach ``metrics.jsonl``)."""
+    from transformers.trainer_callback import PrinterCallback, ProgressCallback
+
+    log = logging.getLogger("transformers.trainer")
+    if not any(isinstance(f, _NoTokenCount) for f in log.filters):
+        log.addFilter(_NoTokenCount())
+    if not progress:
+        for cb in (ProgressCallback, PrinterCallback):
+            trainer.remove_callback(cb)
+
+
+@contextlib.contextmanager
+def _no_bars():
+    """transformers' progress bars (loading and writing weights) off inside, as they were after."""
+    from transformers.utils import logging as hf_logging
+
+    was = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if was:
+            hf_logging.enable_progress_bar()
+
+
+def train(cfg: TrainConfig, progress: bool = True) -> dict:
     """Run one training job (the method's trainer: :data:`TRAINERS`) and return its summary (also written to
-    ``summary.json``); the run directory keeps ``final/`` (and its checkpoints with ``keep_checkpoints``)."""
+    ``summary.json``); the run directory keeps ``final/`` (and its checkpoints with ``keep_checkpoints``).
+    ``progress``: the start line, the trainer's progress bar and its printed log lines (off: warnings and errors
+    only; what is trained and written is the same)."""
     checked_config(cfg)
+    if not isinstance(progress, bool):
+        raise ValueError(f"progress must be true or false, got {progress!r}")
     v.output_path("output_dir", cfg.output_dir, kind="folder")    # before the model is read or TRL imported
     loc = fetched(cfg.model, resolve_model(cfg.model))   # fails fast on a bad or absent model before any work
     trl_cfg = to_trl_config(cfg)
     digest = model_digest(loc)                     # the starting model by content: what a resume must continue from
     check_run_dir(cfg, digest)
-    print(f"dsh: train {cfg.method} from {repo_relative(cfg.model)} into {repo_relative(cfg.output_dir)} (seed "
-          f"{cfg.seed}, trust_remote_code={cfg.trust_remote_code})", flush=True)
+    if progress:
+        print(f"dsh: train {cfg.method} from {repo_relative(cfg.model)} into {repo_relative(cfg.output_dir)} (seed "
+              f"{cfg.seed}, trust_remote_code={cfg.trust_remote_code})", flush=True)
     # one process a run folder: a second one would interleave its steps and checkpoints with the first's
     with exclusive(Path(cfg.output_dir), f"output_dir {cfg.output_dir} is being trained by another dsh process; "
                    f"wait for it or choose another output_dir"):
-        return _train(cfg, loc, trl_cfg, digest)
+        with contextlib.nullcontext() if progress else _no_bars():
+            return _train(cfg, loc, trl_cfg, digest, progress)
 
 
-def _train(cfg: TrainConfig, loc: str, trl_cfg, digest: str) -> dict:
+def _train(cfg: TrainConfig, loc: str, trl_cfg, digest: str, progress: bool = True) -> dict:
     import torch
 
     run = check_run_dir(cfg, digest)               # again, now that no other process can change it
@@ -286,7 +328,7 @@ def _train(cfg: TrainConfig, loc: str, trl_cfg, digest: str) -> dict:
     new = not run.is_dir() or not any(run.iterdir())
     run.mkdir(parents=True, exist_ok=True)         # nothing is written before the model has loaded
     try:
-        return _train_in(cfg, run, trl_cfg, model, tok, records, resume_from, loc, digest)
+        return _train_in(cfg, run, trl_cfg, model, tok, records, resume_from, loc, digest, progress)
     except BaseException:
         if new and last_checkpoint(run) is None:   # failed or stopped before its first checkpoint: nothing to resume,
             with contextlib.suppress(ValueError):  # and nothing left that would refuse the next try (only dsh's files)
@@ -294,7 +336,8 @@ def _train(cfg: TrainConfig, loc: str, trl_cfg, digest: str) -> dict:
         raise
 
 
-def _train_in(cfg: TrainConfig, run: Path, trl_cfg, model, tok, records, resume_from, loc: str, digest: str) -> dict:
+def _train_in(cfg: TrainConfig, run: Path, trl_cfg, model, tok, records, resume_from, loc: str, digest: str,
+              progress: bool = True) -> dict:
     import shutil
 
     import torch
@@ -322,6 +365,7 @@ def _train_in(cfg: TrainConfig, run: Path, trl_cfg, model, tok, records, resume_
             run / "validation.jsonl", seed=cfg.seed, kv_cache=cfg.rollout_kv_cache, stop_after=budget_stop(cfg, tok)))
     trainer = TRAINERS[cfg.method](cfg, trl_cfg, model, tok, Dataset.from_list(rows), _lora(cfg), callbacks)
     holder.append(trainer)
+    quiet_trainer(trainer, progress)
     cut = example_truncation(records, tok, cfg.max_length) if cfg.method != "grpo" else None
     if cut and cut["rate"] and cut["rate"] > 0.01:
         print(f"dsh: warning: {cut['over']} of {cut['n']} training examples ({100 * cut['rate']:.1f} %) are longer "

@@ -101,7 +101,7 @@ def train_stage(cfg, name: str, clock: Clock) -> dict:
             raise ValueError(f"runs_dir {run} holds a finished run with another configuration; choose another runs_dir")
         clock.say(f"train {name} ({cfg.method}) ...")
         clock.worked = True
-        summary, how = train(dataclasses.replace(cfg, resume=run.exists())), "trained"
+        summary, how = train(dataclasses.replace(cfg, resume=run.exists()), progress=clock.bars), "trained"
     clock.say(f"train {name}: {how} in {clock.took(f'train_{name}', t0)} s (elapsed {clock.elapsed():.0f} s)")
     return summary
 
