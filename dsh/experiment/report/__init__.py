@@ -1,10 +1,10 @@
 """Tables, figures and verdicts on the paper's claims, from a results folder of any preset
 (:func:`dsh.experiment.run.pipeline.load_results`), by what they report: the long table (:mod:`.frame`), the trained
 stages (:mod:`.stages`), the training runs (:mod:`.training`), the claims' verdicts (:mod:`.claims`), the graded
-experiment's design points (:mod:`.regime`) and gradient attribution (:mod:`.attribution`); every public name of
-those modules is here, so ``report.table1(results)`` reads as one module. The first page's table is
-:mod:`.findings`, a results folder from known truth :mod:`.simulated`, the paper's hyperparameters beside TRL's
-:mod:`.paper_mapping`."""
+experiment's design points (:mod:`.regime`), the pipeline's time with the measured levers (:mod:`.levers`) and
+gradient attribution (:mod:`.attribution`); every public name of those modules is here, so
+``report.table1(results)`` reads as one module. The first page's table is :mod:`.findings`, a results folder from
+known truth :mod:`.simulated`, the paper's hyperparameters beside TRL's :mod:`.paper_mapping`."""
 
 from .attribution import (  # noqa: F401
     DYNAMICS_TERMS,
@@ -51,6 +51,7 @@ from .frame import (  # noqa: F401
     seeds_of,
     validation_rise,
 )
+from .levers import futile_rounds, lever_cuts, study_cuts, work_bound  # noqa: F401
 from .regime import (  # noqa: F401
     READ_AGAIN,
     REGIME_POINTS,
@@ -87,6 +88,7 @@ from .stages import (  # noqa: F401
 )
 from .training import (  # noqa: F401
     DELTA_KEYS,
+    check_schedule,
     delta_table,
     kl_arms,
     kl_table,

@@ -207,7 +207,8 @@ def timings_table(results: dict) -> pd.DataFrame:
     return pd.DataFrame(rows).T
 
 
-def _check_schedule(schedule) -> None:
+def check_schedule(schedule) -> None:
+    """Refuses, in one line, anything but a pipeline run's schedule (its steps with step, start_s, end_s, worker)."""
     if not schedule or not all(isinstance(r, dict) and {"step", "start_s", "end_s", "worker"} <= set(r) for r in schedule):
         raise ValueError("schedule must be a list of steps with step, start_s, end_s and worker (a summary's schedule)")
 
@@ -217,7 +218,7 @@ def plot_schedule(schedule: list, title: str = ""):
     worker, one bar a step, coloured by kind (train, job, study)."""
     import matplotlib.pyplot as plt
 
-    _check_schedule(schedule)
+    check_schedule(schedule)
     workers = list(dict.fromkeys(r["worker"] for r in sorted(schedule, key=lambda r: r["start_s"])))   # by first start
     colours = {"train": "tab:blue", "job": "tab:orange", "study": "tab:green"}
     fig, ax = plt.subplots(figsize=(10, 1.0 + 0.5 * len(workers)))
@@ -241,7 +242,7 @@ def schedule_summary(schedule: list, workers: int) -> dict:
     """A pipeline run's schedule (a summary's ``schedule``, on ``workers`` workers) in numbers: ``{"wall_s": the
     last step's end, "busy_s": the steps' time summed, "filled": busy_s / (workers x wall_s), "by_kind": {kind:
     share of busy_s} for train, job and study}``."""
-    _check_schedule(schedule)
+    check_schedule(schedule)
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
         raise ValueError(f"workers must be a positive integer, got {workers!r}")
     wall = max(r["end_s"] for r in schedule)
