@@ -94,8 +94,12 @@ def test_trust_remote_code_other_than_true_never_runs_a_model_folders_code(tmp_p
         assert "Traceback" not in r.stderr, r.stderr[-2000:]
         if text in ("none", "maybe"):
             assert r.returncode == 2 and f"error: trust_remote_code must be true or false; got '{text}'" in r.stderr
-        else:
+        elif argv[0] == "train":
             assert "trust_remote_code=False" in r.stdout, r.stdout[-2000:]    # the run prints it
+        else:                   # the pipeline ran --quiet: its training's record says it
+            assert r.returncode == 0, r.stderr[-2000:]
+            run = json.loads((tmp_path / "w" / "sft-s0" / "run_config.json").read_text())
+            assert run["dsh"]["trust_remote_code"] is False
 
 
 # ---------------------------------------------------------------- 2. nothing of the user's deleted
