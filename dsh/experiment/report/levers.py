@@ -8,10 +8,11 @@ measured run filled over 99 % of them, so no schedule does much better), and nev
 
 from __future__ import annotations
 
+from ...training.train_config import METHODS
 from ..run.attribution_study import counts_after
 from .training import check_schedule
 
-FINE_TUNING = ("sft", "sft_reflection", "sft_verdict", "dft")
+FINE_TUNING = tuple(m for m in METHODS if m != "grpo")     # the methods the C kernels' attention lever applies to
 
 
 def _share(name: str, x) -> float:
@@ -23,9 +24,9 @@ def _share(name: str, x) -> float:
 def lever_cuts(schedule: list, training: dict, configs: dict, scoring_ratio: float, attention_ratio: float) -> dict:
     """``{step: share of its time saved}`` for the training steps of ``schedule``: a GRPO stage with a reference
     (``beta`` > 0 in ``configs``) saves its scoring share of the time (``scoring_s / wall_s`` of its record in
-    ``training``) times ``1 - scoring_ratio`` (bfloat16 over float32 reference scoring, measured); an SFT, SFT
-    (reflection), SFT (verdict) or DFT stage saves ``1 - attention_ratio`` (its time with the C kernels' packed
-    attention over torch's, measured). Other steps save nothing."""
+    ``training``) times ``1 - scoring_ratio`` (bfloat16 over float32 reference scoring, measured); a fine-tuning
+    stage (SFT, SFT (reflection) and its verdict-only variant, DFT) saves ``1 - attention_ratio`` (its time with
+    the C kernels' packed attention over torch's, measured). Other steps save nothing."""
     check_schedule(schedule)
     scoring_ratio, attention_ratio = _share("scoring_ratio", scoring_ratio), _share("attention_ratio", attention_ratio)
     out = {}
