@@ -39,7 +39,7 @@ def test_the_bound_is_the_work_over_the_workers_or_the_longest_step():
         levers.work_bound(sched, 2, {"train nothing": 0.1})
     with pytest.raises(ValueError, match="cuts must map steps"):
         levers.work_bound(sched, 2, {"train rl-s0": 1.0})
-    with pytest.raises(ValueError, match="workers must be a positive integer"):
+    with pytest.raises(ValueError, match="workers must be an integer >= 1"):
         levers.work_bound(sched, 0, {})
 
 
@@ -69,6 +69,7 @@ def test_a_study_stops_once_every_fit_holds_enough_or_cannot_reach_it():
 def test_study_cuts_read_each_study_step_off_its_record():
     sched = _schedule() + [{"step": "study sft-s0-t1", "start_s": 720.0, "end_s": 800.0, "worker": 1}]
     studies = {"sft-s0": _study({"sft": 5, "dft": 1}, rounds=6), "sft-s0-t1": _study({"sft": 20}, rounds=1)}
+    assert levers.study_rounds(sched, studies) == {"study sft-s0-t0": (2, 6), "study sft-s0-t1": (1, 1)}
     assert levers.study_cuts(sched, studies) == {"study sft-s0-t0": pytest.approx(1 - 2 / 6), "study sft-s0-t1": 0.0}
     with pytest.raises(ValueError, match="'sft-s0-t1' is missing"):
         levers.study_cuts(sched, {"sft-s0": studies["sft-s0"]})

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import statistics
 
+from ...core import validate as v
 from .baselines import CT2_PATH
 from .reference import REFERENCE_PATH
 
@@ -40,8 +41,7 @@ def sampling_targets(sampling: list, rows: int = ROWS, targets=TARGETS) -> list[
     engine's shares of each. A target whose baseline did not run in a repeat gives no row."""
     if not isinstance(sampling, list) or not all(isinstance(r, dict) for r in sampling):
         raise ValueError("sampling must be a bench's sampling rows (a list of dicts: tiny['sampling'])")
-    if not isinstance(rows, int) or isinstance(rows, bool) or rows < 1:
-        raise ValueError(f"rows must be an integer >= 1, got {rows!r}")
+    v.positive_int("rows", rows)
     out = []
     for rep in sorted({r["repeat"] for r in sampling if r.get("rows") == rows}):
         same = [r for r in sampling if r.get("rows") == rows and r["repeat"] == rep]

@@ -51,7 +51,7 @@ from .frame import (  # noqa: F401
     seeds_of,
     validation_rise,
 )
-from .levers import futile_rounds, lever_cuts, study_cuts, work_bound  # noqa: F401
+from .levers import futile_rounds, lever_cuts, study_cuts, study_rounds, work_bound  # noqa: F401
 from .regime import (  # noqa: F401
     READ_AGAIN,
     REGIME_POINTS,

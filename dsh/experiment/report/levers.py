@@ -2,12 +2,14 @@
 
 A pipeline run on two workers (``design/reproduce_pipeline.json``) records each step's time; the levers measured
 beside it (``design/levers.json``) each save a share of some steps. :func:`lever_cuts` gives each step's share saved,
-:func:`futile_rounds` the rounds a study would draw under a round rule that also stops on fits out of reach, and
-:func:`work_bound` the least wall time the remaining work needs on the workers: its steps' time over the workers (the
-measured run filled over 99 % of them, so no schedule does much better), and never less than its longest step."""
+:func:`futile_rounds` the rounds a study would draw under a round rule that also stops on fits out of reach (per
+study step: :func:`study_rounds`, :func:`study_cuts`), and :func:`work_bound` the least wall time the remaining work
+needs on the workers: its steps' time over the workers (the measured run filled over 99 % of them, so no schedule
+does much better), and never less than its longest step."""
 
 from __future__ import annotations
 
+from ...core import validate as v
 from ...training.train_config import METHODS
 from ..run.attribution_study import counts_after
 from .training import check_schedule
@@ -57,10 +59,9 @@ def futile_rounds(study: dict) -> int:
     return study["rounds"]
 
 
-def study_cuts(schedule: list, studies: dict) -> dict:
-    """``{study step: share of its time saved}`` under :func:`futile_rounds`, for every study step of ``schedule``
-    (``study NAME-tK``: the record ``NAME`` of ``studies`` for K 0, ``NAME-tK`` otherwise), taking a study's time
-    as proportional to its rounds (each round draws as many questions)."""
+def study_rounds(schedule: list, studies: dict) -> dict:
+    """``{study step: (rounds under :func:`futile_rounds`, rounds drawn)}`` for every study step of ``schedule``
+    (``study NAME-tK``: the record ``NAME`` of ``studies`` for K 0, ``NAME-tK`` otherwise)."""
     check_schedule(schedule)
     out = {}
     for r in schedule:
@@ -71,8 +72,14 @@ def study_cuts(schedule: list, studies: dict) -> dict:
         key = stage if t == "0" else f"{stage}-t{t}"
         if key not in studies:
             raise ValueError(f"studies must hold the record of every study of the schedule; {key!r} is missing")
-        out[r["step"]] = 1 - futile_rounds(studies[key]) / studies[key]["rounds"]
+        out[r["step"]] = (futile_rounds(studies[key]), studies[key]["rounds"])
     return out
+
+
+def study_cuts(schedule: list, studies: dict) -> dict:
+    """``{study step: share of its time saved}`` under :func:`futile_rounds` (:func:`study_rounds`), taking a
+    study's time as proportional to its rounds (each round draws as many questions)."""
+    return {step: 1 - kept / drawn for step, (kept, drawn) in study_rounds(schedule, studies).items()}
 
 
 def work_bound(schedule: list, workers: int, cuts: dict) -> dict:
@@ -80,13 +87,13 @@ def work_bound(schedule: list, workers: int, cuts: dict) -> dict:
     share: ``{"busy_s": its steps' time summed, "saved_s": the time cut, "wall_s": the least wall time on
     ``workers`` workers, busy_s / workers or the longest step, whichever is larger}``."""
     check_schedule(schedule)
-    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
-        raise ValueError(f"workers must be a positive integer, got {workers!r}")
+    v.positive_int("workers", workers)
     steps = {r["step"] for r in schedule}
     for k, x in cuts.items():
         if k not in steps or isinstance(x, bool) or not isinstance(x, (int, float)) or not 0 <= x < 1:
             raise ValueError(f"cuts must map steps of the schedule to a share in [0, 1); got {k!r}: {x!r}")
-    times = [(r["end_s"] - r["start_s"]) * (1 - cuts.get(r["step"], 0.0)) for r in schedule]
+    full = [r["end_s"] - r["start_s"] for r in schedule]
+    times = [t * (1 - cuts.get(r["step"], 0.0)) for t, r in zip(full, schedule)]
     busy = sum(times)
-    return {"busy_s": busy, "saved_s": sum(r["end_s"] - r["start_s"] for r in schedule) - busy,
+    return {"busy_s": busy, "saved_s": sum(full) - busy,
             "wall_s": max(busy / workers, max(times))}

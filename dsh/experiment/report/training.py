@@ -7,6 +7,7 @@ import re
 
 import pandas as pd
 
+from ...core import validate as v
 from ...measure.trend import verdict as trend_verdict
 from ..run.pipeline import plan_of
 from ..run.presets import get
@@ -243,8 +244,7 @@ def schedule_summary(schedule: list, workers: int) -> dict:
     last step's end, "busy_s": the steps' time summed, "filled": busy_s / (workers x wall_s), "by_kind": {kind:
     share of busy_s} for train, job and study}``."""
     check_schedule(schedule)
-    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
-        raise ValueError(f"workers must be a positive integer, got {workers!r}")
+    v.positive_int("workers", workers)
     wall = max(r["end_s"] for r in schedule)
     busy = sum(r["end_s"] - r["start_s"] for r in schedule)
     kinds = {}
