@@ -1,6 +1,7 @@
 """The training passes' LM-head products round the same on one thread as on two (dsh.llm.thread_stable): MKL
 computes a few row counts (on an AMD Zen 4: 5-7 and 9-11) in another order with a second thread; inside
-``ThreadStable`` those products are taken in pieces that give the two-thread result on either thread count."""
+``ThreadStable`` those products are taken in pieces that give the two-thread result on either thread count, or on
+one thread where no split gives it."""
 
 import pytest
 import torch
@@ -48,11 +49,12 @@ def test_inside_thread_stable_every_row_count_gives_the_two_thread_product_on_on
             return form(x[:n], w, buf)
     mine = {t: [_on(t, lambda n=n: stable(n)) for n in range(1, ROWS + 1)] for t in (1, 2)}
     differ = {n for n in range(1, ROWS + 1) if not torch.equal(torch_own[1][n - 1], torch_own[2][n - 1])}
-    split = {n for (op, *_), found in thread_stable._FOUND.items() for n in found
+    split = {n: head for (op, *_), found in thread_stable._FOUND.items() for n, head in found.items()
              if op == ("mm" if form is _head_forward else "addmm_")}
-    assert differ <= split
-    for n in range(1, ROWS + 1):
-        assert torch.equal(mine[1][n - 1], torch_own[2][n - 1]) and torch.equal(mine[2][n - 1], torch_own[2][n - 1]), n
+    assert differ <= set(split)
+    for n in range(1, ROWS + 1):         # the two-thread product, or the one-thread one where no split gives it
+        want = torch_own[1 if split.get(n) == thread_stable.ONE_THREAD else 2][n - 1]
+        assert torch.equal(mine[1][n - 1], want) and torch.equal(mine[2][n - 1], want), n
 
 
 @pytest.mark.parametrize("threads", [1, 2])
@@ -95,19 +97,20 @@ def _trl_head(n, threads):
 def test_grpos_lm_head_gives_its_two_thread_values_and_gradients_on_one_thread(n):
     """Inside trl_lm_head (what every training run runs in), TRL's chunked head over n tokens
     (its last chunk of n mod 4096 rows) gives the same log-probabilities, entropies and gradients on one thread as
-    on two, and those of torch's two-thread path; on leaving, TRL's function is back."""
+    on two, each those of torch's own path on two threads or (where no split gives those: the weight gradient over
+    4,096 rows on an Intel Xeon) on one; on leaving, TRL's function is back."""
     import trl.trainer.utils as trl_utils
 
     from dsh.llm.thread_stable import trl_lm_head
 
     before = trl_utils._ChunkedLogProbFunction
-    ref = _trl_head(n, 2)
+    ref = {t: _trl_head(n, t) for t in (1, 2)}
     with trl_lm_head():
         assert trl_utils._ChunkedLogProbFunction is not before
         got = {t: _trl_head(n, t) for t in (1, 2)}
     assert trl_utils._ChunkedLogProbFunction is before
-    for t in (1, 2):
-        assert all(torch.equal(a, b) for a, b in zip(got[t], ref)), t
+    assert all(torch.equal(a, b) for a, b in zip(got[1], got[2]))
+    assert all(torch.equal(a, b2) or torch.equal(a, b1) for a, b1, b2 in zip(got[1], ref[1], ref[2]))
 
 
 def test_without_trls_chunked_head_the_whole_step_runs_thread_stable(monkeypatch):

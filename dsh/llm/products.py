@@ -15,11 +15,14 @@ The products are also the same on one thread as on two (:func:`thread_splits`): 
 (on the CPU above 5-7 and 9-11 rows) in another order when it has a second thread, taking the last rows beyond a
 multiple of four as a block of their own, so a sample drawn on one thread (a pipeline worker,
 :mod:`dsh.experiment.run.workers`) could differ in its last bits from one drawn on two. At those row counts the
-product is taken in the two pieces the two-thread path uses, which give its result on either thread count.
+product is taken in the two pieces the two-thread path uses, which give its result on either thread count. Where no
+such split gives the two-thread bits (MKL on an Intel Xeon with AVX-512: 4-5 rows at 128 -> 384, 4-15 at 384 ->
+128), the product is taken on one thread (:func:`one_thread`), which gives the one-thread bits on either count.
 """
 
 from __future__ import annotations
 
+import contextlib
 import time
 
 import torch
@@ -70,7 +73,23 @@ def plan(out_features: int, in_features: int, rows: int) -> frozenset:
     return _PLANS[key]
 
 
-_SPLITS: dict = {}   # (kind, out, in, rows) -> {row count: rows of the first piece}
+_SPLITS: dict = {}   # (kind, out, in, rows) -> {row count: rows of the first piece, or ONE_THREAD}
+ONE_THREAD = 0       # a row count whose product no split makes thread-independent: taken on one thread
+
+
+@contextlib.contextmanager
+def one_thread():
+    """torch (and its MKL) on one thread inside it, the thread count before restored after (a quarter of a
+    microsecond each way)."""
+    was = torch.get_num_threads()
+    if was == 1:
+        yield
+        return
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(was)
 
 
 def _product(kind: str, x, w, r):
@@ -84,7 +103,11 @@ def tail_block(x, head: int):
 
 
 def _pieces(kind: str, x, w, r, head: int):
-    """The product of ``x``'s rows in two pieces, its first ``head`` rows and the rest (:func:`tail_block`)."""
+    """The product of ``x``'s rows in two pieces, its first ``head`` rows and the rest (:func:`tail_block`); with
+    ``head`` :data:`ONE_THREAD`, in one piece on one thread."""
+    if head == ONE_THREAD:
+        with one_thread():
+            return _product(kind, x, w, r)
     rest = _product(kind, tail_block(x, head), w, None if r is None else tail_block(r, head))
     return torch.cat([_product(kind, x[:head], w, None if r is None else r[:head]), rest[:x.shape[0] - head]])
 
@@ -93,8 +116,8 @@ def row_splits(full, pieces, rows: int) -> dict:
     """The row counts ``1 .. rows`` at which ``full(n)`` (a product of ``n`` rows) gives other bits on one thread
     than on two, each mapped to the first piece's rows ``head`` (the largest multiple of four below ``n``) where
     ``pieces(n, head)`` (the same product in two pieces, :func:`_pieces`) equals ``full(n)``'s two-thread result on
-    either thread count; a row count without such a split is left out. torch's threads are set to one and two for
-    the check, then restored."""
+    either thread count, else to :data:`ONE_THREAD`. torch's threads are set to one and two for the check, then
+    restored."""
     was = torch.get_num_threads()
     got, splits = {}, {}
     try:
@@ -103,10 +126,10 @@ def row_splits(full, pieces, rows: int) -> dict:
             got[t] = [full(n) for n in range(1, rows + 1)]
         for n in range(1, rows + 1):
             head = (n - 1) // 4 * 4
-            if torch.equal(got[1][n - 1], got[2][n - 1]) or not head:
+            if torch.equal(got[1][n - 1], got[2][n - 1]):
                 continue
-            if all(_same(pieces, n, head, got[2][n - 1], t) for t in (1, 2)):
-                splits[n] = head
+            split = head and all(_same(pieces, n, head, got[2][n - 1], t) for t in (1, 2))
+            splits[n] = head if split else ONE_THREAD
     finally:
         torch.set_num_threads(was)
     return splits
@@ -152,8 +175,8 @@ class Products:
         self._splits[kind, tuple(w.shape)] = thread_splits(kind, w.shape[0], w.shape[1], self.rows)
 
     def linear(self, x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None = None) -> torch.Tensor:
-        """``x @ w.T (+ b)``: in two pieces where :func:`thread_splits` splits it, else oneDNN where :func:`plan` chose
-        it for ``x``'s row count (no bias), else ``F.linear``."""
+        """``x @ w.T (+ b)``: in two pieces (or on one thread) where :func:`thread_splits` says so, else oneDNN where
+        :func:`plan` chose it for ``x``'s row count (no bias), else ``F.linear``."""
         t = time.perf_counter() if self.log is not None else 0.0
         got = self._packed.get(id(w))
         head = self._splits.get(("linear", tuple(w.shape)), {}).get(x.shape[0])
@@ -169,7 +192,7 @@ class Products:
 
     def add_linear(self, r: torch.Tensor, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
         """``r + x @ w.T`` as one ``addmm`` (the residual sums of the output and down projections); in two pieces
-        where :func:`thread_splits` splits it."""
+        (or on one thread) where :func:`thread_splits` says so."""
         t = time.perf_counter() if self.log is not None else 0.0
         head = self._splits.get(("addmm", tuple(w.shape)), {}).get(x.shape[0])
         y = torch.addmm(r, x, w.t()) if head is None else _pieces("addmm", x, w, r, head)
