@@ -76,13 +76,13 @@ def test_bench_cli_on_cpu(tmp_path):
         assert ct2 and all(x["ratio_to_ctranslate2"] == 1.0 and x["ctranslate2"] for x in ct2)
     grpo = tiny["grpo"]
     gpaths = bench_tiny.grpo_paths()
-    assert [x["path"] for x in grpo] == list(gpaths) and len(gpaths) == (5 if "avx512_bf16" in cpu_flags() else 4)
+    assert [x["path"] for x in grpo] == list(gpaths) and len(gpaths) == (6 if "avx512_bf16" in cpu_flags() else 5)
     assert [x["backend_used"] for x in grpo] == ["dsh", "trl"] + ["dsh"] * (len(gpaths) - 2)
     assert grpo[0]["ratio_to_before"] == 1.0
     assert [x["completions_per_round"] for x in grpo] == [32] + [256] * (len(gpaths) - 1)
-    assert [x["packed_attention"] for x in grpo] == ["torch"] * 3 + ["kernels"] * (len(gpaths) - 3)
+    assert [x["packed_attention"] for x in grpo] == ["torch"] * 3 + ["kernels"] + ["fused"] * (len(gpaths) - 4)
     assert all(x["rollout_kv_cache"] == bench_tiny.fast_paths()["rollout_kv_cache"] for x in grpo[3:])
-    assert [x["update_precision"] for x in grpo] == ["float32"] * 4 + ["bfloat16"] * (len(gpaths) - 4)
+    assert [x["update_precision"] for x in grpo] == ["float32"] * 5 + ["bfloat16"] * (len(gpaths) - 5)
     for x in grpo:
         assert x["rollouts"] == 8 * 32 and x["rollouts_per_s"] > 0
         assert x["rollout_tokens_per_s"] == pytest.approx(x["rollouts_per_s"] * x["mean_completion_tokens"])
@@ -114,7 +114,8 @@ def test_bench_cli_on_cpu(tmp_path):
         assert x["share_of_best_library"] == pytest.approx(x["products_flops"] / x["best_flops"])
     train = tiny["training"]
     assert all(x["tokens_per_s"] > 0 and 0 < x["share_of_peak"] < 1 for x in train)
-    assert train[0]["ratio_to_default"] == 1.0 and len(train) == 4 and "packed attention in C" in train[2]["path"]
+    assert train[0]["ratio_to_default"] == 1.0 and len(train) == 5 and "packed attention in C" in train[2]["path"]
+    assert "(fused)" in train[3]["path"]
     table = r.stderr[r.stderr.index("dsh bench ("):]
     for x in bench.table(res):
         assert x["path"][:69] in table

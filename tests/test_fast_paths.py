@@ -24,11 +24,12 @@ def test_settings_keys_and_one_line_errors():
         EvalSettings(kv_cache="bfloat16").checked()
     with pytest.raises(ValueError, match=r"^rollout_kv_cache must be one of float32, float16; got 'half'"):
         TrainConfig(method="grpo", rollout_kv_cache="half")
-    with pytest.raises(ValueError, match=r"^packed_attention must be one of torch, kernels; got 'c'"):
+    with pytest.raises(ValueError, match=r"^packed_attention must be one of torch, kernels, fused; got 'c'"):
         TrainConfig(method="sft", packed_attention="c")
-    with pytest.raises(ValueError, match=r"^packed_attention 'kernels' attends over packed rows: it needs padding_free"):
-        TrainConfig(method="sft", packed_attention="kernels", padding_free=False)
-    assert TrainConfig(method="sft", packed_attention="kernels", padding_free=True).packed_attention == "kernels"
+    for path in ("kernels", "fused"):
+        with pytest.raises(ValueError, match=rf"^packed_attention '{path}' attends over packed rows: it needs padding_free"):
+            TrainConfig(method="sft", packed_attention=path, padding_free=False)
+        assert TrainConfig(method="sft", packed_attention=path, padding_free=True).packed_attention == path
     with pytest.raises(ValueError, match=r"^update_precision must be one of float32, bfloat16; got 'fp16'"):
         TrainConfig(method="grpo", update_precision="fp16")
     with pytest.raises(ValueError, match=r"^update_precision applies to GRPO's update; method 'sft' needs float32"):
@@ -174,3 +175,34 @@ def test_progress_off_prints_no_bar_and_no_log_lines_and_trains_the_same(tmp_pat
     assert got[True][1] == got[False][1]
     with pytest.raises(ValueError, match="progress must be true or false"):
         train(cfg, progress="no")
+
+
+@pytest.mark.slow   # trains: two GRPO steps of the laptop preset from the shipped base, three times
+def test_grpo_with_fused_layers_runs_policy_and_reference_through_them_and_trains_as_kernels_does(tmp_path, monkeypatch):
+    from safetensors.torch import load_file
+
+    from dsh.llm import fused_layers
+    from dsh.training.laptop_base import SHIPPED_BASE
+    from dsh.training.train import train
+
+    entered, swap = [], fused_layers.fused_layers
+    monkeypatch.setattr(fused_layers, "fused_layers", lambda m: entered.append(m) or swap(m))
+    weights = {}
+    for path in ("torch", "kernels", "fused"):
+        cfg = resolve("grpo", "laptop", model=str(SHIPPED_BASE), output_dir=str(tmp_path / path), max_steps=2,
+                      generation_batch_size=32, per_device_train_batch_size=16, max_completion_length=48,
+                      validation_every=0, save_steps=10 ** 6, report_to=(), packed_attention=path)
+        assert cfg.beta > 0                                              # a reference model as well
+        train(cfg, progress=False)
+        weights[path] = load_file(str(tmp_path / path / "final" / "model.safetensors"))
+    assert len(entered) == 2 and entered[0] is not entered[1]            # the policy and the reference, once each
+    # one round feeds both steps (the same rollouts): the paths' weights differ by float rounding only, which Adam's
+    # normalised steps enlarge where a gradient is near 0; the fused path no further from the C attention's weights
+    # than torch's per-sequence attention is (another rounding of the same function)
+    base = load_file(str(SHIPPED_BASE / "model.safetensors"))
+
+    def gap(a, b):
+        return max((weights[a][k] - weights[b][k]).abs().max().item() for k in base)
+    moved = max((weights["kernels"][k] - base[k]).abs().max().item() for k in base)
+    assert moved > 1e-4 and 0 < gap("torch", "kernels") < moved / 10
+    assert gap("fused", "kernels") < 3 * gap("torch", "kernels"), (gap("fused", "kernels"), gap("torch", "kernels"))

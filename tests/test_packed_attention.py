@@ -69,7 +69,7 @@ def test_bad_input_is_one_line():
         packed_causal_attention(q, q, q, torch.tensor([0, 4, 9]), 1.0)
     with pytest.raises(ValueError, match=r"^q, k, v must be float32 CPU tensors of one shape"):
         packed_causal_attention(q.double(), q, q, torch.tensor([0, 10]), 1.0)
-    with pytest.raises(ValueError, match=r"^packed_attention must be one of torch, kernels; got 'fast'"):
+    with pytest.raises(ValueError, match=r"^packed_attention must be one of torch, kernels, fused; got 'fast'"):
         packing.register("fast")
 
 

@@ -520,3 +520,106 @@ void varlen_attention_backward(const float *restrict q, const float *restrict k,
     free(vt);
   }
 }
+
+/* Training's element-wise layers, forward and backward (dsh.llm.fused_layers): one pass over the rows each, rows in
+   parallel, every sum in one order whatever the thread count. */
+
+/* rms_norm keeping each row's r = 1 / sqrt(mean(x^2) + eps) in rstd [B] for the backward pass. */
+void rms_norm_rstd(const float *restrict x, const float *restrict w, float eps, float *restrict out,
+                   float *restrict rstd, int64_t B, int64_t N) {
+#pragma omp parallel for schedule(static) if (B * N > 32768)
+  for (int64_t b = 0; b < B; ++b) {
+    const float *r = x + b * N;
+    float ss = 0.f;
+#pragma omp simd reduction(+ : ss)
+    for (int64_t i = 0; i < N; ++i) ss += r[i] * r[i];
+    const float inv = 1.f / sqrtf(ss / (float)N + eps);
+    rstd[b] = inv;
+#pragma omp simd
+    for (int64_t i = 0; i < N; ++i) out[b * N + i] = w[i] * (r[i] * inv);
+  }
+}
+
+/* The gradients of y = w * x * r (rms_norm_rstd) from dy [B, N]: dx = r (g - x r^2 mean(g x)) with g = w dy, and the
+   weight's gradient summed over blocks of NB rows, dwp [ceil(B / NB), N] (the caller sums the blocks in order). */
+#define NB 64
+void rms_norm_backward(const float *restrict x, const float *restrict w, const float *restrict rstd,
+                       const float *restrict dy, float *restrict dx, float *restrict dwp, int64_t B, int64_t N) {
+  const int64_t blocks = (B + NB - 1) / NB;
+#pragma omp parallel for schedule(static) if (B * N > 32768)
+  for (int64_t k = 0; k < blocks; ++k) {
+    float *acc = dwp + k * N;
+    for (int64_t i = 0; i < N; ++i) acc[i] = 0.f;
+    const int64_t end = (k + 1) * NB < B ? (k + 1) * NB : B;
+    for (int64_t b = k * NB; b < end; ++b) {
+      const float *xr = x + b * N, *gr = dy + b * N, r = rstd[b];
+      float s = 0.f;
+#pragma omp simd reduction(+ : s)
+      for (int64_t i = 0; i < N; ++i) s += gr[i] * w[i] * xr[i];
+      const float c = s / (float)N * r * r;
+#pragma omp simd
+      for (int64_t i = 0; i < N; ++i) {
+        dx[b * N + i] = r * (gr[i] * w[i] - xr[i] * c);
+        acc[i] += gr[i] * (xr[i] * r);
+      }
+    }
+  }
+}
+
+/* The fused projection's rows qkv [T, (H + 2 KV) D] to the packed attention's layout: q [H, T, D] and k [KV, T, D]
+   rotated (rope, with each token's own tables cos, sin [T, D]), v [KV, T, D]. */
+void rope_split(const float *restrict qkv, const float *restrict cos, const float *restrict sin, float *restrict q,
+                float *restrict k, float *restrict v, int64_t T, int64_t H, int64_t KV, int64_t D) {
+  const int64_t W = (H + 2 * KV) * D;
+#pragma omp parallel for schedule(static) if (T * W > 32768)
+  for (int64_t t = 0; t < T; ++t) {
+    const float *row = qkv + t * W, *c = cos + t * D, *s = sin + t * D;
+    for (int64_t h = 0; h < H; ++h) rope(row + h * D, c, s, q + (h * T + t) * D, D);
+    for (int64_t h = 0; h < KV; ++h) {
+      rope(row + (H + h) * D, c, s, k + (h * T + t) * D, D);
+      for (int64_t d = 0; d < D; ++d) v[(h * T + t) * D + d] = row[(H + KV + h) * D + d];
+    }
+  }
+}
+
+/* The transpose of rope (the rotation by -angle) of one head's gradient g[D] into out. */
+static inline void rope_back(const float *g, const float *cos, const float *sin, float *out, int64_t D) {
+  const int64_t h = D / 2;
+  for (int64_t i = 0; i < h; ++i) {
+    out[i] = g[i] * cos[i] + g[i + h] * sin[i + h];
+    out[i + h] = g[i + h] * cos[i + h] - g[i] * sin[i];
+  }
+}
+
+/* The gradient of rope_split: dq [H, T, D], dk, dv [KV, T, D] -> dqkv [T, (H + 2 KV) D]. */
+void rope_split_backward(const float *restrict dq, const float *restrict dk, const float *restrict dv,
+                         const float *restrict cos, const float *restrict sin, float *restrict dqkv, int64_t T,
+                         int64_t H, int64_t KV, int64_t D) {
+  const int64_t W = (H + 2 * KV) * D;
+#pragma omp parallel for schedule(static) if (T * W > 32768)
+  for (int64_t t = 0; t < T; ++t) {
+    float *row = dqkv + t * W;
+    const float *c = cos + t * D, *s = sin + t * D;
+    for (int64_t h = 0; h < H; ++h) rope_back(dq + (h * T + t) * D, c, s, row + h * D, D);
+    for (int64_t h = 0; h < KV; ++h) {
+      rope_back(dk + (h * T + t) * D, c, s, row + (H + h) * D, D);
+      for (int64_t d = 0; d < D; ++d) row[(H + KV + h) * D + d] = dv[(h * T + t) * D + d];
+    }
+  }
+}
+
+/* The gradient of silu_mul: da [B, F] of out -> dgu [B, 2F]: d gate = da u s (1 + g (1 - s)), d up = da g s, with
+   s = sigmoid(g). */
+void silu_mul_backward(const float *restrict gu, const float *restrict da, float *restrict dgu, int64_t B, int64_t F) {
+#pragma omp parallel for schedule(static) if (B * F > 32768)
+  for (int64_t b = 0; b < B; ++b) {
+    const float *g = gu + b * 2 * F, *u = g + F, *a = da + b * F;
+    float *dg = dgu + b * 2 * F, *du = dg + F;
+#pragma omp simd
+    for (int64_t i = 0; i < F; ++i) {
+      const float s = 1.f / (1.f + expf(-g[i]));
+      du[i] = a[i] * g[i] * s;
+      dg[i] = a[i] * u[i] * s * (1.f + g[i] * (1.f - s));
+    }
+  }
+}

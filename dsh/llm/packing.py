@@ -33,10 +33,12 @@ from .kernels import unavailable as kernels_unavailable
 
 VARLEN = "dsh_varlen"
 VARLEN_KERNELS = "dsh_varlen_kernels"
-PATHS = {"torch": VARLEN, "kernels": VARLEN_KERNELS}   # TrainConfig.packed_attention -> attention implementation
+# TrainConfig.packed_attention -> attention implementation (fused: the kernels' attention, the layers' other
+# element-wise work in C as well, dsh.llm.fused_layers)
+PATHS = {"torch": VARLEN, "kernels": VARLEN_KERNELS, "fused": VARLEN_KERNELS}
 
 
-def _boundaries(kwargs, n_tokens: int, device):
+def boundaries(kwargs, n_tokens: int, device):
     cu = kwargs.get("cu_seq_lens_q")
     if cu is not None:
         return cu.to(device=device, dtype=torch.int32), int(kwargs.get("max_length_q") or cu.diff().max())
@@ -85,7 +87,7 @@ def varlen_attention_forward(module, query, key, value, attention_mask, dropout:
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
     T = query.shape[2]
-    cu, max_len = _boundaries(kwargs, T, query.device) if query.shape[0] == 1 and key.shape[2] == T else (None, 0)
+    cu, max_len = boundaries(kwargs, T, query.device) if query.shape[0] == 1 and key.shape[2] == T else (None, 0)
     if cu is None:
         if attention_mask is not None and attention_mask.dim() == 2:  # a padding mask (flash style): make it 4-D
             q_len, k_len = query.shape[2], key.shape[2]
@@ -123,8 +125,8 @@ def varlen_attention_forward(module, query, key, value, attention_mask, dropout:
 
 
 def register(path: str = "torch") -> str:
-    """Register the packed attention of ``path`` (:data:`PATHS`: ``torch`` -> :data:`VARLEN`, ``kernels`` ->
-    :data:`VARLEN_KERNELS`) with transformers (attention and mask interfaces); returns its name."""
+    """Register the packed attention of ``path`` (:data:`PATHS`: ``torch`` -> :data:`VARLEN`, ``kernels`` and
+    ``fused`` -> :data:`VARLEN_KERNELS`) with transformers (attention and mask interfaces); returns its name."""
     if path not in PATHS:
         raise ValueError(f"packed_attention must be one of {', '.join(PATHS)}; got {path!r}")
     from transformers import AttentionInterface

@@ -292,6 +292,22 @@ def _no_bars():
             hf_logging.enable_progress_bar()
 
 
+@contextlib.contextmanager
+def _fused(cfg: TrainConfig, trainer):
+    """With ``packed_attention`` fused (and padding-free rows), the policy's and the reference's decoder layers on
+    :func:`dsh.llm.fused_layers.fused_layers`' C paths for the duration; otherwise nothing."""
+    if not (cfg.padding_free and cfg.packed_attention == "fused"):
+        yield
+        return
+    from ..llm.fused_layers import fused_layers
+
+    models = [trainer.model] + [m for m in [getattr(trainer, "ref_model", None)] if m is not None and m is not trainer.model]
+    with contextlib.ExitStack() as stack:
+        for m in models:
+            stack.enter_context(fused_layers(m))
+        yield
+
+
 def train(cfg: TrainConfig, progress: bool = True) -> dict:
     """Run one training job (the method's trainer: :data:`TRAINERS`) and return its summary (also written to
     ``summary.json``); the run directory keeps ``final/`` (and its checkpoints with ``keep_checkpoints``).
@@ -373,8 +389,8 @@ def _train_in(cfg: TrainConfig, run: Path, trl_cfg, model, tok, records, resume_
     if torch.cuda.is_available():
         torch.cuda.reset_peak_memory_stats()
     t0 = time.time()
-    with writing(run), trl_lm_head():   # a full disk: one line naming the run folder; the head thread-stable
-        out = trainer.train(resume_from_checkpoint=resume_from)
+    with writing(run), trl_lm_head(), _fused(cfg, trainer):   # a full disk: one line naming the run folder; the
+        out = trainer.train(resume_from_checkpoint=resume_from)     # head thread-stable; the layers' C paths
     wall = time.time() - t0
     with writing(run / "final"):
         _save_final(trainer, tok, cfg, run, packed)

@@ -16,6 +16,7 @@ from ..task.problems import parse_level
 from ..task.traces import GRANULARITIES
 
 METHODS = ("sft", "sft_reflection", "dft", "grpo")
+PACKED_ATTENTION = ("torch", "kernels", "fused")     # TrainConfig.packed_attention (dsh.llm.packing.PATHS)
 UPDATE_PRECISIONS = ("float32", "bfloat16")     # TrainConfig.update_precision (dsh.training.grpo_trainer)
 
 
@@ -84,7 +85,9 @@ class TrainConfig:
     packed_attention: str = _field("torch", "padding_free on the CPU: attention over the packed rows by one causal "
                                    "torch call per example (torch) or by dsh's C kernels, every example and head in "
                                    "one call (kernels: 2-4x faster at the tiny model's head size, equal up to float "
-                                   "rounding; dsh.llm.packed_attention)")
+                                   "rounding; dsh.llm.packed_attention), or fused: kernels, and the decoder layers' "
+                                   "RMS norms, rotary embedding and SwiGLU in C too, forward and backward (for the "
+                                   "policy and the reference; equal up to float rounding; dsh.llm.fused_layers)")
     update_precision: str = _field("float32", "GRPO on the CPU: the matrix products of the decoder layers in the "
                                    "update's pass (the policy's log-probabilities with gradients) in float32, or in "
                                    "bfloat16 under CPU autocast (~3x float32's products where the CPU has AVX512_BF16); "
@@ -212,10 +215,10 @@ class TrainConfig:
             v.positive_int("validation_max_new_tokens", self.validation_max_new_tokens)
         if not isinstance(self.padding_free, bool):
             raise ValueError(f"padding_free must be true or false, got {self.padding_free!r}")
-        v.choice("packed_attention", self.packed_attention, ("torch", "kernels"))
-        if self.packed_attention == "kernels" and not self.padding_free:
-            raise ValueError("packed_attention 'kernels' attends over packed rows: it needs padding_free=true "
-                             "(or packed_attention=torch)")
+        v.choice("packed_attention", self.packed_attention, PACKED_ATTENTION)
+        if self.packed_attention != "torch" and not self.padding_free:
+            raise ValueError(f"packed_attention {self.packed_attention!r} attends over packed rows: it needs "
+                             "padding_free=true (or packed_attention=torch)")
         v.choice("rollout_kv_cache", self.rollout_kv_cache, KV_CACHE)
         v.choice("update_precision", self.update_precision, UPDATE_PRECISIONS)
         v.choice("scoring_precision", self.scoring_precision, UPDATE_PRECISIONS)

@@ -28,8 +28,9 @@ baseline in the same run, and against the machine's roofline measured in the sam
   through the engine's torch path, padded batches), TRL's own generation path (``model.generate``) in the
   preset's configuration, and the preset as it is; rollouts per second end to end (trainer wall time) with the
   time split (sampling, reference/old-policy scoring, update); and the preset with its opt-in fast paths
-  (:func:`fast_paths`: the packed attention in C, a float16 KV cache), and with the update's products in bfloat16
-  as well where the CPU has bfloat16 dot products (:func:`grpo_paths`); the preset's validation passes (p_s, p_dC,
+  (:func:`fast_paths`: the packed attention in C, a float16 KV cache), with the layers' element-wise work in C as
+  well (``packed_attention="fused"``, :mod:`dsh.llm.fused_layers`), and with the update's products in bfloat16
+  too where the CPU has bfloat16 dot products (:func:`grpo_paths`); the preset's validation passes (p_s, p_dC,
   p_dW measured along a run) are turned off in all of them.
 - **evaluation**: ``dsh evaluate`` of the shipped base on the laptop ladder (the preset's settings) through the
   engine's torch path at 64 rows (the baseline), the preset's path, and that path with a float16 KV cache (where
@@ -271,7 +272,8 @@ GRPO_PATHS = ("the baseline: a round of 32 per step, engine's torch path, padded
               "TRL's generation (model.generate), the preset's rounds, padding-free",
               "dsh laptop preset: rounds of 256, CPU path, padding-free",
               "the preset with the fast paths: packed attention in C, float16 KV cache",
-              "the fast paths and the update's products in bfloat16")
+              "the fast paths with the layers' element-wise work in C too (packed_attention fused)",
+              "the fused layers and the update's products in bfloat16")
 BF16_FLAG = "avx512_bf16"   # the bfloat16 update path runs where the CPU has bfloat16 dot products
 
 
@@ -320,7 +322,9 @@ def grpo_rows(size: TinySize, workdir: Path, seed: int = 0, ref: Reference | Non
             (GRPO_PATHS[1], dict(generation_backend="trl"), False),
             (GRPO_PATHS[2], {}, False),
             (GRPO_PATHS[3], fast_paths(), False),
-            (GRPO_PATHS[4], {**fast_paths(), "update_precision": "bfloat16"}, False))[:len(grpo_paths())]
+            (GRPO_PATHS[4], {**fast_paths(), "packed_attention": "fused"}, False),
+            (GRPO_PATHS[5], {**fast_paths(), "packed_attention": "fused", "update_precision": "bfloat16"},
+             False))[:len(grpo_paths())]
     def one_path(k, label, over, old, rep=0):
         folder = workdir / (f"grpo_{k}" + (f"_r{rep}" if rep else ""))
         cfg = resolve("grpo", LAPTOP.name, output_dir=str(folder), **common, **over)
@@ -421,7 +425,10 @@ def training_rows(size: TinySize, workdir: Path, seed: int = 0) -> list:
                 "sft_reflection", LAPTOP.name, output_dir=str(workdir / "tiny_dsh"), **common)),
             ("dsh laptop preset, packed attention in C", resolve(
                 "sft_reflection", LAPTOP.name, output_dir=str(workdir / "tiny_dsh_c"), **common,
-                packed_attention="kernels")))
+                packed_attention="kernels")),
+            ("dsh laptop preset, layers' element-wise work in C too (fused)", resolve(
+                "sft_reflection", LAPTOP.name, output_dir=str(workdir / "tiny_dsh_fused"), **common,
+                packed_attention="fused")))
     rows = []
     for label, cfg in cfgs:
         s = train(cfg)

@@ -1,0 +1,200 @@
+"""The decoder layers' element-wise work in C for training on packed rows: RMS norms, the rotary embedding and the
+gated activation, forward and backward (:mod:`dsh.llm.kernels`).
+
+transformers' llama layers spend a training step's non-product time in element-wise torch calls: an RMS norm is
+five of them forward (square, mean, rsqrt, two products) and more backward; the rotary embedding slices, negates,
+concatenates and multiplies queries and keys; SwiGLU is three; the attention's inputs are transposed and copied into
+the packed attention's layout. On the tiny model at ~10,000 tokens a step these calls take about a third of the
+forward and backward passes on two CPU cores (README, "Performance on two CPU cores"). :func:`fused_layers` swaps,
+for the duration of a ``with`` block, each llama-family layer's
+
+- RMS norm for one C pass forward (keeping each row's ``1 / rms``) and one backward;
+- attention, on a packed row (:mod:`dsh.llm.packing`: one sequence after another, positions restarting at 0), for
+  one product of the concatenated q/k/v weights, one C pass that rotates queries and keys and writes the three in
+  :func:`dsh.llm.packed_attention.packed_causal_attention`'s layout (its backward the inverse rotation), that
+  attention, and the output projection;
+- gated MLP (SiLU) for one product of the concatenated gate/up weights, one C pass for silu(gate) * up (and one
+  back), and the down projection.
+
+The same function in real arithmetic; in float32 the values and gradients equal transformers' to rounding (a test
+compares them), and do not depend on the thread count. A module the swap does not fit (another activation, key/value
+heads shared by several query heads, a batch with padding, a float type other than float32) runs its own forward.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import torch
+
+from . import kernels
+from .packed_attention import packed_causal_attention
+from .packing import boundaries
+
+F = torch.nn.functional
+
+
+def _lib():
+    why = kernels.unavailable()
+    if why:
+        raise RuntimeError(f"fused_layers needs the C kernels: {why}")
+    return kernels.load()
+
+
+class _RMSNorm(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, w, eps: float):
+        x2 = x.reshape(-1, x.shape[-1]).contiguous()
+        out, rstd = torch.empty_like(x2), torch.empty(x2.shape[0])
+        _lib().rms_norm_rstd(x2.data_ptr(), w.data_ptr(), float(eps), out.data_ptr(), rstd.data_ptr(), *x2.shape)
+        ctx.save_for_backward(x2, w, rstd)
+        return out.view(x.shape)
+
+    @staticmethod
+    def backward(ctx, dy):
+        x2, w, rstd = ctx.saved_tensors
+        dy2 = dy.reshape(x2.shape).contiguous()
+        dx, dwp = torch.empty_like(x2), torch.empty(-(-x2.shape[0] // 64), x2.shape[1])
+        _lib().rms_norm_backward(x2.data_ptr(), w.data_ptr(), rstd.data_ptr(), dy2.data_ptr(), dx.data_ptr(),
+                                 dwp.data_ptr(), *x2.shape)
+        return dx.view(dy.shape), dwp.sum(0), None
+
+
+class _SiluMul(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, gu):
+        gu = gu.contiguous()
+        out = torch.empty(gu.shape[0], gu.shape[1] // 2)
+        _lib().silu_mul(gu.data_ptr(), out.data_ptr(), *out.shape)
+        ctx.save_for_backward(gu)
+        return out
+
+    @staticmethod
+    def backward(ctx, da):
+        (gu,) = ctx.saved_tensors
+        da = da.contiguous()
+        dgu = torch.empty_like(gu)
+        _lib().silu_mul_backward(gu.data_ptr(), da.data_ptr(), dgu.data_ptr(), *da.shape)
+        return dgu
+
+
+class _RopeSplit(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, qkv, cos, sin, H: int, KV: int):
+        T, D = qkv.shape[0], cos.shape[1]
+        qkv, cos, sin = qkv.contiguous(), cos.contiguous(), sin.contiguous()
+        q, k, v = torch.empty(H, T, D), torch.empty(KV, T, D), torch.empty(KV, T, D)
+        _lib().rope_split(qkv.data_ptr(), cos.data_ptr(), sin.data_ptr(), q.data_ptr(), k.data_ptr(), v.data_ptr(),
+                          T, H, KV, D)
+        ctx.save_for_backward(cos, sin)
+        ctx.shape = (T, H, KV, D)
+        return q, k, v
+
+    @staticmethod
+    def backward(ctx, dq, dk, dv):
+        cos, sin = ctx.saved_tensors
+        T, H, KV, D = ctx.shape
+        dq, dk, dv = (torch.zeros(n, T, D) if g is None else g.contiguous() for g, n in ((dq, H), (dk, KV), (dv, KV)))
+        dqkv = torch.empty(T, (H + 2 * KV) * D)
+        _lib().rope_split_backward(dq.data_ptr(), dk.data_ptr(), dv.data_ptr(), cos.data_ptr(), sin.data_ptr(),
+                                   dqkv.data_ptr(), T, H, KV, D)
+        return dqkv, None, None, None, None
+
+
+def rms_norm(x, weight, eps: float):
+    """``weight * x / sqrt(mean(x^2) + eps)`` over the last dimension (transformers' LlamaRMSNorm), float32, in C."""
+    return _RMSNorm.apply(x, weight, eps)
+
+
+def silu_mul(gate_up):
+    """``silu(gate) * up`` of ``gate_up [N, 2F]`` (the gate then the up projection), float32, in C."""
+    return _SiluMul.apply(gate_up)
+
+
+def rope_split(qkv, cos, sin, heads: int, kv_heads: int):
+    """``qkv [T, (H + 2 KV) D]`` -> ``q [H, T, D]``, ``k [KV, T, D]`` rotated by each token's ``cos, sin [T, D]``
+    (transformers' rotate_half convention), ``v [KV, T, D]``; float32, in C."""
+    return _RopeSplit.apply(qkv, cos, sin, heads, kv_heads)
+
+
+def _cat(mods):
+    """The weights (and biases, or None) of linear layers that read one input, as one layer's."""
+    w = torch.cat([m.weight for m in mods])
+    if all(m.bias is None for m in mods):
+        return w, None
+    return w, torch.cat([m.bias if m.bias is not None else torch.zeros(m.weight.shape[0]) for m in mods])
+
+
+def _norm_forward(mod, own):
+    def forward(x):
+        if x.dtype != torch.float32 or mod.weight.dtype != torch.float32 or x.device.type != "cpu":
+            return own(x)
+        return rms_norm(x, mod.weight, mod.variance_epsilon)
+    return forward
+
+
+def _mlp_forward(mod, own):
+    def forward(x):
+        if x.device.type != "cpu":
+            return own(x)
+        gu = F.linear(x, *_cat([mod.gate_proj, mod.up_proj]))
+        return mod.down_proj(silu_mul(gu.float().reshape(-1, gu.shape[-1])).view(*x.shape[:-1], -1))
+    return forward
+
+
+def _attention_forward(mod, own, heads: int, kv_heads: int, head_dim: int):
+    def forward(hidden_states, position_embeddings=None, attention_mask=None, past_key_values=None, **kwargs):
+        T = hidden_states.shape[1]
+        cu = None
+        # a cache that already holds keys would need attention over them too: transformers' path
+        empty = past_key_values is None or past_key_values.get_seq_length(mod.layer_idx) == 0
+        if hidden_states.shape[0] == 1 and empty and hidden_states.device.type == "cpu":
+            cu, _ = boundaries(kwargs, T, hidden_states.device)
+        if cu is None or position_embeddings is None:
+            return own(hidden_states, position_embeddings=position_embeddings, attention_mask=attention_mask,
+                       past_key_values=past_key_values, **kwargs)
+        qkv = F.linear(hidden_states[0], *_cat([mod.q_proj, mod.k_proj, mod.v_proj])).float()
+        cos, sin = (t[0].float() for t in position_embeddings)
+        q, k, v = rope_split(qkv, cos, sin, heads, kv_heads)
+        if past_key_values is not None:                 # stored as transformers stores them: [1, KV, T, D]
+            past_key_values.update(k[None], v[None], mod.layer_idx)
+        o = packed_causal_attention(q, k, v, cu, mod.scaling)
+        return mod.o_proj(o.reshape(1, T, heads * head_dim)), None
+    return forward
+
+
+def _plain(mod, names) -> bool:
+    """Whether ``mod`` has each of the linear layers ``names`` as a plain ``torch.nn.Linear`` (not a LoRA-wrapped
+    one, whose adapters the concatenated weights would leave out)."""
+    return all(type(getattr(mod, n, None)) is torch.nn.Linear for n in names)
+
+
+@contextlib.contextmanager
+def fused_layers(model):
+    """Inside it, the RMS norms, attention and gated MLPs of ``model`` (a llama-family model) run the C paths of the
+    module docstring where they fit; on leaving, the modules are as before. Yields the number of modules swapped."""
+    _lib()
+    cfg = model.config
+    swapped = []
+    for mod in model.modules():
+        name = type(mod).__name__
+        if name.endswith("RMSNorm") and hasattr(mod, "variance_epsilon"):
+            mod.forward = _norm_forward(mod, mod.forward)
+        elif name.endswith("MLP") and _plain(mod, ("gate_proj", "up_proj", "down_proj")):
+            if getattr(mod.config, "hidden_act", None) != "silu":
+                continue
+            mod.forward = _mlp_forward(mod, mod.forward)
+        elif name.endswith("Attention") and _plain(mod, ("q_proj", "k_proj", "v_proj", "o_proj")):
+            heads = cfg.num_attention_heads
+            kv = getattr(cfg, "num_key_value_heads", None) or heads
+            if kv != heads or getattr(mod, "is_causal", True) is not True:
+                continue
+            mod.forward = _attention_forward(mod, mod.forward, heads, kv, mod.head_dim)
+        else:
+            continue
+        swapped.append(mod)
+    try:
+        yield len(swapped)
+    finally:
+        for mod in swapped:
+            del mod.forward
