@@ -59,7 +59,8 @@ def test_inside_thread_stable_every_row_count_gives_the_two_thread_product_on_on
 
 @pytest.mark.parametrize("threads", [1, 2])
 def test_calls_thread_stable_does_not_take_are_torchs_own(threads):
-    """bfloat16 operands, more rows than MAX_ROWS, a scaled addmm_: passed through unchanged, on either thread count."""
+    """bfloat16 operands, a scaled addmm_ (passed through) and more rows than MAX_ROWS (on one thread): torch's own
+    bits on either thread count (its product of those rows gives the same on one thread as on two)."""
     g = torch.Generator().manual_seed(6)
     w = torch.randn(68, 128, generator=g)
     x = torch.randn(ROWS + 5, 128, generator=g)

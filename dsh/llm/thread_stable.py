@@ -12,9 +12,10 @@ Inside :class:`ThreadStable` (a torch dispatch mode: it sees the backward pass's
 ``torch.mm(x, b[, out=])`` and ``acc.addmm_(x, b)`` of at most :data:`MAX_ROWS` rows, at a row count where the
 product depends on the threads, is taken in the two pieces that give its two-thread result on either thread count,
 or on one thread where no split does (:func:`dsh.llm.products.row_splits`, probed once per process for each shape and
-memory layout on random inputs); a product of more rows is taken on one thread where its bits depend on the thread
-count (:func:`depends`: on an Intel Xeon, MKL sums the head's weight gradient over a chunk's 4,096 rows in another
-order on two threads).
+memory layout on random inputs); a product of more rows is taken on one thread (on an Intel Xeon, MKL sums the head's
+weight gradient over a chunk's 4,096 rows in another order on two threads; on an AMD Zen 4 the head's products of
+4,096 rows gave the same bits on either count; the head is ~1 % of a step's products, and probing each new shape
+instead cost training several times its speed).
 Every other call is torch's own. :func:`trl_lm_head` puts TRL's head under it (every training run: dsh.training.train).
 """
 
@@ -30,7 +31,6 @@ from .products import ONE_THREAD, one_thread, row_splits, tail_block
 MAX_ROWS = 16        # row counts probed (those that differ lie below it; dsh.llm.products probed 1-299)
 
 _FOUND: dict = {}    # (op, x layout, b layout, target layout) -> {row count: first piece's rows, or ONE_THREAD}
-_DEPENDS: dict = {}  # (op, shapes and layouts) -> whether the product's bits depend on the thread count
 
 
 def _random(shape, stride, g) -> torch.Tensor:
@@ -89,35 +89,6 @@ def splits(op: str, x, b, target) -> dict:
     return _FOUND[key]
 
 
-def depends(op: str, x, b, target) -> bool:
-    """Whether ``op`` (as in :func:`splits`) at ``x``'s and ``b``'s shapes and all three layouts gives other bits on
-    one thread than on two, on random inputs (probed once per process for each key). For more rows than
-    :data:`MAX_ROWS`: MKL on an Intel Xeon sums the head's weight gradient (68 x 4,096 by 4,096 x 128) in another
-    order on two threads."""
-    key = (op, tuple(x.shape), x.stride(), tuple(b.shape), b.stride(), None if target is None else target.stride())
-    if key not in _DEPENDS:
-        g = torch.Generator().manual_seed(3)
-        xs, bs = _random(tuple(x.shape), x.stride(), g), _random(tuple(b.shape), b.stride(), g)
-        shape = (x.shape[0], b.shape[1])
-        ts = None if target is None else _random(shape, target.stride(), g)
-
-        def run():
-            t = None if target is None else torch.empty_strided(shape, target.stride()).zero_()
-            if op == "mm":
-                return _mm(xs, bs, t).clone()
-            return _addmm_(t.copy_(ts), xs, bs).clone()
-        was = torch.get_num_threads()
-        try:
-            got = []
-            for n in (1, 2):
-                torch.set_num_threads(n)
-                got.append(run())
-        finally:
-            torch.set_num_threads(was)
-        _DEPENDS[key] = not torch.equal(*got)
-    return _DEPENDS[key]
-
-
 def _plain(*tensors) -> bool:
     """Whether every operand is a 2-D float32 CPU tensor."""
     return all(isinstance(t, torch.Tensor) and t.dim() == 2 and t.dtype == torch.float32 and t.device.type == "cpu"
@@ -127,8 +98,7 @@ def _plain(*tensors) -> bool:
 class ThreadStable(TorchDispatchMode):
     """Inside it, the float32 CPU products ``torch.mm(x, b[, out=])`` and ``acc.addmm_(x, b)`` give the same bits on
     one thread as on two, in the forward and the backward pass: up to :data:`MAX_ROWS` rows their two-thread result
-    (or their one-thread result where no split gives it), above it their one-thread result where the thread count
-    changes them (:func:`depends`; module docstring)."""
+    (or their one-thread result where no split gives it), above it their one-thread result (module docstring)."""
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -137,15 +107,13 @@ class ThreadStable(TorchDispatchMode):
             x, b = args
             out = kwargs.get("out")
             if _plain(x, b, *(() if out is None else (out,))):
-                head = (splits("mm", x, b, out).get(x.shape[0]) if x.shape[0] <= MAX_ROWS
-                        else ONE_THREAD if depends("mm", x, b, out) else None)
+                head = splits("mm", x, b, out).get(x.shape[0]) if x.shape[0] <= MAX_ROWS else ONE_THREAD
                 if head is not None:
                     return _mm(x, b, out, head)
         elif func is aten.addmm_.default and not kwargs:
             acc, x, b = args
             if _plain(acc, x, b):
-                head = (splits("addmm_", x, b, acc).get(x.shape[0]) if x.shape[0] <= MAX_ROWS
-                        else ONE_THREAD if depends("addmm_", x, b, acc) else None)
+                head = splits("addmm_", x, b, acc).get(x.shape[0]) if x.shape[0] <= MAX_ROWS else ONE_THREAD
                 if head is not None:
                     return _addmm_(acc, x, b, head)
         return func(*args, **kwargs)
