@@ -151,6 +151,14 @@ def test_what_the_swap_does_not_fit_runs_its_own_forward():
             got = m(input_ids=ids, attention_mask=mask).logits
     assert _close(got[mask.bool()], ref[mask.bool()])
 
+    ids_p, pos = _packed_row(2)                          # bfloat16 weights: every module its own forward
+    half = load(str(SHIPPED_BASE))[0].to(torch.bfloat16)
+    half.set_attn_implementation(packing.register("fused"))
+    with torch.no_grad():
+        ref = half(input_ids=ids_p, position_ids=pos).logits
+        with fl.fused_layers(half):
+            assert torch.equal(half(input_ids=ids_p, position_ids=pos).logits, ref)
+
     class Adapted(torch.nn.Linear):                      # as a LoRA layer would be: its weight is not all it computes
         pass
 

@@ -135,7 +135,7 @@ def _norm_forward(mod, own):
 
 def _mlp_forward(mod, own):
     def forward(x):
-        if x.device.type != "cpu":
+        if x.device.type != "cpu" or mod.down_proj.weight.dtype != torch.float32:
             return own(x)
         gu = F.linear(x, *_cat([mod.gate_proj, mod.up_proj]))
         return mod.down_proj(silu_mul(gu.float().reshape(-1, gu.shape[-1])).view(*x.shape[:-1], -1))
@@ -148,7 +148,8 @@ def _attention_forward(mod, own, heads: int, kv_heads: int, head_dim: int):
         cu = None
         # a cache that already holds keys would need attention over them too: transformers' path
         empty = past_key_values is None or past_key_values.get_seq_length(mod.layer_idx) == 0
-        if hidden_states.shape[0] == 1 and empty and hidden_states.device.type == "cpu":
+        if (hidden_states.shape[0] == 1 and empty and hidden_states.device.type == "cpu"
+                and mod.o_proj.weight.dtype == torch.float32):
             cu, _ = boundaries(kwargs, T, hidden_states.device)
         if cu is None or position_embeddings is None:
             return own(hidden_states, position_embeddings=position_embeddings, attention_mask=attention_mask,

@@ -306,8 +306,8 @@ def _grpo_row(label: str, s: dict, run_dir: Path, **extra) -> dict:
 
 def grpo_rows(size: TinySize, workdir: Path, seed: int = 0, ref: Reference | None = None) -> list:
     """Rows of the GRPO comparison (module docstring), each with its ``repeat``: every path once (repeat 0), with
-    ``ref`` the reference commit's preset path after them, then ``grpo_repeats - 1`` more runs of the fastest path,
-    each followed by the reference's."""
+    ``ref`` the reference commit's preset path after them, then ``grpo_repeats - 1`` more runs of the fastest path
+    (of dsh's preset paths, by rollouts per second in repeat 0), each followed by the reference's."""
     policy = workdir / "grpo_policy"
     train(resolve("sft_reflection", LAPTOP.name, model=str(SHIPPED_BASE), output_dir=str(policy),
                   n_train=8 * size.policy_sft_steps, max_steps=size.policy_sft_steps, task_options={"attempts": "injected"},
@@ -341,8 +341,9 @@ def grpo_rows(size: TinySize, workdir: Path, seed: int = 0, ref: Reference | Non
         return _grpo_row(REFERENCE_PATH + ": its laptop preset", s, folder, repeat=rep, commit=ref.commit)
 
     out = [one_path(k, *r) for k, r in enumerate(runs)] + ([reference()] if ref is not None else [])
+    fastest = max(range(2, len(runs)), key=lambda k: out[k]["rollouts_per_s"])     # of dsh's own paths, repeat 0
     for rep in range(1, size.grpo_repeats):   # the fastest path again, each run followed by the reference's
-        out.append(one_path(len(runs) - 1, *runs[-1], rep=rep))
+        out.append(one_path(fastest, *runs[fastest], rep=rep))
         if ref is not None:
             out.append(reference(rep))
     for r in out:
