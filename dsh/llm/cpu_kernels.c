@@ -211,9 +211,10 @@ int has_attend_f16(void) { return 1; }
 int has_attend_f16(void) { return 0; }
 #endif
 
-/* RMSNorm of each row of x [B, N]: out = w * x / sqrt(mean(x^2) + eps) (transformers' LlamaRMSNorm). */
-void rms_norm(const float *restrict x, const float *restrict w, float eps, float *restrict out, int64_t B,
-              int64_t N) {
+/* RMSNorm of each row of x [B, N]: out = w * x / sqrt(mean(x^2) + eps) (transformers' LlamaRMSNorm); with rstd
+   not NULL, each row's r = 1 / sqrt(mean(x^2) + eps) kept in rstd [B] (for training's backward pass). */
+void rms_norm_rstd(const float *restrict x, const float *restrict w, float eps, float *restrict out,
+                   float *restrict rstd, int64_t B, int64_t N) {
 #pragma omp parallel for schedule(static) if (B * N > 32768)
   for (int64_t b = 0; b < B; ++b) {
     const float *r = x + b * N;
@@ -221,9 +222,15 @@ void rms_norm(const float *restrict x, const float *restrict w, float eps, float
 #pragma omp simd reduction(+ : ss)
     for (int64_t i = 0; i < N; ++i) ss += r[i] * r[i];
     const float inv = 1.f / sqrtf(ss / (float)N + eps);
+    if (rstd) rstd[b] = inv;
 #pragma omp simd
     for (int64_t i = 0; i < N; ++i) out[b * N + i] = w[i] * (r[i] * inv);
   }
+}
+
+void rms_norm(const float *restrict x, const float *restrict w, float eps, float *restrict out, int64_t B,
+              int64_t N) {
+  rms_norm_rstd(x, w, eps, out, NULL, B, N);
 }
 
 /* The gated MLP's activation: gu [B, 2F] holds the gate then the up projection; out [B, F] = silu(gate) * up. */
@@ -523,22 +530,6 @@ void varlen_attention_backward(const float *restrict q, const float *restrict k,
 
 /* Training's element-wise layers, forward and backward (dsh.llm.fused_layers): one pass over the rows each, rows in
    parallel, every sum in one order whatever the thread count. */
-
-/* rms_norm keeping each row's r = 1 / sqrt(mean(x^2) + eps) in rstd [B] for the backward pass. */
-void rms_norm_rstd(const float *restrict x, const float *restrict w, float eps, float *restrict out,
-                   float *restrict rstd, int64_t B, int64_t N) {
-#pragma omp parallel for schedule(static) if (B * N > 32768)
-  for (int64_t b = 0; b < B; ++b) {
-    const float *r = x + b * N;
-    float ss = 0.f;
-#pragma omp simd reduction(+ : ss)
-    for (int64_t i = 0; i < N; ++i) ss += r[i] * r[i];
-    const float inv = 1.f / sqrtf(ss / (float)N + eps);
-    rstd[b] = inv;
-#pragma omp simd
-    for (int64_t i = 0; i < N; ++i) out[b * N + i] = w[i] * (r[i] * inv);
-  }
-}
 
 /* The gradients of y = w * x * r (rms_norm_rstd) from dy [B, N]: dx = r (g - x r^2 mean(g x)) with g = w dy, and the
    weight's gradient summed over blocks of NB rows, dwp [ceil(B / NB), N] (the caller sums the blocks in order). */
