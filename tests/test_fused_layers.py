@@ -165,5 +165,7 @@ def test_what_the_swap_does_not_fit_runs_its_own_forward():
     attn = m.model.layers[0].self_attn
     q = attn.q_proj
     attn.q_proj = Adapted(q.in_features, q.out_features, bias=False)
+    m.model.layers[1].self_attn.q_norm = torch.nn.Identity()   # a query norm, as some llama-family attentions have
     with fl.fused_layers(m) as n:
-        assert "forward" not in vars(attn) and n == 4 * len(m.model.layers)
+        assert "forward" not in vars(attn) and "forward" not in vars(m.model.layers[1].self_attn)
+        assert n == 4 * len(m.model.layers) - 1

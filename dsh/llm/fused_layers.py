@@ -18,7 +18,8 @@ for the duration of a ``with`` block, each llama-family layer's
 
 The same function in real arithmetic; in float32 the values and gradients equal transformers' to rounding (a test
 compares them), and do not depend on the thread count. A module the swap does not fit (another activation, key/value
-heads shared by several query heads, a batch with padding, a float type other than float32) runs its own forward.
+heads shared by several query heads, a sliding window, a query/key norm or any other submodule, LoRA-wrapped
+projections, a batch with padding, a float type other than float32) runs its own forward.
 """
 
 from __future__ import annotations
@@ -164,10 +165,12 @@ def _attention_forward(mod, own, heads: int, kv_heads: int, head_dim: int):
     return forward
 
 
-def _plain(mod, names) -> bool:
-    """Whether ``mod`` has each of the linear layers ``names`` as a plain ``torch.nn.Linear`` (not a LoRA-wrapped
-    one, whose adapters the concatenated weights would leave out)."""
-    return all(type(getattr(mod, n, None)) is torch.nn.Linear for n in names)
+def _plain(mod, names, others=()) -> bool:
+    """Whether ``mod``'s submodules are the linear layers ``names``, each a plain ``torch.nn.Linear`` (not a
+    LoRA-wrapped one, whose adapters the concatenated weights would leave out), and ``others``, nothing more (a
+    query/key norm, as some llama-family attentions have, is work the swap would leave out)."""
+    children = dict(mod.named_children())
+    return set(children) == set(names) | set(others) and all(type(children[n]) is torch.nn.Linear for n in names)
 
 
 @contextlib.contextmanager
@@ -181,14 +184,14 @@ def fused_layers(model):
         name = type(mod).__name__
         if name.endswith("RMSNorm") and hasattr(mod, "variance_epsilon"):
             mod.forward = _norm_forward(mod, mod.forward)
-        elif name.endswith("MLP") and _plain(mod, ("gate_proj", "up_proj", "down_proj")):
-            if getattr(mod.config, "hidden_act", None) != "silu":
+        elif name.endswith("MLP") and _plain(mod, ("gate_proj", "up_proj", "down_proj"), ("act_fn",)):
+            if getattr(getattr(mod, "config", cfg), "hidden_act", None) != "silu":
                 continue
             mod.forward = _mlp_forward(mod, mod.forward)
         elif name.endswith("Attention") and _plain(mod, ("q_proj", "k_proj", "v_proj", "o_proj")):
             heads = cfg.num_attention_heads
             kv = getattr(cfg, "num_key_value_heads", None) or heads
-            if kv != heads or getattr(mod, "is_causal", True) is not True:
+            if kv != heads or getattr(mod, "is_causal", True) is not True or getattr(mod, "sliding_window", None):
                 continue
             mod.forward = _attention_forward(mod, mod.forward, heads, kv, mod.head_dim)
         else:
