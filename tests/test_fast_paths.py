@@ -26,6 +26,10 @@ def test_settings_keys_and_one_line_errors():
         TrainConfig(method="grpo", rollout_kv_cache="half")
     with pytest.raises(ValueError, match=r"^packed_attention must be one of torch, kernels, fused; got 'c'"):
         TrainConfig(method="sft", packed_attention="c")
+    from dsh.llm.packing import PATHS
+    from dsh.training.train_config import PACKED_ATTENTION
+
+    assert PACKED_ATTENTION == tuple(PATHS)                      # the settings' choices are the paths packing knows
     for path in ("kernels", "fused"):
         with pytest.raises(ValueError, match=rf"^packed_attention '{path}' attends over packed rows: it needs padding_free"):
             TrainConfig(method="sft", packed_attention=path, padding_free=False)

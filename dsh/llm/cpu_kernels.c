@@ -533,9 +533,9 @@ void varlen_attention_backward(const float *restrict q, const float *restrict k,
 
 /* The gradients of y = w * x * r (rms_norm_rstd) from dy [B, N]: dx = r (g - x r^2 mean(g x)) with g = w dy, and the
    weight's gradient summed over blocks of NB rows, dwp [ceil(B / NB), N] (the caller sums the blocks in order). */
-#define NB 64
 void rms_norm_backward(const float *restrict x, const float *restrict w, const float *restrict rstd,
-                       const float *restrict dy, float *restrict dx, float *restrict dwp, int64_t B, int64_t N) {
+                       const float *restrict dy, float *restrict dx, float *restrict dwp, int64_t B, int64_t N,
+                       int64_t NB) {
   const int64_t blocks = (B + NB - 1) / NB;
 #pragma omp parallel for schedule(static) if (B * N > 32768)
   for (int64_t k = 0; k < blocks; ++k) {

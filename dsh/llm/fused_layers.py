@@ -33,6 +33,7 @@ from .packed_attention import packed_causal_attention
 from .packing import boundaries
 
 F = torch.nn.functional
+NORM_BLOCK = 64     # rows whose weight-gradient terms an RMS norm's backward sums together, the blocks then in order
 
 
 def _lib():
@@ -55,9 +56,9 @@ class _RMSNorm(torch.autograd.Function):
     def backward(ctx, dy):
         x2, w, rstd = ctx.saved_tensors
         dy2 = dy.reshape(x2.shape).contiguous()
-        dx, dwp = torch.empty_like(x2), torch.empty(-(-x2.shape[0] // 64), x2.shape[1])
+        dx, dwp = torch.empty_like(x2), torch.empty(-(-x2.shape[0] // NORM_BLOCK), x2.shape[1])
         _lib().rms_norm_backward(x2.data_ptr(), w.data_ptr(), rstd.data_ptr(), dy2.data_ptr(), dx.data_ptr(),
-                                 dwp.data_ptr(), *x2.shape)
+                                 dwp.data_ptr(), *x2.shape, NORM_BLOCK)
         return dx.view(dy.shape), dwp.sum(0), None
 
 
@@ -65,8 +66,7 @@ class _SiluMul(torch.autograd.Function):
     @staticmethod
     def forward(ctx, gu):
         gu = gu.contiguous()
-        out = torch.empty(gu.shape[0], gu.shape[1] // 2)
-        _lib().silu_mul(gu.data_ptr(), out.data_ptr(), *out.shape)
+        out = kernels.silu_mul(_lib(), gu, torch.empty(gu.shape[0], gu.shape[1] // 2))
         ctx.save_for_backward(gu)
         return out
 

@@ -171,7 +171,7 @@ def _declare(lib):
     lib.varlen_attention_backward.argtypes = [P, P, P, P, N, N, N, N, F, P, P, P, P, P, P]
     lib.rms_norm_rstd.restype = lib.rms_norm_backward.restype = None
     lib.rms_norm_rstd.argtypes = [P, P, F, P, P, N, N]
-    lib.rms_norm_backward.argtypes = [P, P, P, P, P, P, N, N]
+    lib.rms_norm_backward.argtypes = [P, P, P, P, P, P, N, N, N]
     lib.rope_split.restype = lib.rope_split_backward.restype = lib.silu_mul_backward.restype = None
     lib.rope_split.argtypes = [P, P, P, P, P, P, N, N, N, N]
     lib.rope_split_backward.argtypes = [P, P, P, P, P, P, N, N, N, N]

@@ -294,9 +294,10 @@ def _no_bars():
 
 @contextlib.contextmanager
 def _fused(cfg: TrainConfig, trainer):
-    """With ``packed_attention`` fused (and padding-free rows), the policy's and the reference's decoder layers on
-    :func:`dsh.llm.fused_layers.fused_layers`' C paths for the duration; otherwise nothing."""
-    if not (cfg.padding_free and cfg.packed_attention == "fused"):
+    """With ``packed_attention`` fused (which TrainConfig allows only with padding-free rows), the policy's and the
+    reference's decoder layers on :func:`dsh.llm.fused_layers.fused_layers`' C paths for the duration; otherwise
+    nothing."""
+    if cfg.packed_attention != "fused":
         yield
         return
     from ..llm.fused_layers import fused_layers
