@@ -250,12 +250,36 @@ static inline int64_t mix31(int64_t x) {
   return x ^ (x >> 15);
 }
 
+#define SAMPLE_BLOCK 256
+/* argmax_i l_i * inv_temp - log(-log U_i), U_i the counted uniform of (h, i): the perturbed logits a block at a time
+   (a vector loop), the first index of the maximum (kept out of line: the caller's log-probability loops stay as
+   compiled before). */
+__attribute__((noinline)) static int64_t gumbel_argmax(const float *restrict l, int64_t h, float inv_temp, int64_t V) {
+  int64_t best = 0;
+  float top = -INFINITY;
+  for (int64_t i0 = 0; i0 < V; i0 += SAMPLE_BLOCK) {
+    const int64_t m = V - i0 < SAMPLE_BLOCK ? V - i0 : SAMPLE_BLOCK;
+    float g[SAMPLE_BLOCK];
+#pragma omp simd
+    for (int64_t j = 0; j < m; ++j) {
+      const float u = ((float)(mix31((h ^ (i0 + j)) & 0x7FFFFFFF) >> 7) + 0.5f) / 16777216.f;
+      g[j] = l[i0 + j] * inv_temp - logf(-logf(u));
+    }
+    for (int64_t j = 0; j < m; ++j)
+      if (g[j] > top) {
+        top = g[j];
+        best = i0 + j;
+      }
+  }
+  return best;
+}
+
 /* Next token of each row from logits [B, V]: argmax when greedy, else argmax_i logits_i / T - log(-log U_i) (the
    Gumbel-max form of a draw from softmax(logits / T)), U_i the counted uniform of (key[b], step[b], i); logp[b] the
    chosen token's log-probability under softmax(logits / T) (T = 1 when greedy). */
 void sample_tokens(const float *restrict logits, const int64_t *restrict key, const int64_t *restrict step,
                    float inv_temp, int greedy, int64_t *restrict out, float *restrict logp, int64_t B, int64_t V) {
-#pragma omp parallel for schedule(static) if (B * V > 32768)
+#pragma omp parallel for schedule(static) if (B * V > 4096)
   for (int64_t b = 0; b < B; ++b) {
     const float *l = logits + b * V;
     int64_t best = 0;
@@ -264,15 +288,7 @@ void sample_tokens(const float *restrict logits, const int64_t *restrict key, co
         if (l[i] > l[best]) best = i;
     } else {
       const int64_t h = mix31((mix31(key[b] & 0x7FFFFFFF) ^ (step[b] & 0x7FFFFFFF)) & 0x7FFFFFFF);
-      float top = -INFINITY;
-      for (int64_t i = 0; i < V; ++i) {
-        const float u = ((float)(mix31((h ^ i) & 0x7FFFFFFF) >> 7) + 0.5f) / 16777216.f;
-        const float g = l[i] * inv_temp - logf(-logf(u));
-        if (g > top) {
-          top = g;
-          best = i;
-        }
-      }
+      best = gumbel_argmax(l, h, inv_temp, V);
     }
     out[b] = best;
     float mx = -INFINITY, sum = 0.f;
