@@ -298,6 +298,50 @@ void sample_tokens(const float *restrict logits, const int64_t *restrict key, co
   }
 }
 
+/* The rows' bookkeeping after a decoding step (dsh.llm.kernel_engine): st [ROW_FIELDS, A] holds, one row of A
+   values each, the active rows' slot, token fed, position, prompt length, tokens generated, token limit, stream key,
+   done, stopped, capped, stop-token count and attended length (the order of kernel_engine.ROW_FIELDS). For each row
+   with new[r] drawn after feeding position pos: a row still live whose position is past its prompt records new[r]
+   and its logp[r] at out[slot, n_gen] (out_w columns) and counts it; an end token (eos[0 .. n_eos)) stops it, the
+   token limit or the stop_n-th stop_tok (stop_tok < 0: none) ends it; a live row moves one position on and is fed
+   its sampled token, or its prompt's next one (prompt [slot, prompt_w]); lens = pos + 1, or 0 once done.
+   Returns how many rows are done. */
+enum { R_SLOT, R_TOK, R_POS, R_PLEN, R_NGEN, R_LIMIT, R_KEY, R_DONE, R_STOPPED, R_CAPPED, R_MARKS, R_LENS };
+int64_t advance_rows(const int64_t *restrict nxt, const float *restrict logp, int64_t *restrict st, int64_t A,
+                     int64_t *restrict out, float *restrict out_logp, int64_t out_w, const int64_t *restrict prompt,
+                     int64_t prompt_w, const int64_t *restrict eos, int64_t n_eos, int64_t stop_tok, int64_t stop_n) {
+  int64_t *slot = st + R_SLOT * A, *tok = st + R_TOK * A, *pos = st + R_POS * A, *plen = st + R_PLEN * A,
+          *n_gen = st + R_NGEN * A, *limit = st + R_LIMIT * A, *done = st + R_DONE * A,
+          *stopped = st + R_STOPPED * A, *capped = st + R_CAPPED * A, *marks = st + R_MARKS * A, *lens = st + R_LENS * A;
+  int64_t n_done = 0;
+  for (int64_t r = 0; r < A; ++r) {
+    const int64_t live = !done[r], gen = live && pos[r] + 1 >= plen[r], t = nxt[r];
+    if (gen) {
+      const int64_t at = slot[r] * out_w + (n_gen[r] < out_w - 1 ? n_gen[r] : out_w - 1);
+      out[at] = t;
+      out_logp[at] = logp[r];
+      n_gen[r] += 1;
+      int64_t ended = 0;
+      for (int64_t e = 0; e < n_eos; ++e) ended |= t == eos[e];
+      stopped[r] |= ended;
+      done[r] |= ended | (n_gen[r] >= limit[r]);
+      if (stop_tok >= 0 && t == stop_tok) {
+        marks[r] += 1;
+        if (!ended && marks[r] >= stop_n) {
+          capped[r] = 1;
+          done[r] = 1;
+        }
+      }
+    }
+    pos[r] += live;
+    const int64_t p = pos[r] < prompt_w - 1 ? pos[r] : prompt_w - 1;
+    tok[r] = gen ? t : prompt[slot[r] * prompt_w + p];
+    lens[r] = done[r] ? 0 : pos[r] + 1;
+    n_done += done[r] != 0;
+  }
+  return n_done;
+}
+
 /* The FMA issue rate: FLOP/s of n rounds of 10 independent multiply-add chains of 16 floats on every thread (the
    compiler vectorises each chain to one register where it can); the hardware's fp32 peak that no library exceeds. */
 double fma_rate(int64_t n) {

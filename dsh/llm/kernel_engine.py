@@ -51,6 +51,16 @@ def fused_projections(layer) -> tuple:
             cat([layer.mlp.gate_proj, layer.mlp.up_proj]))
 
 
+def _weights(linear) -> tuple:
+    """A linear layer's (weight, bias or None), detached from the live parameters."""
+    return linear.weight.detach(), None if linear.bias is None else linear.bias.detach()
+
+
+def _norm_of(norm) -> tuple:
+    """An RMS norm's (weight, eps)."""
+    return norm.weight.detach(), norm.variance_epsilon
+
+
 class KernelDecoder:
     """Decoder of a llama-family float32 model on the CPU (see the module docstring): ``slots`` rows at once, at most
     ``max_len`` prompt + completion tokens a row, the host looking at the rows every ``sync_every`` steps, its KV
@@ -80,74 +90,64 @@ class KernelDecoder:
         self.stop_after = None
         self.product_log = None       # a list: every product of the next generate appends (rows, flops, seconds)
 
-    def _fuse(self):
-        """Per layer: (q/k/v weight, bias), (gate/up weight, bias), from the live weights; the products' weights
+    def _fuse(self) -> list:
+        """Per layer, from the live weights: its input norm's (weight, eps), the fused q/k/v (weight, bias), the
+        output projection's (weight, bias), the post-attention norm's (weight, eps), the fused gate/up (weight, bias),
+        the down projection's (weight, bias) and the MLP's activation (None: SiLU, in C); every product's weight
         prepared for :class:`dsh.llm.products.Products`."""
         self.products = Products(self.slots, self.product_log)
-        fused = [fused_projections(ly) for ly in self.layers]
-        for (w_qkv, _), (w_gu, _) in fused:
-            self.products.prepare(w_qkv)
-            self.products.prepare(w_gu)
+        layers = []
         for ly in self.layers:
-            for lin in (ly.self_attn.o_proj, ly.mlp.down_proj):
-                self.products.prepare(lin.weight.detach(), residual=lin.bias is None)
-        head = self.model.lm_head
-        self.head = (head.weight.detach(), None if head.bias is None else head.bias.detach())
+            qkv, gu = fused_projections(ly)
+            o, down = (_weights(lin) for lin in (ly.self_attn.o_proj, ly.mlp.down_proj))
+            self.products.prepare(qkv[0])
+            self.products.prepare(gu[0])
+            for w, b in (o, down):
+                self.products.prepare(w, residual=b is None)
+            layers.append((_norm_of(ly.input_layernorm), qkv, o, _norm_of(ly.post_attention_layernorm), gu, down,
+                           None if self.silu else ly.mlp.act_fn))
+        self.head = _weights(self.model.lm_head)
         self.products.prepare(self.head[0])
-        return fused
+        self.final_norm = _norm_of(self.model.model.norm)
+        return layers
 
-    def _residual(self, x, linear, a):
-        """``x + linear(a)``: one addmm when the layer has no bias."""
-        if linear.bias is None:
-            return self.products.add_linear(x, a, linear.weight.detach())
-        return x + self.products.linear(a, linear.weight.detach(), linear.bias.detach())
+    def _residual(self, x, a, weights):
+        """``x + a @ w.T (+ b)``: one addmm when the layer has no bias."""
+        w, b = weights
+        if b is None:
+            return self.products.add_linear(x, a, w)
+        return x + self.products.linear(a, w, b)
 
     def _norm(self, x, norm):
-        return kernels.rms_norm(self.lib, x, norm.weight, norm.variance_epsilon, torch.empty_like(x))
+        return kernels.rms_norm(self.lib, x, norm[0], norm[1], torch.empty_like(x))
 
     def _logits(self, s):
         """The logits ``[A, V]`` after feeding token ``s.tok`` at position ``s.pos`` of every active row."""
         lib, A = self.lib, s.tok.shape[0]
         x = self.model.model.embed_tokens(s.tok)
-        lens = torch.where(s.done, 0, s.pos + 1)                 # positions each row attends (0: a finished row)
         o = torch.empty(A, self.H, self.D)
-        for i, layer in enumerate(self.layers):
-            (w_qkv, b_qkv), (w_gu, b_gu) = self.fused[i]
-            qkv = self.products.linear(self._norm(x, layer.input_layernorm), w_qkv, b_qkv)
-            kernels.attend(lib, qkv, self.cos, self.sin, s.pos, lens, s.slot, self.k_cache[i], self.v_cache[i], o,
+        for i, (norm_in, qkv_w, o_w, norm_post, gu_w, down_w, act_fn) in enumerate(self.fused):
+            qkv = self.products.linear(self._norm(x, norm_in), *qkv_w)
+            kernels.attend(lib, qkv, self.cos, self.sin, s.pos, s.lens, s.slot, self.k_cache[i], self.v_cache[i], o,
                            self.KV, self.M, self.scaling)
-            x = self._residual(x, layer.self_attn.o_proj, o.view(A, -1))
-            gu = self.products.linear(self._norm(x, layer.post_attention_layernorm), w_gu, b_gu)
-            if self.silu:
+            x = self._residual(x, o.view(A, -1), o_w)
+            gu = self.products.linear(self._norm(x, norm_post), *gu_w)
+            if act_fn is None:
                 act = kernels.silu_mul(lib, gu, torch.empty(A, gu.shape[1] // 2))
             else:
                 gate, up = gu.chunk(2, dim=-1)
-                act = layer.mlp.act_fn(gate) * up
-            x = self._residual(x, layer.mlp.down_proj, act)
-        return self.products.linear(self._norm(x, self.model.model.norm), *self.head).float().contiguous()
+                act = act_fn(gate) * up
+            x = self._residual(x, act, down_w)
+        return self.products.linear(self._norm(x, self.final_norm), *self.head).float().contiguous()
 
-    def _step(self, s, inv_temp: float, greedy: bool):
-        """Feed one token to every active row; rows past their prompt record the token sampled after it."""
+    def _step(self, s, inv_temp: float, greedy: bool) -> int:
+        """Feed one token to every active row; rows past their prompt record the token sampled after it
+        (:func:`dsh.llm.kernels.advance_rows`). Returns how many rows are done."""
         new, logp = kernels.sample_tokens(self.lib, self._logits(s), s.key, s.n_gen, inv_temp, greedy,
                                           torch.empty_like(s.tok), torch.empty(s.tok.shape[0]))
-        live = ~s.done
-        gen = live & (s.pos + 1 >= s.plen)                       # this step's output is a completion token
-        at = s.n_gen.clamp(max=self.out.shape[1] - 1)
-        self.out[s.slot, at] = torch.where(gen, new, self.out[s.slot, at])
-        self.out_logp[s.slot, at] = torch.where(gen, logp, self.out_logp[s.slot, at])
-        s.n_gen += gen
-        ended = gen & (new[:, None] == self.eos[None]).any(-1)
-        s.stopped |= ended
-        s.done |= ended | (gen & (s.n_gen >= s.limit))
-        if self.stop_after is not None:
-            hit = gen & (new == self.stop_after[0])
-            s.marks += hit
-            cap = hit & ~ended & (s.marks >= self.stop_after[1])
-            s.capped |= cap
-            s.done |= cap
-        s.pos += live
-        nxt = self.prompt_buf[s.slot, s.pos.clamp(max=self.prompt_buf.shape[1] - 1)]
-        s.tok = torch.where(gen, new, nxt)
+        stop_tok, stop_n = self.stop_after if self.stop_after is not None else (-1, 0)
+        return kernels.advance_rows(self.lib, new, logp, s.state, self.out, self.out_logp, self.prompt_buf, self.eos,
+                                    stop_tok, stop_n)
 
     @torch.no_grad()
     def generate(self, prompts, keys, max_new_tokens: int, temperature: float, on_finish, on_step=None,
@@ -172,23 +172,21 @@ class KernelDecoder:
         free = list(range(self.slots))[::-1]
         s = _Rows.empty()
         owner: list = []                                         # prompt index of each active row
-        started = finished_tokens = 0
+        started = finished_tokens = n_done = 0
         try:
             while waiting or owner:
-                if owner:
+                if n_done:
                     done = s.done.tolist()
-                    if any(done):
-                        keep = [r for r, d in enumerate(done) if not d]
-                        n_gen, stopped, slot = s.n_gen.tolist(), s.stopped.tolist(), s.slot.tolist()
-                        capped = s.capped.tolist()
-                        for r, d in enumerate(done):
-                            if d:
-                                on_finish(owner[r], self.out[slot[r], :n_gen[r]].tolist(), bool(stopped[r]),
-                                          self.out_logp[slot[r], :n_gen[r]].tolist(), bool(capped[r]))
-                                free.append(slot[r])
-                                finished_tokens += n_gen[r]
-                        s = s.select(keep)
-                        owner = [owner[r] for r in keep]
+                    keep = [r for r, d in enumerate(done) if not d]
+                    n_gen, stopped, slot, capped = (s.state[f].tolist() for f in (_N_GEN, _STOPPED, _SLOT, _CAPPED))
+                    for r, d in enumerate(done):
+                        if d:
+                            on_finish(owner[r], self.out[slot[r], :n_gen[r]].tolist(), bool(stopped[r]),
+                                      self.out_logp[slot[r], :n_gen[r]].tolist(), bool(capped[r]))
+                            free.append(slot[r])
+                            finished_tokens += n_gen[r]
+                    s = s.select(keep)
+                    owner = [owner[r] for r in keep]
                 take = []
                 while waiting and free:
                     take.append((waiting.pop(), free.pop()))
@@ -202,40 +200,44 @@ class KernelDecoder:
                 if not owner:
                     break
                 for _ in range(self.sync_every):
-                    self._step(s, inv_temp, greedy)
+                    n_done = self._step(s, inv_temp, greedy)
                 if on_step is not None:
                     on_step(started, finished_tokens + int(s.n_gen.sum()))
         finally:
             self.fused = None
 
 
+ROW_FIELDS = ("slot", "tok", "pos", "plen", "n_gen", "limit", "key", "done", "stopped", "capped", "marks", "lens")
+_SLOT, _N_GEN, _STOPPED, _CAPPED = (ROW_FIELDS.index(f) for f in ("slot", "n_gen", "stopped", "capped"))
+
+
 class _Rows:
-    """The active rows' state, one entry per row (tensors of equal length)."""
+    """The active rows' state: ``state [len(ROW_FIELDS), A]`` (int64), one row of :data:`ROW_FIELDS` each (``done``,
+    ``stopped``, ``capped``: 0 or 1; ``lens``: the positions a row attends at the next step, 0 once done), read as
+    attributes (``rows.pos``: a contiguous view); selecting and adding rows is one tensor operation each."""
 
-    FIELDS = ("slot", "tok", "pos", "plen", "n_gen", "limit", "key", "done", "stopped", "capped", "marks")
+    def __init__(self, state):
+        self.state = state
 
-    def __init__(self, **t):
-        for k in self.FIELDS:
-            setattr(self, k, t[k])
+    def __getattr__(self, name):
+        if name in ROW_FIELDS:
+            return self.state[ROW_FIELDS.index(name)]
+        raise AttributeError(name)
 
     @classmethod
     def empty(cls):
-        z = torch.zeros(0, dtype=torch.long)
-        return cls(**{k: (z.bool() if k in ("done", "stopped", "capped") else z) for k in cls.FIELDS})
+        return cls(torch.zeros(len(ROW_FIELDS), 0, dtype=torch.long))
 
     @classmethod
     def admit(cls, prompts, slots, keys, limit):
+        """New rows at position 0 of their prompts (each attends one position at its first step)."""
         n = len(prompts)
-        long = lambda xs: torch.tensor(xs, dtype=torch.long)  # noqa: E731
-        return cls(slot=long(slots), tok=long([p[0] for p in prompts]), pos=torch.zeros(n, dtype=torch.long),
-                   plen=long([len(p) for p in prompts]), n_gen=torch.zeros(n, dtype=torch.long),
-                   limit=torch.full((n,), limit, dtype=torch.long), key=long(keys),
-                   done=torch.zeros(n, dtype=torch.bool), stopped=torch.zeros(n, dtype=torch.bool),
-                   capped=torch.zeros(n, dtype=torch.bool), marks=torch.zeros(n, dtype=torch.long))
+        values = dict(slot=slots, tok=[p[0] for p in prompts], plen=[len(p) for p in prompts], limit=[limit] * n,
+                      key=keys, lens=[1] * n)
+        return cls(torch.tensor([values.get(f, [0] * n) for f in ROW_FIELDS], dtype=torch.long))
 
     def select(self, rows):
-        idx = torch.tensor(rows, dtype=torch.long)
-        return _Rows(**{k: getattr(self, k)[idx] for k in self.FIELDS})
+        return _Rows(self.state[:, torch.tensor(rows, dtype=torch.long)])
 
     def join(self, other):
-        return _Rows(**{k: torch.cat([getattr(self, k), getattr(other, k)]) for k in self.FIELDS})
+        return _Rows(torch.cat([self.state, other.state], dim=1))

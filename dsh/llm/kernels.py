@@ -158,6 +158,8 @@ def _declare(lib):
     lib.silu_mul.argtypes = [P, P, N, N]
     lib.sample_tokens.restype = None
     lib.sample_tokens.argtypes = [P, P, P, F, ctypes.c_int, P, P, N, N]
+    lib.advance_rows.restype = N
+    lib.advance_rows.argtypes = [P, P, P, N, P, P, N, P, N, P, N, N, N]
     lib.has_attend_f16.restype = ctypes.c_int
     lib.has_attend_f16.argtypes = []
     if lib.has_attend_f16():
@@ -218,3 +220,14 @@ def sample_tokens(lib, logits, key, step, inv_temp: float, greedy: bool, out, lo
     lib.sample_tokens(logits.data_ptr(), key.data_ptr(), step.data_ptr(), float(inv_temp), int(bool(greedy)),
                       out.data_ptr(), logp.data_ptr(), logits.shape[0], logits.shape[1])
     return out, logp
+
+
+def advance_rows(lib, new, logp, state, out, out_logp, prompt, eos, stop_tok: int, stop_n: int) -> int:
+    """The active rows' bookkeeping after a decoding step, in place (``advance_rows`` in the C source says what):
+    ``new [A]`` (int64) the tokens drawn, ``logp [A]`` (float32) theirs, ``state [fields, A]`` (int64) the rows' fields
+    in :data:`dsh.llm.kernel_engine.ROW_FIELDS`' order, ``out`` / ``out_logp [slots, W]`` the completions written so
+    far, ``prompt [slots, P]`` (int64) the prompts, ``eos`` (int64) the end tokens, ``stop_tok`` < 0 for no stop
+    token. Returns how many rows are done."""
+    return lib.advance_rows(new.data_ptr(), logp.data_ptr(), state.data_ptr(), state.shape[1], out.data_ptr(),
+                            out_logp.data_ptr(), out.shape[1], prompt.data_ptr(), prompt.shape[1], eos.data_ptr(),
+                            eos.numel(), int(stop_tok), int(stop_n))
