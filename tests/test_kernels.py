@@ -1,7 +1,7 @@
 """The engine's CPU path (dsh.llm.kernel_engine over the C kernels of dsh.llm.kernels) against model.generate and
 against the engine's torch path: the same greedy tokens on the shipped laptop base, samples from softmax(logits / T),
-completions that do not depend on the batch, log-probabilities that equal a teacher-forced forward pass, and the
-torch path where the kernels cannot run."""
+completions that do not depend on the batch, log-probabilities that equal a teacher-forced forward pass, the
+rows' bookkeeping in C against its tensor form, and the torch path where the kernels cannot run."""
 
 import math
 
@@ -12,6 +12,7 @@ from transformers import LlamaConfig, LlamaForCausalLM
 from dsh.core import provenance
 from dsh.llm import kernels, models
 from dsh.llm.engine import Engine, kernels_unsuitable
+from dsh.llm.kernel_engine import ROW_FIELDS
 from dsh.task import laptop_task as lt
 from dsh.task.records import chat_prompt
 from dsh.training.laptop_base import SHIPPED_BASE
@@ -285,3 +286,61 @@ def test_a_float16_cache_is_refused_where_it_cannot_run(gqa, monkeypatch):
     monkeypatch.setattr(kernels, "half_cache", lambda lib: False)
     with pytest.raises(ValueError, match=r"kv_cache 'float16' needs .*use 'float32'"):
         Engine(gqa, [11], slots=4, max_len=16, kv_cache="float16")
+
+
+def _advance_in_torch(new, logp, st, out, out_logp, prompt, eos, stop):
+    """The rows' bookkeeping after a step written as tensor operations (the reference for kernels.advance_rows)."""
+    slot, pos, plen, n_gen, limit, done, stopped, capped, marks = (st[ROW_FIELDS.index(f)].clone() for f in (
+        "slot", "pos", "plen", "n_gen", "limit", "done", "stopped", "capped", "marks"))
+    done, stopped, capped = done.bool(), stopped.bool(), capped.bool()
+    live = ~done
+    gen = live & (pos + 1 >= plen)
+    at = n_gen.clamp(max=out.shape[1] - 1)
+    out[slot, at] = torch.where(gen, new, out[slot, at])
+    out_logp[slot, at] = torch.where(gen, logp, out_logp[slot, at])
+    n_gen += gen
+    ended = gen & (new[:, None] == eos[None]).any(-1)
+    stopped |= ended
+    done |= ended | (gen & (n_gen >= limit))
+    if stop is not None:
+        hit = gen & (new == stop[0])
+        marks += hit
+        cap = hit & ~ended & (marks >= stop[1])
+        capped |= cap
+        done |= cap
+    pos += live
+    tok = torch.where(gen, new, prompt[slot, pos.clamp(max=prompt.shape[1] - 1)])
+    lens = torch.where(done, 0, pos + 1)
+    return dict(slot=slot, tok=tok, pos=pos, plen=plen, n_gen=n_gen, limit=limit, key=st[ROW_FIELDS.index("key")],
+                done=done.long(), stopped=stopped.long(), capped=capped.long(), marks=marks, lens=lens)
+
+
+@pytest.mark.parametrize("stop", [None, (3, 2)])
+def test_the_rows_bookkeeping_in_c_equals_its_tensor_form(stop):
+    """kernels.advance_rows on random rows (in their prompt, past it, at their limit, done, at the stop token)
+    against the same rules as tensor operations: every field, the completions written and the count of done rows."""
+    lib = kernels.load()
+    g = torch.Generator().manual_seed(0)
+    A, slots, W, P = 40, 48, 6, 5
+    seen = torch.zeros(4, dtype=torch.long)   # rows that wrote a token, ended on an end token, were capped, are done
+
+    def r(lo, hi):
+        return torch.randint(lo, hi, (A,), generator=g)
+
+    for trial in range(30):
+        plen = r(1, P + 1)
+        st = torch.stack([torch.randperm(slots, generator=g)[:A], r(0, 8), (plen - 2 + r(0, 4)).clamp(min=0), plen,
+                          r(0, W + 1), r(1, W + 2), r(0, 99), (r(0, 5) == 0).long(), r(0, 2) * 0, r(0, 2) * 0, r(0, 3),
+                          r(0, 9)])
+        new, logp = r(0, 8), torch.randn(A, generator=g)
+        out, out_logp = torch.randint(0, 8, (slots, W), generator=g), torch.randn(slots, W, generator=g)
+        prompt, eos = torch.randint(0, 8, (slots, P), generator=g), torch.tensor([5, 7])
+        want = _advance_in_torch(new, logp, st, out2 := out.clone(), out_logp2 := out_logp.clone(), prompt, eos, stop)
+        seen += torch.stack([(want["n_gen"] > st[ROW_FIELDS.index("n_gen")]).sum(), want["stopped"].sum(),
+                             want["capped"].sum(), want["done"].sum()])
+        n_done = kernels.advance_rows(lib, new, logp, st, out, out_logp, prompt, eos, *(stop or (-1, 0)))
+        for f in ROW_FIELDS:
+            assert torch.equal(st[ROW_FIELDS.index(f)], want[f]), (trial, f)
+        assert torch.equal(out, out2) and torch.equal(out_logp, out_logp2), trial
+        assert n_done == int(want["done"].sum()), trial
+    assert (seen[[0, 1, 3]] > 0).all() and (seen[2] > 0) == (stop is not None), seen
