@@ -11,9 +11,9 @@ that have finished, or that wait for a refill, take matmul time for nothing. :cl
 - computes only the rows in flight: the batch is the active rows, compacted whenever a row finishes, each row
   holding the index of its cache slot (the cache itself never moves);
 - runs attention, RoPE with the cache write, RMSNorm, the gated activation, the sampling and the rows' bookkeeping
-  in C, and the q/k/v and gate/up projections as one matrix product each (weights concatenated from the live weights at the start of
-  every :meth:`generate`, so that a training step before it is seen), each product by torch or by oneDNN, whichever
-  is faster among those equal to torch's bit for bit (:mod:`dsh.llm.products`).
+  in C, and the q/k/v and gate/up projections as one matrix product each (weights concatenated from the live
+  weights at the start of every :meth:`generate`, so that a training step before it is seen), each product by torch
+  or by oneDNN, whichever is faster among those equal to torch's bit for bit (:mod:`dsh.llm.products`).
 
 It samples exactly as :class:`dsh.llm.engine.Engine` does: the counted uniforms of (seed, the row's key, the token's
 index, the vocabulary index) (:func:`dsh.llm.streams.counted_uniform`, bit for bit), in the Gumbel-max form of the
