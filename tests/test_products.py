@@ -87,7 +87,7 @@ def test_the_products_are_the_same_on_one_thread_as_on_two(kind, shape):
     w = torch.randn(*shape, generator=g)
     x, r = torch.randn(48, shape[1], generator=g), torch.randn(48, shape[0], generator=g)
     p = products.Products(48)
-    p.prepare(w, residual=kind == "addmm")
+    p.prepare(w)
     mine = (lambda n: p.linear(x[:n], w)) if kind == "linear" else (lambda n: p.add_linear(r[:n], x[:n], w))
     was, got, ref = torch.get_num_threads(), {}, {}
     try:
@@ -121,3 +121,27 @@ def test_the_engine_samples_the_same_tokens_and_log_probabilities_on_one_thread_
     finally:
         torch.set_num_threads(was)
     assert out[1] == out[2]
+
+
+def test_a_row_count_is_decided_when_it_first_comes():
+    """A product's way (pieces, oneDNN or torch) at a row count is decided at that row count's first product, and
+    only there: a generate that meets a few row counts does not probe the others."""
+    g = torch.Generator().manual_seed(4)
+    w = torch.randn(40, 24, generator=g)
+    p = products.Products(64)
+    p.prepare(w)
+    mine = lambda: {k[3] for k in products._SPLITS if k[1:3] == (40, 24) and k[4] == 64}  # noqa: E731
+    assert mine() == set()
+    for n in (7, 7, 30):
+        assert p.linear(torch.randn(n, 24, generator=g), w).shape == (n, 40)
+    assert mine() == {7, 30}
+    if products.onednn_available():
+        assert {k[2] for k in products._FASTER if k[:2] == (40, 24)} == {8, 32}     # the timed row counts met
+
+
+def test_clearly_faster_needs_the_margin():
+    """A no-op against a 2 ms sleep: faster; the sleep against the no-op: not."""
+    import time
+
+    assert products.clearly_faster(lambda: None, lambda: time.sleep(0.002), rounds=3, calls=2)
+    assert not products.clearly_faster(lambda: time.sleep(0.002), lambda: None, rounds=3, calls=2)

@@ -102,8 +102,8 @@ class KernelDecoder:
             o, down = (_weights(lin) for lin in (ly.self_attn.o_proj, ly.mlp.down_proj))
             self.products.prepare(qkv[0])
             self.products.prepare(gu[0])
-            for w, b in (o, down):
-                self.products.prepare(w, residual=b is None)
+            self.products.prepare(o[0])
+            self.products.prepare(down[0])
             layers.append((_norm_of(ly.input_layernorm), qkv, o, _norm_of(ly.post_attention_layernorm), gu, down,
                            None if self.silu else ly.mlp.act_fn))
         self.head = _weights(self.model.lm_head)

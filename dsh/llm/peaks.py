@@ -4,6 +4,7 @@ each the best of several tries (``dsh bench`` and :mod:`dsh.experiment.bench.tin
 
 from __future__ import annotations
 
+import functools
 import time
 
 from . import kernels
@@ -69,8 +70,9 @@ def fma_rate(repeats: int = 5) -> float | None:
     return max(lib.fma_rate(20_000_000) for _ in range(repeats))
 
 
+@functools.cache
 def onednn_available() -> bool:
-    """Whether torch has oneDNN's packed linear product on the CPU."""
+    """Whether torch has oneDNN's packed linear product on the CPU (tried once a process)."""
     import torch
 
     ops = getattr(torch.ops, "mkldnn", None)

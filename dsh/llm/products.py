@@ -5,13 +5,16 @@ bit for bit, so that the choice never changes a sample.
 Which library is faster depends on the CPU and the shape (measured alone, 2 threads: at the laptop base's fused
 gate/up product, 256 rows x 128 -> 768, oneDNN ~1.25x MKL on an AMD Zen 4; MKL faster at 128 -> 128). Whether the two
 agree bit for bit depends on each library's summation order for the shape and the row count (on that CPU they agree
-for an inner dimension of 128 from 8 rows on, not below 8 rows, nor at 384). :class:`Products` therefore probes,
-once per process and weight shape, every row count up to the slots with random inputs, timing both libraries on the
-way, and sends a product to oneDNN only at row counts where oneDNN agrees and is faster. Identical outputs on a
-random probe mean the same operations in the same order (a coincidence over thousands of entries is practically impossible), so
-they hold for every input of that shape.
+for an inner dimension of 128 from 8 rows on, not below 8 rows, nor at 384). :class:`Products` therefore sends a
+product to oneDNN only at row counts where oneDNN was clearly faster (both libraries timed, alternating, at the
+nearest of a few row counts) and agrees (checked at that row count, with random inputs, only where oneDNN was
+faster): each decided once per process, when a generate first takes a product of that shape at that row count (a
+700-question evaluation meets 29 of the 256 row counts; deciding all of them ahead took 1.3 s of a fresh process's
+first 256-row evaluation on an Intel Xeon). Identical outputs on a random probe mean the same operations in the same
+order (a coincidence over thousands of entries is practically impossible), so they hold for every input of that
+shape.
 
-The products are also the same on one thread as on two (:func:`thread_splits`): MKL computes a few row counts
+The products are also the same on one thread as on two (:func:`split_at`): MKL computes a few row counts
 (on the CPU above 5-7 and 9-11 rows) in another order when it has a second thread, taking the last rows beyond a
 multiple of four as a block of their own, so a sample drawn on one thread (a pipeline worker,
 :mod:`dsh.experiment.run.workers`) could differ in its last bits from one drawn on two. At those row counts the
@@ -23,57 +26,74 @@ such split gives the two-thread bits (MKL on an Intel Xeon with AVX-512: 4-5 row
 from __future__ import annotations
 
 import contextlib
+import statistics
 import time
 
 import torch
 
-from .peaks import best_seconds, onednn_available
+from .peaks import onednn_available
 
 F = torch.nn.functional
-PROBE_ROWS = (1, 2, 4, 8, 16, 32, 64, 128, 192, 256)   # row counts timed; identity is checked at every row count
+PROBE_ROWS = (1, 2, 4, 8, 16, 32, 64, 128, 192, 256)   # the row counts at which both libraries are timed
 
 
-_PLANS: dict = {}    # (out, in, rows) -> the row counts at which oneDNN is used (empty: none)
+_INPUTS: dict = {}   # (seed, shapes) -> random tensors of those shapes
+_FASTER: dict = {}   # (out, in, timed rows) -> whether oneDNN was faster there
+_AGREES: dict = {}   # (out, in, rows) -> whether oneDNN's product equals torch's bit for bit
 
 
-def _time(f, calls: int = 10) -> float:
-    """Seconds of one call of ``f``: the fastest of three runs of ``calls`` calls."""
-    return best_seconds(torch.device("cpu"), lambda: [f() for _ in range(calls)], 2) / calls
+def _random(seed: int, *shapes) -> list:
+    """Random float32 tensors of ``shapes`` from ``seed`` (cached per process)."""
+    key = (seed, shapes)
+    if key not in _INPUTS:
+        g = torch.Generator().manual_seed(seed)
+        _INPUTS[key] = [torch.randn(*sh, generator=g) for sh in shapes]
+    return _INPUTS[key]
+
+
+def clearly_faster(f, g, rounds: int = 5, calls: int = 5, margin: float = 0.95) -> bool:
+    """Whether ``f`` is faster than ``g`` by more than the ``margin``: the median over ``rounds`` alternations of
+    ``calls`` calls each (after one untimed call of each), ``f``'s at most ``margin`` times ``g``'s. Alternating keeps
+    a host whose speed drifts from favouring either; the margin leaves a near tie to ``g`` (torch's product)."""
+    f(), g()
+    tf, tg = [], []
+    for _ in range(rounds):
+        for fn, ts in ((f, tf), (g, tg)):
+            t = time.perf_counter()
+            for _ in range(calls):
+                fn()
+            ts.append(time.perf_counter() - t)
+    return statistics.median(tf) <= margin * statistics.median(tg)
+
+
+def uses_onednn(out_features: int, in_features: int, r: int, rows: int) -> bool:
+    """Whether a ``[r, in] @ [out, in].T`` product (``r`` of at most ``rows`` rows) goes to oneDNN: where oneDNN was
+    :func:`clearly_faster` than torch (timed at the first of the :data:`PROBE_ROWS` up to ``rows``, and ``rows``,
+    from ``r`` on) and its result equals torch's bit for bit (random inputs, checked at ``r`` itself). Each timing and
+    each check runs once per process, when first asked for."""
+    if not onednn_available():
+        return False
+    timed = min(t for t in (*PROBE_ROWS, rows) if r <= t <= rows)
+    ops = torch.ops.mkldnn
+    w, x = _random(0, (out_features, in_features), (rows, in_features))
+    key = (out_features, in_features, timed)
+    if key not in _FASTER:
+        xr, packed = x[:timed].contiguous(), ops._reorder_linear_weight(w)
+        _FASTER[key] = clearly_faster(lambda: ops._linear_pointwise(xr, packed, None, "none", [], ""),
+                                      lambda: F.linear(xr, w))
+    key = (out_features, in_features, r)
+    if _FASTER[out_features, in_features, timed] and key not in _AGREES:
+        packed = ops._reorder_linear_weight(w)
+        _AGREES[key] = torch.equal(F.linear(x[:r], w), ops._linear_pointwise(x[:r], packed, None, "none", [], ""))
+    return _FASTER[out_features, in_features, timed] and _AGREES[key]
 
 
 def plan(out_features: int, in_features: int, rows: int) -> frozenset:
-    """The row counts ``1 .. rows`` at which a ``[r, in] @ [out, in].T`` product goes to oneDNN: those where its
-    result equals torch's bit for bit (random inputs, every row count) and where it was faster when timed (at the
-    :data:`PROBE_ROWS` up to ``rows``, each untimed row count taking its next timed one's verdict). Cached per
-    process."""
-    key = (out_features, in_features, rows)
-    if key in _PLANS:
-        return _PLANS[key]
-    chosen: set = set()
-    if onednn_available():
-        ops = torch.ops.mkldnn
-        g = torch.Generator().manual_seed(0)
-        w = torch.randn(out_features, in_features, generator=g)
-        packed = ops._reorder_linear_weight(w)
-        x = torch.randn(rows, in_features, generator=g)
-        same = {r for r in range(1, rows + 1)
-                if torch.equal(F.linear(x[:r], w), ops._linear_pointwise(x[:r], packed, None, "none", [], ""))}
-        timed = sorted({r for r in PROBE_ROWS if r <= rows} | {rows})
-        faster = {}
-        for r in timed:
-            xr = x[:r].contiguous()
-            mkl = _time(lambda xr=xr: F.linear(xr, w))
-            dnn = _time(lambda xr=xr: ops._linear_pointwise(xr, packed, None, "none", [], ""))
-            faster[r] = dnn < mkl
-        for r in same:
-            nxt = next(t for t in timed if t >= r)
-            if faster[nxt]:
-                chosen.add(r)
-    _PLANS[key] = frozenset(chosen)
-    return _PLANS[key]
+    """The row counts ``1 .. rows`` at which :func:`uses_onednn` sends a product of that shape to oneDNN."""
+    return frozenset(r for r in range(1, rows + 1) if uses_onednn(out_features, in_features, r, rows))
 
 
-_SPLITS: dict = {}   # (kind, out, in, rows) -> {row count: rows of the first piece, or ONE_THREAD}
+_SPLITS: dict = {}   # (kind, out, in, row count, rows) -> the first piece's rows, ONE_THREAD or None
 ONE_THREAD = 0       # a row count whose product no split makes thread-independent: taken on one thread
 
 
@@ -112,27 +132,29 @@ def _pieces(kind: str, x, w, r, head: int):
     return torch.cat([_product(kind, x[:head], w, None if r is None else r[:head]), rest[:x.shape[0] - head]])
 
 
-def row_splits(full, pieces, rows: int) -> dict:
-    """The row counts ``1 .. rows`` at which ``full(n)`` (a product of ``n`` rows) gives other bits on one thread
-    than on two, each mapped to the first piece's rows ``head`` (the largest multiple of four below ``n``) where
-    ``pieces(n, head)`` (the same product in two pieces, :func:`_pieces`) equals ``full(n)``'s two-thread result on
-    either thread count, else to :data:`ONE_THREAD`. torch's threads are set to one and two for the check, then
-    restored."""
+def split_of(full, pieces, n: int):
+    """None where ``full(n)`` (a product of ``n`` rows) gives the same bits on one thread as on two; else the first
+    piece's rows ``head`` (the largest multiple of four below ``n``) where ``pieces(n, head)`` (the same product in two
+    pieces, :func:`_pieces`) equals ``full(n)``'s two-thread result on either thread count, else :data:`ONE_THREAD`.
+    torch's threads are set to one and two for the check, then restored."""
     was = torch.get_num_threads()
-    got, splits = {}, {}
     try:
+        got = {}
         for t in (1, 2):
             torch.set_num_threads(t)
-            got[t] = [full(n) for n in range(1, rows + 1)]
-        for n in range(1, rows + 1):
-            head = (n - 1) // 4 * 4
-            if torch.equal(got[1][n - 1], got[2][n - 1]):
-                continue
-            split = head and all(_same(pieces, n, head, got[2][n - 1], t) for t in (1, 2))
-            splits[n] = head if split else ONE_THREAD
+            got[t] = full(n)
+        if torch.equal(got[1], got[2]):
+            return None
+        head = (n - 1) // 4 * 4
+        split = head and all(_same(pieces, n, head, got[2], t) for t in (1, 2))
+        return head if split else ONE_THREAD
     finally:
         torch.set_num_threads(was)
-    return splits
+
+
+def row_splits(full, pieces, rows: int) -> dict:
+    """:func:`split_of` at every row count ``1 .. rows`` where it is not None."""
+    return {n: s for n in range(1, rows + 1) if (s := split_of(full, pieces, n)) is not None}
 
 
 def _same(pieces, n, head, want, threads) -> bool:
@@ -140,50 +162,65 @@ def _same(pieces, n, head, want, threads) -> bool:
     return torch.equal(pieces(n, head), want)
 
 
-def thread_splits(kind: str, out_features: int, in_features: int, rows: int) -> dict:
-    """:func:`row_splits` of torch's ``kind`` product (``linear``: ``x @ w.T``; ``addmm``: ``r + x @ w.T``) of that
-    shape, on random inputs. Cached per process."""
-    key = (kind, out_features, in_features, rows)
-    if key in _SPLITS:
-        return _SPLITS[key]
-    g = torch.Generator().manual_seed(1)
-    w = torch.randn(out_features, in_features, generator=g)
-    x = torch.randn(rows, in_features, generator=g)
-    r = torch.randn(rows, out_features, generator=g) if kind == "addmm" else None
-    _SPLITS[key] = row_splits(lambda n: _product(kind, x[:n], w, None if r is None else r[:n]),
-                              lambda n, head: _pieces(kind, x[:n], w, None if r is None else r[:n], head), rows)
+def split_at(kind: str, out_features: int, in_features: int, n: int, rows: int):
+    """:func:`split_of` torch's ``kind`` product (``linear``: ``x @ w.T``; ``addmm``: ``r + x @ w.T``) of that shape
+    at ``n`` of at most ``rows`` rows, on random inputs; checked once per process, when first asked for."""
+    key = (kind, out_features, in_features, n, rows)
+    if key not in _SPLITS:
+        w, x, r = _random(1, (out_features, in_features), (rows, in_features), (rows, out_features))
+        r = r if kind == "addmm" else None
+        _SPLITS[key] = split_of(lambda m: _product(kind, x[:m], w, None if r is None else r[:m]),
+                                lambda m, head: _pieces(kind, x[:m], w, None if r is None else r[:m], head), n)
     return _SPLITS[key]
 
 
+def thread_splits(kind: str, out_features: int, in_features: int, rows: int) -> dict:
+    """:func:`split_at` at every row count ``1 .. rows`` where it is not None."""
+    return {n: s for n in range(1, rows + 1) if (s := split_at(kind, out_features, in_features, n, rows)) is not None}
+
+
 class Products:
-    """``x @ w.T + b`` for the weights of one :meth:`dsh.llm.kernel_engine.KernelDecoder.generate` (the live weights,
-    packed once for oneDNN where :func:`plan` sends some row counts to it), at up to ``rows`` rows. ``log``: a list
-    that every product appends ``(rows, flops, seconds)`` to (for ``dsh bench``), or None."""
+    """``x @ w.T + b`` for the weights of one :meth:`dsh.llm.kernel_engine.KernelDecoder.generate` (the live weights),
+    at up to ``rows`` rows: at each row count, in two pieces (or on one thread) where :func:`split_at` says so, else by
+    oneDNN (the weight packed once) where :func:`uses_onednn` says so, else by torch; each weight's way at a row count
+    decided when that row count first comes. ``log``: a list that every product appends ``(rows, flops, seconds)`` to
+    (for ``dsh bench``), or None."""
 
     def __init__(self, rows: int, log: list | None = None):
         self.rows, self.log = rows, log
-        self._packed: dict = {}
-        self._splits: dict = {}
+        self._ways: dict = {}        # (kind, id(w), rows) -> ("pieces", head), ("onednn", packed) or ("torch",)
+        self._weights: dict = {}     # id(w) -> w (kept alive, so that no id is reused) and its packed form
 
-    def prepare(self, w: torch.Tensor, residual: bool = False) -> None:
-        """Pack ``w`` for oneDNN if :func:`plan` uses oneDNN at some row count of its shape; find its
-        :func:`thread_splits` (``residual``: for :meth:`add_linear`)."""
-        rows = frozenset() if residual else plan(w.shape[0], w.shape[1], self.rows)
-        if rows:
-            self._packed[id(w)] = (w, torch.ops.mkldnn._reorder_linear_weight(w), rows)
-        kind = "addmm" if residual else "linear"
-        self._splits[kind, tuple(w.shape)] = thread_splits(kind, w.shape[0], w.shape[1], self.rows)
+    def prepare(self, w: torch.Tensor) -> None:
+        """Take ``w`` as one of this generate's weights (held here, so that its id names it alone)."""
+        self._weights[id(w)] = [w, None]
+
+    def _way(self, kind: str, x, w) -> tuple:
+        key = (kind, id(w), x.shape[0])
+        way = self._ways.get(key)
+        if way is None:
+            n, (out, inn) = x.shape[0], w.shape
+            head = split_at(kind, out, inn, n, self.rows) if n <= self.rows else None
+            if head is not None:
+                way = ("pieces", head)
+            elif kind == "linear" and n <= self.rows and uses_onednn(out, inn, n, self.rows):
+                held = self._weights.setdefault(id(w), [w, None])
+                if held[1] is None:
+                    held[1] = torch.ops.mkldnn._reorder_linear_weight(w)
+                way = ("onednn", held[1])
+            else:
+                way = ("torch",)
+            self._ways[key] = way
+        return way
 
     def linear(self, x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None = None) -> torch.Tensor:
-        """``x @ w.T (+ b)``: in two pieces (or on one thread) where :func:`thread_splits` says so, else oneDNN where
-        :func:`plan` chose it for ``x``'s row count (no bias), else ``F.linear``."""
+        """``x @ w.T (+ b)`` (with a bias: torch's product)."""
         t = time.perf_counter() if self.log is not None else 0.0
-        got = self._packed.get(id(w))
-        head = self._splits.get(("linear", tuple(w.shape)), {}).get(x.shape[0])
-        if head is not None and b is None:
-            y = _pieces("linear", x, w, None, head)
-        elif b is None and got is not None and got[0] is w and x.shape[0] in got[2]:
-            y = torch.ops.mkldnn._linear_pointwise(x, got[1], None, "none", [], "")
+        way = ("torch",) if b is not None else self._way("linear", x, w)
+        if way[0] == "pieces":
+            y = _pieces("linear", x, w, None, way[1])
+        elif way[0] == "onednn":
+            y = torch.ops.mkldnn._linear_pointwise(x, way[1], None, "none", [], "")
         else:
             y = F.linear(x, w, b)
         if self.log is not None:
@@ -192,10 +229,10 @@ class Products:
 
     def add_linear(self, r: torch.Tensor, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
         """``r + x @ w.T`` as one ``addmm`` (the residual sums of the output and down projections); in two pieces
-        (or on one thread) where :func:`thread_splits` says so."""
+        (or on one thread) where :func:`split_at` says so."""
         t = time.perf_counter() if self.log is not None else 0.0
-        head = self._splits.get(("addmm", tuple(w.shape)), {}).get(x.shape[0])
-        y = torch.addmm(r, x, w.t()) if head is None else _pieces("addmm", x, w, r, head)
+        way = self._way("addmm", x, w)
+        y = _pieces("addmm", x, w, r, way[1]) if way[0] == "pieces" else torch.addmm(r, x, w.t())
         if self.log is not None:
             self.log.append((x.shape[0], 2 * x.shape[0] * w.numel(), time.perf_counter() - t))
         return y
