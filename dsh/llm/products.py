@@ -215,8 +215,8 @@ class Products:
 
     def linear(self, x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None = None) -> torch.Tensor:
         """``x @ w.T (+ b)`` (with a bias: torch's product)."""
+        way = ("torch",) if b is not None else self._way("linear", x, w)     # (its first time: decided here, untimed)
         t = time.perf_counter() if self.log is not None else 0.0
-        way = ("torch",) if b is not None else self._way("linear", x, w)
         if way[0] == "pieces":
             y = _pieces("linear", x, w, None, way[1])
         elif way[0] == "onednn":
@@ -230,8 +230,8 @@ class Products:
     def add_linear(self, r: torch.Tensor, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
         """``r + x @ w.T`` as one ``addmm`` (the residual sums of the output and down projections); in two pieces
         (or on one thread) where :func:`split_at` says so."""
-        t = time.perf_counter() if self.log is not None else 0.0
         way = self._way("addmm", x, w)
+        t = time.perf_counter() if self.log is not None else 0.0
         y = _pieces("addmm", x, w, r, way[1]) if way[0] == "pieces" else torch.addmm(r, x, w.t())
         if self.log is not None:
             self.log.append((x.shape[0], 2 * x.shape[0] * w.numel(), time.perf_counter() - t))
