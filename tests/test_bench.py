@@ -273,3 +273,15 @@ def test_the_tiny_table_reports_medians_over_the_repeats_and_counts_the_loaded_o
     g_fast, g_ref, u_fast, _ = bench.tiny_table({"sampling": [], "evaluation": [], "grpo": grpo, "training": []})
     assert g_fast["value"] == 5.0 and g_fast["x reference"] == 2.5 and g_fast["measure"].endswith("(median of 3)")
     assert g_ref["value"] == 2.0 and u_fast["value"] == 2.0 and u_fast["x reference"] == 2.0
+
+
+def test_todays_evaluation_in_its_own_process_answers_the_ladder(tmp_path):
+    """bench.own_process: the laptop preset's evaluation (2 questions a level) in a child process of this checkout,
+    after its warm-up: every question answered, its time returned."""
+    from dsh.experiment.bench import own_process
+
+    out = tmp_path / "eval.jsonl"
+    secs = own_process.run_evaluation(str(out), 2, 0, "float32")
+    recs = [json.loads(line) for line in out.read_text().splitlines()]
+    assert secs > 0 and len(recs) == 2 * len(presets.LAPTOP.evaluation.levels)
+    assert own_process.own_process_path("float32", 256) == "dsh evaluate, CPU path, float32 KV cache, 256 rows, its own process"

@@ -33,9 +33,9 @@ baseline in the same run, and against the machine's roofline measured in the sam
   too where the CPU has bfloat16 dot products (:func:`grpo_paths`); the preset's validation passes (p_s, p_dC,
   p_dW measured along a run) are turned off in all of them.
 - **evaluation**: ``dsh evaluate`` of the shipped base on the laptop ladder (the preset's settings) through the
-  engine's torch path at 64 rows (the baseline), the preset's path, and that path with a float16 KV cache (where
-  the CPU has half floats), interleaved; each one's share of responses identical to the baseline's (the same
-  counted random streams).
+  engine's torch path at 64 rows (the baseline), the preset's path, that path with a float16 KV cache (where the
+  CPU has half floats), and that one again in a process of its own as the reference's runs (:mod:`.own_process`),
+  interleaved; each one's share of responses identical to the baseline's (the same counted random streams).
 - **training**: tokens/s of the laptop preset's reflection SFT (padding-free; and with the packed attention in C),
   TRL's ``SFTTrainer`` defaults on the same data (padded batches) and ``dsh.training.pretrain``'s plain loop, each
   against the 6N bound at the matmul peak.
@@ -85,6 +85,7 @@ from .baselines import (
     run_generate,
     run_generate_heap_kept,
 )
+from .own_process import own_process_path, run_evaluation
 from .reference import REFERENCE_COMMIT, REFERENCE_PATH, Reference, unavailable
 from .step_products import library_rates, product_rows
 
@@ -375,7 +376,8 @@ def evaluation_rows(size: TinySize, seed: int = 0, ref: Reference | None = None)
     runs = (("dsh evaluate, the baseline: engine's torch path, 64 rows", 64, True, "float32"),
             (f"dsh evaluate, laptop preset: CPU path, {settings.batch_size} rows", settings.batch_size, False,
              "float32"),
-            (f"dsh evaluate, CPU path, {kv} KV cache, {settings.batch_size} rows", settings.batch_size, False, kv))
+            (f"dsh evaluate, CPU path, {kv} KV cache, {settings.batch_size} rows", settings.batch_size, False, kv),
+            (own_process_path(kv, settings.batch_size), settings.batch_size, False, kv))
     out, responses = [], {}
     with tempfile.TemporaryDirectory(prefix="dsh-bench-eval-") as d:
         for rep in range(size.eval_repeats):
@@ -383,6 +385,8 @@ def evaluation_rows(size: TinySize, seed: int = 0, ref: Reference | None = None)
                 path = Path(d) / f"{rep}-{k}.jsonl"
                 if label == REFERENCE_PATH:
                     secs = ref.run("evaluation", out=str(path), n_per_level=size.eval_n_per_level, seed=seed)["seconds"]
+                elif label == own_process_path(kv, settings.batch_size):
+                    secs = run_evaluation(str(path), size.eval_n_per_level, seed, cache)
                 else:
                     with kernels.disabled() if old else contextlib.nullcontext():
                         t = time.perf_counter()
