@@ -139,9 +139,18 @@ def test_a_row_count_is_decided_when_it_first_comes():
         assert {k[2] for k in products._FASTER if k[:2] == (40, 24)} == {8, 32}     # the timed row counts met
 
 
-def test_clearly_faster_needs_the_margin():
-    """A no-op against a 2 ms sleep: faster; the sleep against the no-op: not."""
-    import time
+def test_clearly_faster_needs_the_margin(monkeypatch):
+    """On a clock that only the two functions move (f: 1 unit a call, g: 10): f is clearly faster than g, g not than f,
+    and f not than itself plus 4 % (inside the 5 % margin)."""
+    now = [0.0]
+    monkeypatch.setattr(products.time, "perf_counter", lambda: now[0])
 
-    assert products.clearly_faster(lambda: None, lambda: time.sleep(0.002), rounds=3, calls=2)
-    assert not products.clearly_faster(lambda: time.sleep(0.002), lambda: None, rounds=3, calls=2)
+    def takes(units):
+        def run():
+            now[0] += units
+        return run
+
+    assert products.clearly_faster(takes(1), takes(10))
+    assert not products.clearly_faster(takes(10), takes(1))
+    assert not products.clearly_faster(takes(1), takes(1.04))
+    assert products.clearly_faster(takes(1), takes(1.06))
