@@ -76,16 +76,18 @@ def uses_onednn(out_features: int, in_features: int, r: int, rows: int) -> bool:
     timed = min(t for t in (*PROBE_ROWS, rows) if r <= t <= rows)
     ops = torch.ops.mkldnn
     w, x = _random(0, (out_features, in_features), (rows, in_features))
-    key = (out_features, in_features, timed)
-    if key not in _FASTER:
+    fast = (out_features, in_features, timed)
+    if fast not in _FASTER:
         xr, packed = x[:timed].contiguous(), ops._reorder_linear_weight(w)
-        _FASTER[key] = clearly_faster(lambda: ops._linear_pointwise(xr, packed, None, "none", [], ""),
-                                      lambda: F.linear(xr, w))
-    key = (out_features, in_features, r)
-    if _FASTER[out_features, in_features, timed] and key not in _AGREES:
+        _FASTER[fast] = clearly_faster(lambda: ops._linear_pointwise(xr, packed, None, "none", [], ""),
+                                       lambda: F.linear(xr, w))
+    if not _FASTER[fast]:
+        return False
+    agree = (out_features, in_features, r)
+    if agree not in _AGREES:
         packed = ops._reorder_linear_weight(w)
-        _AGREES[key] = torch.equal(F.linear(x[:r], w), ops._linear_pointwise(x[:r], packed, None, "none", [], ""))
-    return _FASTER[out_features, in_features, timed] and _AGREES[key]
+        _AGREES[agree] = torch.equal(F.linear(x[:r], w), ops._linear_pointwise(x[:r], packed, None, "none", [], ""))
+    return _AGREES[agree]
 
 
 def plan(out_features: int, in_features: int, rows: int) -> frozenset:
