@@ -252,8 +252,8 @@ static inline int64_t mix31(int64_t x) {
 
 #define SAMPLE_BLOCK 256
 /* argmax_i l_i * inv_temp - log(-log U_i), U_i the counted uniform of (h, i): the perturbed logits a block at a time
-   (a vector loop), the first index of the maximum (kept out of line: the caller's log-probability loops stay as
-   compiled before). */
+   (a vector loop), the first index of the maximum. Kept out of line: inlining it changes how the caller's
+   log-probability sum is vectorised, and so that sum's last bits. */
 __attribute__((noinline)) static int64_t gumbel_argmax(const float *restrict l, int64_t h, float inv_temp, int64_t V) {
   int64_t best = 0;
   float top = -INFINITY;

@@ -178,7 +178,7 @@ class KernelDecoder:
                 if n_done:
                     done = s.done.tolist()
                     keep = [r for r, d in enumerate(done) if not d]
-                    n_gen, stopped, slot, capped = (s.state[f].tolist() for f in (_N_GEN, _STOPPED, _SLOT, _CAPPED))
+                    n_gen, stopped, slot, capped = s.n_gen.tolist(), s.stopped.tolist(), s.slot.tolist(), s.capped.tolist()
                     for r, d in enumerate(done):
                         if d:
                             on_finish(owner[r], self.out[slot[r], :n_gen[r]].tolist(), bool(stopped[r]),
@@ -208,7 +208,7 @@ class KernelDecoder:
 
 
 ROW_FIELDS = ("slot", "tok", "pos", "plen", "n_gen", "limit", "key", "done", "stopped", "capped", "marks", "lens")
-_SLOT, _N_GEN, _STOPPED, _CAPPED = (ROW_FIELDS.index(f) for f in ("slot", "n_gen", "stopped", "capped"))
+_ROW = {f: i for i, f in enumerate(ROW_FIELDS)}
 
 
 class _Rows:
@@ -220,8 +220,8 @@ class _Rows:
         self.state = state
 
     def __getattr__(self, name):
-        if name in ROW_FIELDS:
-            return self.state[ROW_FIELDS.index(name)]
+        if name in _ROW:
+            return self.state[_ROW[name]]
         raise AttributeError(name)
 
     @classmethod

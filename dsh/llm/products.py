@@ -202,10 +202,11 @@ class Products:
         way = self._ways.get(key)
         if way is None:
             n, (out, inn) = x.shape[0], w.shape
-            head = split_at(kind, out, inn, n, self.rows) if n <= self.rows else None
-            if head is not None:
+            if n > self.rows:                       # beyond the rows probed: torch's product
+                way = ("torch",)
+            elif (head := split_at(kind, out, inn, n, self.rows)) is not None:
                 way = ("pieces", head)
-            elif kind == "linear" and n <= self.rows and uses_onednn(out, inn, n, self.rows):
+            elif kind == "linear" and uses_onednn(out, inn, n, self.rows):
                 held = self._weights.setdefault(id(w), [w, None])
                 if held[1] is None:
                     held[1] = torch.ops.mkldnn._reorder_linear_weight(w)

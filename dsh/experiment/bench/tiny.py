@@ -373,11 +373,12 @@ def evaluation_rows(size: TinySize, seed: int = 0, ref: Reference | None = None)
     if size.eval_n_per_level:
         settings = dataclasses.replace(settings, n_per_level=size.eval_n_per_level)
     kv = fast_paths()["rollout_kv_cache"]
+    own = own_process_path(kv, settings.batch_size)
     runs = (("dsh evaluate, the baseline: engine's torch path, 64 rows", 64, True, "float32"),
             (f"dsh evaluate, laptop preset: CPU path, {settings.batch_size} rows", settings.batch_size, False,
              "float32"),
             (f"dsh evaluate, CPU path, {kv} KV cache, {settings.batch_size} rows", settings.batch_size, False, kv),
-            (own_process_path(kv, settings.batch_size), settings.batch_size, False, kv))
+            (own, settings.batch_size, False, kv))
     out, responses = [], {}
     with tempfile.TemporaryDirectory(prefix="dsh-bench-eval-") as d:
         for rep in range(size.eval_repeats):
@@ -385,7 +386,7 @@ def evaluation_rows(size: TinySize, seed: int = 0, ref: Reference | None = None)
                 path = Path(d) / f"{rep}-{k}.jsonl"
                 if label == REFERENCE_PATH:
                     secs = ref.run("evaluation", out=str(path), n_per_level=size.eval_n_per_level, seed=seed)["seconds"]
-                elif label == own_process_path(kv, settings.batch_size):
+                elif label == own:
                     secs = run_evaluation(str(path), size.eval_n_per_level, seed, cache)
                 else:
                     with kernels.disabled() if old else contextlib.nullcontext():
