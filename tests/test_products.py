@@ -123,10 +123,11 @@ def test_the_engine_samples_the_same_tokens_and_log_probabilities_on_one_thread_
     assert out[1] == out[2]
 
 
-def test_a_row_count_is_decided_when_it_first_comes():
+def test_a_row_count_is_decided_when_it_first_comes(tmp_path, monkeypatch):
     """A product's way (pieces, oneDNN or torch) at a row count is decided at that row count's first product, and
-    only there: a generate that meets a few row counts does not probe the others. (A shape no other test uses: the
-    decisions are cached per process.)"""
+    only there: a generate that meets a few row counts does not probe the others. (A shape no other test uses and a
+    cache folder of its own: the decisions are kept per process and on disk.)"""
+    monkeypatch.setenv("DSH_CACHE", str(tmp_path))
     g = torch.Generator().manual_seed(4)
     w = torch.randn(37, 23, generator=g)
     p = products.Products(64)

@@ -53,6 +53,18 @@ def cpu_flags() -> list:
     return []
 
 
+def cpu_feature_line() -> str:
+    """The CPU's whole flags (or Features) line of /proc/cpuinfo, as it is; the platform's word for the processor where
+    there is none. A key for what is built or measured for this CPU (:mod:`dsh.llm.kernels`, :mod:`dsh.llm.decisions`)."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith(("flags", "Features")):
+                return line
+    except OSError:  # pragma: no cover - not Linux
+        pass
+    return platform.processor() or platform.machine()
+
+
 def numpy_simd() -> list | None:
     """The SIMD targets NumPy dispatches to in this process (e.g. ``["X86_V3", "X86_V4", "AVX512_ICL"]``: those its
     build has and this CPU runs, less any ``NPY_DISABLE_CPU_FEATURES`` turns off); None where NumPy does not say."""

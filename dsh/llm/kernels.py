@@ -35,7 +35,7 @@ import tempfile
 from pathlib import Path
 
 from ..core import store
-from ..core.provenance import cpu_flags
+from ..core.provenance import cpu_feature_line, cpu_flags
 
 SOURCE = Path(__file__).with_name("cpu_kernels.c")
 TILE = 16                      # positions per key tile (TILE in cpu_kernels.c)
@@ -53,16 +53,6 @@ why_not: str | None = None     # why the kernels are unavailable (None: not trie
 
 def cache_dir() -> Path:
     return Path(os.environ.get("DSH_CACHE") or Path.home() / ".cache" / "dsh") / "kernels"
-
-
-def _cpu_flags() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith(("flags", "Features")):
-                return line
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def _build(cc: str, cflags: list, ldflags: list, out: Path) -> str | None:
@@ -107,7 +97,7 @@ def load():
     for cflags, ldflags in flag_sets:
         cflags = [march if f == "-march=native" else f for f in cflags]
         key = store.key_digest({"source": hashlib.sha256(src).hexdigest(), "cc": cc, "flags": cflags + ldflags,
-                                "cpu": _cpu_flags()})[:16]
+                                "cpu": cpu_feature_line()})[:16]
         path = cache_dir() / f"dsh_kernels_{key}.so"
         try:
             err = None if path.exists() else _build(cc, cflags, ldflags, path)

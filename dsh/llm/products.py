@@ -8,11 +8,11 @@ agree bit for bit depends on each library's summation order for the shape and th
 for an inner dimension of 128 from 8 rows on, not below 8 rows, nor at 384). :class:`Products` therefore sends a
 product to oneDNN only at row counts where oneDNN was clearly faster (both libraries timed, alternating, at the
 nearest of a few row counts) and agrees (checked at that row count, with random inputs, only where oneDNN was
-faster): each decided once per process, when a generate first takes a product of that shape at that row count (a
-700-question evaluation meets 29 of the 256 row counts; deciding all of them ahead took 1.3 s of a fresh process's
-first 256-row evaluation on an Intel Xeon). Identical outputs on a random probe mean the same operations in the same
-order (a coincidence over thousands of entries is practically impossible), so they hold for every input of that
-shape.
+faster): each decided when a generate first takes a product of that shape at that row count (a 700-question evaluation
+meets 29 of the 256 row counts; deciding all of them ahead took 1.3 s of a fresh process's first 256-row evaluation on
+an Intel Xeon), once per machine: :mod:`dsh.llm.decisions` keeps the decisions on disk for later processes. Identical
+outputs on a random probe mean the same operations in the same order (a coincidence over thousands of entries is
+practically impossible), so they hold for every input of that shape.
 
 The products are also the same on one thread as on two (:func:`split_at`): MKL computes a few row counts
 (on the CPU above 5-7 and 9-11 rows) in another order when it has a second thread, taking the last rows beyond a
@@ -31,6 +31,7 @@ import time
 
 import torch
 
+from . import decisions
 from .peaks import onednn_available
 
 F = torch.nn.functional
@@ -49,6 +50,18 @@ def _random(seed: int, *shapes) -> list:
         g = torch.Generator().manual_seed(seed)
         _INPUTS[key] = [torch.randn(*sh, generator=g) for sh in shapes]
     return _INPUTS[key]
+
+
+def _decided(table: dict, name: str, key: tuple, decide):
+    """``table[key]``: from this process's ``table``, else from this machine's file (:mod:`dsh.llm.decisions`, table
+    ``name``), else ``decide()``, then stored in both."""
+    if key not in table:
+        value = decisions.recall(name, key)
+        if value is decisions.MISSING:
+            value = decide()
+            decisions.remember(name, key, value)
+        table[key] = value
+    return table[key]
 
 
 def clearly_faster(f, g, rounds: int = 5, calls: int = 5, margin: float = 0.95) -> bool:
@@ -70,24 +83,24 @@ def uses_onednn(out_features: int, in_features: int, r: int, rows: int) -> bool:
     """Whether a ``[r, in] @ [out, in].T`` product (``r`` of at most ``rows`` rows) goes to oneDNN: where oneDNN was
     :func:`clearly_faster` than torch (timed at the first of the :data:`PROBE_ROWS` up to ``rows``, and ``rows``,
     from ``r`` on) and its result equals torch's bit for bit (random inputs, checked at ``r`` itself). Each timing and
-    each check runs once per process, when first asked for."""
+    each check runs once per machine (:mod:`dsh.llm.decisions`), when first asked for."""
     if not onednn_available():
         return False
     timed = min(t for t in (*PROBE_ROWS, rows) if r <= t <= rows)
     ops = torch.ops.mkldnn
-    w, x = _random(0, (out_features, in_features), (rows, in_features))
-    fast = (out_features, in_features, timed)
-    if fast not in _FASTER:
+
+    def faster():
+        w, x = _random(0, (out_features, in_features), (rows, in_features))
         xr, packed = x[:timed].contiguous(), ops._reorder_linear_weight(w)
-        _FASTER[fast] = clearly_faster(lambda: ops._linear_pointwise(xr, packed, None, "none", [], ""),
-                                       lambda: F.linear(xr, w))
-    if not _FASTER[fast]:
-        return False
-    agree = (out_features, in_features, r)
-    if agree not in _AGREES:
+        return clearly_faster(lambda: ops._linear_pointwise(xr, packed, None, "none", [], ""), lambda: F.linear(xr, w))
+
+    def agrees():
+        w, x = _random(0, (out_features, in_features), (rows, in_features))
         packed = ops._reorder_linear_weight(w)
-        _AGREES[agree] = torch.equal(F.linear(x[:r], w), ops._linear_pointwise(x[:r], packed, None, "none", [], ""))
-    return _AGREES[agree]
+        return torch.equal(F.linear(x[:r], w), ops._linear_pointwise(x[:r], packed, None, "none", [], ""))
+
+    return (_decided(_FASTER, "faster", (out_features, in_features, timed), faster)
+            and _decided(_AGREES, "agrees", (out_features, in_features, r), agrees))
 
 
 def plan(out_features: int, in_features: int, rows: int) -> frozenset:
@@ -166,14 +179,17 @@ def _same(pieces, n, head, want, threads) -> bool:
 
 def split_at(kind: str, out_features: int, in_features: int, n: int, rows: int):
     """:func:`split_of` torch's ``kind`` product (``linear``: ``x @ w.T``; ``addmm``: ``r + x @ w.T``) of that shape
-    at ``n`` of at most ``rows`` rows, on random inputs; checked once per process, when first asked for."""
+    at ``n`` of at most ``rows`` rows, on random inputs; checked once per machine (:mod:`dsh.llm.decisions`), when first
+    asked for."""
     key = (kind, out_features, in_features, n, rows)
-    if key not in _SPLITS:
+
+    def split():
         w, x, r = _random(1, (out_features, in_features), (rows, in_features), (rows, out_features))
         r = r if kind == "addmm" else None
-        _SPLITS[key] = split_of(lambda m: _product(kind, x[:m], w, None if r is None else r[:m]),
-                                lambda m, head: _pieces(kind, x[:m], w, None if r is None else r[:m], head), n)
-    return _SPLITS[key]
+        return split_of(lambda m: _product(kind, x[:m], w, None if r is None else r[:m]),
+                        lambda m, head: _pieces(kind, x[:m], w, None if r is None else r[:m], head), n)
+
+    return _decided(_SPLITS, "splits", key, split)
 
 
 def thread_splits(kind: str, out_features: int, in_features: int, rows: int) -> dict:
