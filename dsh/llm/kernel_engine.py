@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import torch
 
-from . import kernels
+from . import decisions, kernels
 from .products import Products
 
 
@@ -205,6 +205,7 @@ class KernelDecoder:
                     on_step(started, finished_tokens + int(s.n_gen.sum()))
         finally:
             self.fused = None
+            decisions.flush()           # the products' new decisions, for later processes (a worker exits unflushed)
 
 
 ROW_FIELDS = ("slot", "tok", "pos", "plen", "n_gen", "limit", "key", "done", "stopped", "capped", "marks", "lens")
