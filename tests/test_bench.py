@@ -275,13 +275,22 @@ def test_the_tiny_table_reports_medians_over_the_repeats_and_counts_the_loaded_o
     assert g_ref["value"] == 2.0 and u_fast["value"] == 2.0 and u_fast["x reference"] == 2.0
 
 
-def test_todays_evaluation_in_its_own_process_answers_the_ladder(tmp_path):
+def test_todays_evaluation_in_its_own_process_answers_the_ladder(tmp_path, monkeypatch):
     """bench.own_process: the laptop preset's evaluation (2 questions a level) in a child process of this checkout,
-    after its warm-up: every question answered, its time returned."""
-    from dsh.experiment.bench import own_process
+    after its warm-up: every question answered, its time returned; a second child reads every products decision the
+    first one made from this machine's file (dsh.llm.decisions) instead of making it again."""
+    import shutil
 
+    from dsh.experiment.bench import own_process
+    from dsh.llm import kernels
+
+    if kernels.cache_dir().is_dir():               # a cache of its own, with the kernels already built here
+        shutil.copytree(kernels.cache_dir(), tmp_path / "cache" / "kernels")
+    monkeypatch.setenv("DSH_CACHE", str(tmp_path / "cache"))
     out = tmp_path / "eval.jsonl"
-    secs = own_process.run_evaluation(str(out), 2, 0, "float32")
+    first = own_process.run_evaluation(str(out), 2, 0, "float32")
     recs = [json.loads(line) for line in out.read_text().splitlines()]
-    assert secs > 0 and len(recs) == 2 * len(presets.LAPTOP.evaluation.levels)
+    assert first["seconds"] > 0 and len(recs) == 2 * len(presets.LAPTOP.evaluation.levels)
+    again = own_process.run_evaluation(str(tmp_path / "again.jsonl"), 2, 0, "float32")
+    assert first["products_decisions_made"] > 0 and again["products_decisions_made"] == 0
     assert own_process.own_process_path("float32", 256) == "dsh evaluate, CPU path, float32 KV cache, 256 rows, its own process"

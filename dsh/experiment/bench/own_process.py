@@ -1,7 +1,8 @@
 """Today's evaluation in ``dsh bench --parts tiny`` run as the reference's is (:mod:`.reference`): in a process of its
 own, a 7-question warm-up (the kernels loaded, the threads started), then the laptop preset's evaluation timed. What
-the bench's in-process evaluation rows leave out, a fresh process's first products decisions
-(:mod:`dsh.llm.products`), is in it, as it is in a user's ``dsh evaluate``.
+the bench's in-process evaluation rows leave out, a fresh process's start (its products' decisions read from this
+machine's file, :mod:`dsh.llm.decisions`, or made where they are not there; the fresh pages of its KV cache), is in
+it, as it is in a user's ``dsh evaluate``.
 """
 
 from __future__ import annotations
@@ -26,9 +27,18 @@ if a["n_per_level"]:
     settings = dataclasses.replace(settings, n_per_level=a["n_per_level"])
 evaluate(str(SHIPPED_BASE), out=a["out"] + ".warm-up.jsonl", settings=dataclasses.replace(settings, n_per_level=1),
          seed=a["seed"], backend="dsh", progress=False)
+from dsh.llm import decisions
+def stored():
+    try:
+        return sum(len(rows) for rows in json.loads(decisions.path().read_text()).values())
+    except (OSError, ValueError):
+        return 0
+before = stored()
 t = time.perf_counter()
 evaluate(str(SHIPPED_BASE), out=a["out"], settings=settings, seed=a["seed"], backend="dsh", progress=False)
-json.dump({"seconds": time.perf_counter() - t}, open(sys.argv[1], "w"))
+secs = time.perf_counter() - t
+decisions.flush()
+json.dump({"seconds": secs, "products_decisions_made": stored() - before}, open(sys.argv[1], "w"))
 """
 
 
@@ -36,9 +46,11 @@ def own_process_path(kv_cache: str, rows: int) -> str:
     return f"dsh evaluate, CPU path, {kv_cache} KV cache, {rows} rows, its own process"
 
 
-def run_evaluation(out: str, n_per_level, seed: int, kv_cache: str) -> float:
-    """Seconds of the laptop preset's evaluation (``n_per_level`` questions a level, None: the preset's; written to
-    ``out``) in a child process of this checkout, after its warm-up."""
+def run_evaluation(out: str, n_per_level, seed: int, kv_cache: str) -> dict:
+    """The laptop preset's evaluation (``n_per_level`` questions a level, None: the preset's; written to ``out``) in a
+    child process of this checkout, after its warm-up: its ``seconds``, and ``products_decisions_made``, how many of
+    the products' decisions it made rather than read from this machine's file (:mod:`dsh.llm.decisions`; 0: all
+    read, as in a user's later processes)."""
     with tempfile.TemporaryDirectory(prefix="dsh-bench-own-") as d:
         io = Path(d) / "io.json"
         io.write_text(json.dumps({"out": out, "n_per_level": n_per_level, "seed": seed, "kv_cache": kv_cache}))
@@ -47,4 +59,4 @@ def run_evaluation(out: str, n_per_level, seed: int, kv_cache: str) -> float:
                            text=True)
         if r.returncode:
             raise RuntimeError(f"the evaluation in its own process failed: {r.stderr.strip().splitlines()[-1:]}")
-        return json.loads(io.read_text())["seconds"]
+        return json.loads(io.read_text())

@@ -383,11 +383,12 @@ def evaluation_rows(size: TinySize, seed: int = 0, ref: Reference | None = None)
     with tempfile.TemporaryDirectory(prefix="dsh-bench-eval-") as d:
         for rep in range(size.eval_repeats):
             for k, (label, batch, old, cache) in enumerate(runs + ((REFERENCE_PATH, None, False, None),) * bool(ref)):
-                path = Path(d) / f"{rep}-{k}.jsonl"
+                path, extra = Path(d) / f"{rep}-{k}.jsonl", {}
                 if label == REFERENCE_PATH:
                     secs = ref.run("evaluation", out=str(path), n_per_level=size.eval_n_per_level, seed=seed)["seconds"]
                 elif label == own:
-                    secs = run_evaluation(str(path), size.eval_n_per_level, seed, cache)
+                    extra = run_evaluation(str(path), size.eval_n_per_level, seed, cache)
+                    secs = extra.pop("seconds")
                 else:
                     with kernels.disabled() if old else contextlib.nullcontext():
                         t = time.perf_counter()
@@ -398,7 +399,7 @@ def evaluation_rows(size: TinySize, seed: int = 0, ref: Reference | None = None)
                 responses[label] = recs
                 load_1min = os.getloadavg()[0]
                 out.append({"part": "tiny evaluation", "path": label, "repeat": rep, "questions": len(recs),
-                            "seconds": round(secs, 2), "load_1min": load_1min, "loaded": loaded(load_1min)})
+                            "seconds": round(secs, 2), "load_1min": load_1min, "loaded": loaded(load_1min), **extra})
     a = responses[runs[0][0]]
     for r in out:
         before = [x for x in out if x["repeat"] == r["repeat"]][0]
