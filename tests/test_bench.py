@@ -14,6 +14,7 @@ from dsh.core.provenance import cpu_flags
 from dsh.experiment.bench import attribution as bench_attribution
 from dsh.experiment.bench import baselines
 from dsh.experiment.bench import compare as bench
+from dsh.experiment.bench import host as bench_host
 from dsh.experiment.bench import tiny as bench_tiny
 from dsh.experiment.run import presets
 
@@ -53,7 +54,7 @@ def test_bench_cli_on_cpu(tmp_path):
     assert [x["path"].rsplit(",", 1)[0] for x in samp[:len(paths)]] == list(paths)
     assert paths[:3] == bench_tiny.SAMPLING_PATHS
     for x in samp:
-        assert x["minor_page_faults"] >= 0 and x["load_1min"] >= 0 and x["loaded"] == bench_tiny.loaded(x["load_1min"])
+        assert x["minor_page_faults"] >= 0 and x["load_1min"] >= 0 and x["loaded"] == bench_host.loaded(x["load_1min"])
         if x["path"].startswith(bench_tiny.HALF_PATH):          # the same streams as the float32 cache's run
             assert 0 <= x["identical_to_float32_cache"] <= 1
             assert x["roofline"]["kv_bytes"] < samp[samp.index(x) - 1]["roofline"]["kv_bytes"] or \
@@ -81,7 +82,7 @@ def test_bench_cli_on_cpu(tmp_path):
     assert grpo[0]["ratio_to_before"] == 1.0
     assert [x["completions_per_round"] for x in grpo] == [32] + [256] * (len(gpaths) - 1)
     assert [x["packed_attention"] for x in grpo] == ["torch"] * 3 + ["kernels"] + ["fused"] * (len(gpaths) - 4)
-    assert all(x["rollout_kv_cache"] == bench_tiny.fast_paths()["rollout_kv_cache"] for x in grpo[3:])
+    assert all(x["rollout_kv_cache"] == bench_host.fast_paths()["rollout_kv_cache"] for x in grpo[3:])
     assert [x["update_precision"] for x in grpo] == ["float32"] * 5 + ["bfloat16"] * (len(gpaths) - 5)
     for x in grpo:
         assert x["rollouts"] == 8 * 32 and x["rollouts_per_s"] > 0
@@ -90,7 +91,8 @@ def test_bench_cli_on_cpu(tmp_path):
             x["ratio_to_before"] * x["mean_completion_tokens"] / grpo[0]["mean_completion_tokens"])
         assert x["generation_s"] > 0 and x["update_s"] > 0 and x["scoring_s"] >= 0 and x["other_s"] > -0.5
     ev = tiny["evaluation"]
-    assert [x["questions"] for x in ev] == [7 * 4] * 3 and ev[0]["time_share_of_before"] == 1.0
+    assert [x["questions"] for x in ev] == [7 * 4] * 4 and ev[0]["time_share_of_before"] == 1.0
+    assert ev[3]["path"].endswith("its own process") and ev[3]["products_decisions_made"] >= 0
     assert ev[0]["identical_responses"] == 1 and all(0 <= x["identical_responses"] <= 1 for x in ev)
     attr = tiny["attribution"]          # the attribution routes: one repeat, the same 7 traces by both
     assert [x["path"] for x in attr] == list(bench_attribution.ROUTES) and {x["trajectories"] for x in attr} == {7}
@@ -253,7 +255,7 @@ def test_the_tiny_table_reports_medians_over_the_repeats_and_counts_the_loaded_o
     count plus a half is loaded."""
     rates, loads = [10.0, 30.0, 20.0, 50.0, 40.0], [0.5, 0.9, 9.0, 1.1, 1.0]
     samp = [{"path": "p, 8 rows", "tokens_per_s": x, "ratio_to_generate": x / 10, "share_of_roofline": x / 100,
-             "ratio_to_reference": x / 20, "loaded": bench_tiny.loaded(ld)} for x, ld in zip(rates, loads)]
+             "ratio_to_reference": x / 20, "loaded": bench_host.loaded(ld)} for x, ld in zip(rates, loads)]
     ev = [{"path": "e", "seconds": s, "time_share_of_before": s / 4, "time_share_of_reference": s / 2,
            "loaded": False} for s in (1.0, 3.0, 2.0)]
     attr = [{"path": p, "trajectories_per_s": t, "loaded": False, **({"ratio_to_one_at_a_time": t / b} if b else {})}
@@ -266,7 +268,7 @@ def test_the_tiny_table_reports_medians_over_the_repeats_and_counts_the_loaded_o
     assert s["value"] == 30.0 and s["ratio to default"] == 3.0 and s["x reference"] == 1.5 and s["loaded"] == 1
     assert s["measure"].startswith("tokens/s (median of 5")
     assert e["value"] == 2.0 and e["ratio to default"] == 0.5 and e["x reference"] == 1.0 and e["loaded"] == 0
-    assert bench_tiny.loaded((os.cpu_count() or 1) + 0.6) and not bench_tiny.loaded(0.1)
+    assert bench_host.loaded((os.cpu_count() or 1) + 0.6) and not bench_host.loaded(0.1)
     grpo = [{"path": p, "rollouts_per_s": x, "ratio_to_before": x, "ratio_to_reference": x / 2, "update_s": u,
              "update_ratio_to_reference": 4 / u} for p, x, u in (("fast", 6.0, 2.0), ("ref", 2.0, 4.0), ("fast", 4.0, 1.0),
                                                                   ("ref", 2.0, 4.0), ("fast", 5.0, 4.0))]

@@ -1,7 +1,7 @@
 """``python -m dsh bench --parts tiny``: the laptop experiment's paths on the machine at hand, each against its
 baseline in the same run, and against the machine's roofline measured in the same run.
 
-- **device**: the fp32 matmul peak of torch's product (MKL) and of oneDNN with packed weights (both at 1024^3; the
+- **device** (:mod:`.host`): the fp32 matmul peak of torch's product (MKL) and of oneDNN with packed weights (both at 1024^3; the
   better is the rooflines' matmul peak), the FMA issue rate (the hardware's bound), the memory read bandwidth (a sum
   over 256 MB) and the copy bandwidth (read + write), each the best of several tries, measured before and after the
   other parts; the larger of the two measurements is used, so the roofline is the stricter one. The CPU's vector
@@ -32,7 +32,7 @@ baseline in the same run, and against the machine's roofline measured in the sam
   well (``packed_attention="fused"``, :mod:`dsh.llm.fused_layers`), and with the update's products in bfloat16
   too where the CPU has bfloat16 dot products (:func:`grpo_paths`); the preset's validation passes (p_s, p_dC,
   p_dW measured along a run) are turned off in all of them.
-- **evaluation**: ``dsh evaluate`` of the shipped base on the laptop ladder (the preset's settings) through the
+- **evaluation** (:mod:`.evaluation`): ``dsh evaluate`` of the shipped base on the laptop ladder (the preset's settings) through the
   engine's torch path at 64 rows (the baseline), the preset's path, that path with a float16 KV cache (where the
   CPU has half floats), and that one again in a process of its own as the reference's runs (:mod:`.own_process`),
   interleaved; each one's share of responses identical to the baseline's (the same counted random streams).
@@ -65,14 +65,12 @@ from ...core.files import read_jsonl
 from ...core.provenance import cpu_flags
 from ...llm import kernels
 from ...llm.models import load
-from ...llm.peaks import fma_rate, matmul_peak, memory_bandwidth, onednn_matmul_peak, read_bandwidth
 from ...llm.roofline import model_shape, roofline, sampling_work
 from ...task import laptop_task as lt
 from ...task.records import chat_prompt
 from ...training.laptop_base import SHIPPED_BASE
 from ...training.pretrain import PretrainConfig, encode, pretrain
 from ...training.train import build_dataset, train
-from ..run.evaluate import evaluate
 from ..run.presets import LAPTOP, resolve
 from .attention import add_shares, attention_rows
 from .attribution import attribution_rows
@@ -85,7 +83,8 @@ from .baselines import (
     run_generate,
     run_generate_heap_kept,
 )
-from .own_process import own_process_path, run_evaluation
+from .evaluation import evaluation_rows
+from .host import device_peaks, fast_paths, loaded, minor_faults
 from .reference import REFERENCE_COMMIT, REFERENCE_PATH, Reference, unavailable
 from .step_products import library_rates, product_rows
 
@@ -116,27 +115,6 @@ TINY_SIZES = {
 }
 
 
-# -- The device ----------------------------------------------------------------------------------
-def device_peaks(repeats: int = 7) -> dict:
-    """The machine's peaks (:mod:`dsh.llm.peaks`), each the best of ``repeats``: the fp32 matmul peak of torch's own
-    product (MKL; ``matmul_peak_flops``) and of oneDNN with packed weights (``onednn_matmul_flops``, where torch has
-    it), both at 1024^3, the better of the two (``library_peak_flops``: the rooflines' matmul peak), the FMA issue
-    rate of every thread (``fma_issue_flops``, where the kernels build: the hardware's bound), the read bandwidth
-    (bytes/s of a sum over 256 MB on every thread) and the copy bandwidth (read + write bytes/s of a 256 MB copy)."""
-    import torch
-
-    cpu = torch.device("cpu")
-    got = {"matmul_peak_flops": matmul_peak(cpu, repeats), "read_bandwidth_bytes_per_s": read_bandwidth(cpu, 256, repeats),
-           "copy_bandwidth_bytes_per_s": memory_bandwidth(cpu, 256, repeats)}
-    onednn, fma = onednn_matmul_peak(repeats), fma_rate(repeats)
-    if onednn is not None:
-        got["onednn_matmul_flops"] = onednn
-    if fma is not None:
-        got["fma_issue_flops"] = fma
-    got["library_peak_flops"] = max(got["matmul_peak_flops"], onednn or 0.0)
-    return got
-
-
 # ------------------------------------------------------------------------------------------------
 # Sampling
 # ------------------------------------------------------------------------------------------------
@@ -162,12 +140,6 @@ SAMPLING_PATHS = ("model.generate", "dsh engine, torch path", "dsh engine, CPU p
 HALF_PATH = "dsh engine, CPU path, float16 KV cache"
 
 
-def loaded(load_1min: float) -> bool:
-    """Whether a run's 1-minute load average says that more than the bench ran beside it: above the CPUs' count
-    plus a half (the bench's own threads load each CPU about once)."""
-    return load_1min > (os.cpu_count() or 1) + 0.5
-
-
 def sampling_paths(reference: bool = False) -> tuple:
     """The sampling paths compared here: :data:`SAMPLING_PATHS`, the CPU path with a float16 KV cache where
     :func:`dsh.llm.kernels.half_cache` holds, and in processes of their own (:mod:`.baselines`) ``model.generate``
@@ -176,12 +148,6 @@ def sampling_paths(reference: bool = False) -> tuple:
     return (SAMPLING_PATHS + ((HALF_PATH,) if kernels.half_cache(kernels.load()) else ())
             + ((HEAP_PATH,) if heap_kept_available() else ()) + ((CT2_PATH,) if ctranslate2_available() else ())
             + ((REFERENCE_PATH,) if reference else ()))
-
-
-def _minor_faults() -> int:
-    import resource
-
-    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
 
 
 def sampling_rows(size: TinySize, seed: int = 0, ref: Reference | None = None) -> list:
@@ -203,7 +169,7 @@ def sampling_rows(size: TinySize, seed: int = 0, ref: Reference | None = None) -
             for rep in range(size.repeats):
                 fp32 = None
                 for path in sampling_paths(ref is not None):
-                    load_1min, faults = os.getloadavg()[0], _minor_faults()
+                    load_1min, faults = os.getloadavg()[0], minor_faults()
                     child_faults, toks, extra = None, None, {}
                     if path == "model.generate":
                         secs, gen = run_generate(model, tok, ps, rows, size.max_new, seed + rep)
@@ -232,7 +198,7 @@ def sampling_rows(size: TinySize, seed: int = 0, ref: Reference | None = None) -
                            "prompts": len(ps), "prompt_tokens": sum(map(len, ps)), "generated_tokens": sum(gen),
                            "seconds": round(secs, 3), "tokens_per_s": sum(gen) / secs, "load_1min": load_1min,
                            "loaded": loaded(load_1min),
-                           "minor_page_faults": _minor_faults() - faults if child_faults is None else child_faults,
+                           "minor_page_faults": minor_faults() - faults if child_faults is None else child_faults,
                            "work": sampling_work(half if path == HALF_PATH else shape, [len(p) for p in ps], gen),
                            "step_matmul_flops": rate, **extra}
                     if path == SAMPLING_PATHS[2]:
@@ -283,14 +249,6 @@ def grpo_paths() -> tuple:
     ``TrainConfig.update_precision``) only where the CPU has :data:`BF16_FLAG` (elsewhere bfloat16 products are
     emulated, slower than float32's)."""
     return GRPO_PATHS if BF16_FLAG in cpu_flags() else GRPO_PATHS[:-1]
-
-
-def fast_paths() -> dict:
-    """The opt-in fast paths of training and sampling on this machine: the packed attention in C
-    (``packed_attention``), the float16 KV cache where :func:`dsh.llm.kernels.half_cache` holds
-    (``rollout_kv_cache``)."""
-    half = kernels.half_cache(kernels.load())
-    return {"packed_attention": "kernels", "rollout_kv_cache": "float16" if half else "float32"}
 
 
 def _grpo_row(label: str, s: dict, run_dir: Path, **extra) -> dict:
@@ -358,57 +316,6 @@ def grpo_rows(size: TinySize, workdir: Path, seed: int = 0, ref: Reference | Non
             mine = next(x for x in out if x["path"].startswith(REFERENCE_PATH) and x["repeat"] == r["repeat"])
             r["ratio_to_reference"] = r["rollouts_per_s"] / mine["rollouts_per_s"]
             r["update_ratio_to_reference"] = mine["update_s"] / r["update_s"]
-    return out
-
-
-# ------------------------------------------------------------------------------------------------
-# Evaluation
-# ------------------------------------------------------------------------------------------------
-def evaluation_rows(size: TinySize, seed: int = 0, ref: Reference | None = None) -> list:
-    """Rows of the evaluation comparison (module docstring); with ``ref`` the reference commit's evaluation as one
-    more path."""
-    import json
-
-    settings = LAPTOP.evaluation
-    if size.eval_n_per_level:
-        settings = dataclasses.replace(settings, n_per_level=size.eval_n_per_level)
-    kv = fast_paths()["rollout_kv_cache"]
-    own = own_process_path(kv, settings.batch_size)
-    runs = (("dsh evaluate, the baseline: engine's torch path, 64 rows", 64, True, "float32"),
-            (f"dsh evaluate, laptop preset: CPU path, {settings.batch_size} rows", settings.batch_size, False,
-             "float32"),
-            (f"dsh evaluate, CPU path, {kv} KV cache, {settings.batch_size} rows", settings.batch_size, False, kv),
-            (own, settings.batch_size, False, kv))
-    out, responses = [], {}
-    with tempfile.TemporaryDirectory(prefix="dsh-bench-eval-") as d:
-        for rep in range(size.eval_repeats):
-            for k, (label, batch, old, cache) in enumerate(runs + ((REFERENCE_PATH, None, False, None),) * bool(ref)):
-                path, extra = Path(d) / f"{rep}-{k}.jsonl", {}
-                if label == REFERENCE_PATH:
-                    secs = ref.run("evaluation", out=str(path), n_per_level=size.eval_n_per_level, seed=seed)["seconds"]
-                elif label == own:
-                    extra = run_evaluation(str(path), size.eval_n_per_level, seed, cache)
-                    secs = extra.pop("seconds")
-                else:
-                    with kernels.disabled() if old else contextlib.nullcontext():
-                        t = time.perf_counter()
-                        evaluate(str(SHIPPED_BASE), out=str(path), seed=seed, backend="dsh", progress=False,
-                                 settings=dataclasses.replace(settings, batch_size=batch, kv_cache=cache))
-                        secs = time.perf_counter() - t
-                recs = {(r["level"], r["index"]): r["response"] for r in map(json.loads, path.read_text().splitlines())}
-                responses[label] = recs
-                load_1min = os.getloadavg()[0]
-                out.append({"part": "tiny evaluation", "path": label, "repeat": rep, "questions": len(recs),
-                            "seconds": round(secs, 2), "load_1min": load_1min, "loaded": loaded(load_1min), **extra})
-    a = responses[runs[0][0]]
-    for r in out:
-        before = [x for x in out if x["repeat"] == r["repeat"]][0]
-        r["time_share_of_before"] = r["seconds"] / before["seconds"]
-        if ref is not None:
-            r["time_share_of_reference"] = r["seconds"] / next(
-                x for x in out if x["repeat"] == r["repeat"] and x["path"] == REFERENCE_PATH)["seconds"]
-        b = responses[r["path"]]
-        r["identical_responses"] = sum(a[k] == b.get(k) for k in a) / len(a)     # to the baseline's
     return out
 
 
