@@ -36,6 +36,15 @@ def test_chapter_pair_in_sync(md):
     assert len(params) == 1, f"{ipynb.name} needs exactly one cell tagged 'parameters'"
 
 
+@pytest.mark.parametrize("md", CHAPTERS, ids=lambda p: p.name)
+def test_no_chapter_hands_a_figure_to_plt_show(md):
+    """``plt.show(fig)`` works in the book's inline backend (it takes the figure for its ``close`` argument) and
+    raises a TypeError under any other, e.g. papermill with ``MPLBACKEND=Agg`` (make test-all): a chapter draws its
+    figure, then calls ``plt.show()``."""
+    code = "\n".join(c.source for c in jupytext.read(md).cells if c.cell_type == "code")
+    assert not re.findall(r"plt\.show\(\s*[^)\s]", code), f"{md.name} passes something to plt.show"
+
+
 def test_toc_lists_existing_files_and_every_chapter():
     toc = yaml.safe_load((ROOT / "_toc.yml").read_text())
     files = [toc["root"]]
