@@ -34,6 +34,23 @@ def test_every_row_count_gives_torchs_product_bit_for_bit(shape):
     assert products.plan(*shape, 48) <= set(range(1, 49))
 
 
+@pytest.mark.parametrize("shape", [(384, 128), (128, 384), (68, 128)])
+def test_a_product_written_into_a_buffer_is_the_fresh_products_bits(shape):
+    """The engine's products land in buffers it keeps (``out``) and its residual sums in the residual itself: at every
+    row count, the same bits as the fresh result (fails if ``out`` took another product path)."""
+    g = torch.Generator().manual_seed(5)
+    w = torch.randn(*shape, generator=g)
+    x, r = torch.randn(48, shape[1], generator=g), torch.randn(48, shape[0], generator=g)
+    p = products.Products(48)
+    p.prepare(w)
+    buf = torch.full((48, shape[0]), float("nan"))
+    for n in range(1, 49):
+        assert torch.equal(p.linear(x[:n], w, out=buf[:n]), p.linear(x[:n], w)), n
+        fresh = products._pieces("addmm", x[:n], w, r[:n], h) if (h := products.split_at(
+            "addmm", *shape, n, 48)) is not None else torch.addmm(r[:n], x[:n], w.t())
+        assert torch.equal(p.add_linear(r[:n].clone(), x[:n], w), fresh), n
+
+
 def test_a_plan_holds_only_row_counts_where_onednn_agrees():
     """plan's rows, checked again here one by one against oneDNN's own product."""
     if not products.onednn_available():
@@ -88,7 +105,7 @@ def test_the_products_are_the_same_on_one_thread_as_on_two(kind, shape):
     x, r = torch.randn(48, shape[1], generator=g), torch.randn(48, shape[0], generator=g)
     p = products.Products(48)
     p.prepare(w)
-    mine = (lambda n: p.linear(x[:n], w)) if kind == "linear" else (lambda n: p.add_linear(r[:n], x[:n], w))
+    mine = (lambda n: p.linear(x[:n], w)) if kind == "linear" else (lambda n: p.add_linear(r[:n].clone(), x[:n], w))
     was, got, ref = torch.get_num_threads(), {}, {}
     try:
         for t in (1, 2):

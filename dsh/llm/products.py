@@ -232,14 +232,18 @@ class Products:
             self._ways[key] = way
         return way
 
-    def linear(self, x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None = None) -> torch.Tensor:
-        """``x @ w.T (+ b)`` (with a bias: torch's product)."""
+    def linear(self, x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None = None,
+               out: torch.Tensor | None = None) -> torch.Tensor:
+        """``x @ w.T (+ b)`` (with a bias: torch's product); without a bias, by torch's product, written into ``out``
+        (``[rows, out_features]``, contiguous) where given: the same bits as a fresh result."""
         way = ("torch",) if b is not None else self._way("linear", x, w)     # (its first time: decided here, untimed)
         t = time.perf_counter() if self.log is not None else 0.0
         if way[0] == "pieces":
             y = _pieces("linear", x, w, None, way[1])
         elif way[0] == "onednn":
             y = torch.ops.mkldnn._linear_pointwise(x, way[1], None, "none", [], "")
+        elif b is None and out is not None:
+            y = torch.mm(x, w.t(), out=out)
         else:
             y = F.linear(x, w, b)
         if self.log is not None:
@@ -247,11 +251,12 @@ class Products:
         return y
 
     def add_linear(self, r: torch.Tensor, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-        """``r + x @ w.T`` as one ``addmm`` (the residual sums of the output and down projections); in two pieces
-        (or on one thread) where :func:`split_at` says so."""
+        """``r + x @ w.T`` as one ``addmm`` (the residual sums of the output and down projections), into ``r`` itself
+        (the same bits as ``torch.addmm``'s fresh result); in two pieces (or on one thread), as a new tensor, where
+        :func:`split_at` says so."""
         way = self._way("addmm", x, w)
         t = time.perf_counter() if self.log is not None else 0.0
-        y = _pieces("addmm", x, w, r, way[1]) if way[0] == "pieces" else torch.addmm(r, x, w.t())
+        y = _pieces("addmm", x, w, r, way[1]) if way[0] == "pieces" else r.addmm_(x, w.t())
         if self.log is not None:
             self.log.append((x.shape[0], 2 * x.shape[0] * w.numel(), time.perf_counter() - t))
         return y
