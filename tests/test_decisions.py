@@ -35,6 +35,7 @@ def test_a_later_process_reads_the_decisions_without_measuring(new_process, monk
     decisions.flush()
     stored = json.loads(decisions.path().read_text())
     assert len(stored["splits"]) == 16 and len(stored["faster"]) >= (1 if products.onednn_available() else 0)
+    assert decisions.stored() == sum(map(len, stored.values()))
     new_process()
 
     def measured(*a, **k):
@@ -88,7 +89,7 @@ def test_a_bad_file_counts_as_empty_and_is_replaced(new_process):
     p = decisions.path()
     p.parent.mkdir(parents=True)
     p.write_text('{"splits": [["linear", 40')
-    assert decisions.recall("splits", ("linear", 40, 24, 3, 16)) is decisions.MISSING
+    assert decisions.recall("splits", ("linear", 40, 24, 3, 16)) is decisions.MISSING and decisions.stored() == 0
     first = _decide_all()
     decisions.flush()
     assert len(json.loads(p.read_text())["splits"]) == 16

@@ -74,20 +74,27 @@ def _tables(p: Path) -> dict:
     return _READ[p]
 
 
-def recall(table: str, key: tuple):
-    """The stored decision ``key`` of ``table`` (one of :data:`TABLES`) on this machine, or :data:`MISSING`."""
+def _checked(table: str) -> str:
     if table not in TABLES:
         raise ValueError(f"table must be one of {', '.join(TABLES)}; got {table!r}")
-    return _tables(path())[table].get(tuple(key), MISSING)
+    return table
+
+
+def recall(table: str, key: tuple):
+    """The stored decision ``key`` of ``table`` (one of :data:`TABLES`) on this machine, or :data:`MISSING`."""
+    return _tables(path())[_checked(table)].get(tuple(key), MISSING)
+
+
+def stored() -> int:
+    """How many decisions this machine's file holds now (0 where there is none or it cannot be read)."""
+    return sum(len(rows) for rows in _load(path()).values())
 
 
 def remember(table: str, key: tuple, value) -> None:
     """Take ``value`` (a bool, int or None) as decision ``key`` of ``table`` on this machine; written to its file by
     :func:`flush` (at the latest when the process exits)."""
-    if table not in TABLES:
-        raise ValueError(f"table must be one of {', '.join(TABLES)}; got {table!r}")
     p = path()
-    _tables(p)[table][tuple(key)] = value
+    _tables(p)[_checked(table)][tuple(key)] = value
     if not _PENDING:
         atexit.register(flush)
     _PENDING.add(p)

@@ -127,8 +127,8 @@ class KernelDecoder:
             buf = self.bufs[name] = torch.empty(self.slots, cols)
         return buf[:A]
 
-    def _norm(self, x, norm, name: str = "normed"):
-        return kernels.rms_norm(self.lib, x, norm[0], norm[1], self._buffer(name, x.shape[0], x.shape[1]))
+    def _norm(self, x, norm):
+        return kernels.rms_norm(self.lib, x, norm[0], norm[1], self._buffer("normed", x.shape[0], x.shape[1]))
 
     def _linear(self, x, weights, name: str):
         w, b = weights

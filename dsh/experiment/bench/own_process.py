@@ -28,17 +28,12 @@ if a["n_per_level"]:
 evaluate(str(SHIPPED_BASE), out=a["out"] + ".warm-up.jsonl", settings=dataclasses.replace(settings, n_per_level=1),
          seed=a["seed"], backend="dsh", progress=False)
 from dsh.llm import decisions
-def stored():
-    try:
-        return sum(len(rows) for rows in json.loads(decisions.path().read_text()).values())
-    except (OSError, ValueError):
-        return 0
-before = stored()
+before = decisions.stored()
 t = time.perf_counter()
 evaluate(str(SHIPPED_BASE), out=a["out"], settings=settings, seed=a["seed"], backend="dsh", progress=False)
 secs = time.perf_counter() - t
 decisions.flush()
-json.dump({"seconds": secs, "products_decisions_made": stored() - before}, open(sys.argv[1], "w"))
+json.dump({"seconds": secs, "products_decisions_made": decisions.stored() - before}, open(sys.argv[1], "w"))
 """
 
 
