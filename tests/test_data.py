@@ -109,6 +109,18 @@ def test_chat_prompt_uses_the_template():
     assert records.chat_prompt(Tok(), "Q") == "<|user|>Q<|assistant|>"
 
 
+def test_chat_prompts_in_one_call_equal_one_call_each():
+    """The batched template (complete's path) gives each question's chat_prompt, on the shipped base's tokenizer."""
+    from transformers import AutoTokenizer
+
+    from dsh.training.laptop_base import SHIPPED_BASE
+
+    tok = AutoTokenizer.from_pretrained(str(SHIPPED_BASE))
+    qs = [p.question for p in problems.make_splits(n_train=30, n_test=1)["train"]] + ["", "Calculate 3 * 4."]
+    assert records.chat_prompts(tok, qs) == [records.chat_prompt(tok, q) for q in qs]
+    assert records.chat_prompts(tok, []) == []
+
+
 def test_verl_parquet_and_reward(tmp_path):
     probs = problems.make_splits(n_train=10, n_test=2)["test"]
     path = verl.write_parquet(probs, tmp_path / "test.parquet", split="test")

@@ -136,7 +136,9 @@ class KernelDecoder:
         take the model's step (a bias, another activation or embedding, no ``sgemm_`` from torch, turned off)."""
         emb = self.model.model.embed_tokens
         weights = [w for ly in layers for w in (ly[1], ly[2], ly[4], ly[5])] + [self.head]
+        weights.append((emb.weight, None))
         if not (self.c_step and blas.address() is not None and self.silu and type(emb) is torch.nn.Embedding
+                and emb.max_norm is None
                 and all(b is None and w.dtype == torch.float32 and w.is_contiguous() for w, b in weights)):
             return None
         self.lib.set_sgemm(blas.address())
