@@ -53,9 +53,12 @@ static inline void rope(const float *x, const float *cos, const float *sin, floa
    loops (positions, then dimensions), so the result does not depend on how the heads are grouped. Rows with len 0
    are skipped (out 0). */
 #define HB 4 /* query heads whose score sums are interleaved */
-/* The loop below, for a cache of element type T: float, read in place; or _Float16 where the compiler has it (half
-   the bytes read): each key tile and each position's values widened to float into a buffer as they are read (one
-   vector conversion), then the same float loops in the same order. WIDEN(src, buf, n) gives the float values. */
+/* The loop below, for a cache of element type T: float; or _Float16 where the compiler has it (half the bytes read).
+   Both are read in place, 16 values at a time widened to one float vector as they are used (LOAD16: one F16C
+   conversion on x86), then the same float sums in the same order; where D is not whole vectors of 16, each
+   position's values are widened into a buffer first (WIDEN(src, buf, n) gives the float values). Reading a half
+   cache in place rather than through a buffer: 1.19-1.23x at 256 rows of 8-220 positions (4 heads of 32, an Intel
+   Xeon with AVX-512), the same bits. */
 static inline const float *widen_float(const float *src, float *buf, int64_t n) {
   (void)buf;
   (void)n;
@@ -81,8 +84,20 @@ static inline v16f load16_float(const float *src) {
   __builtin_memcpy(&x, src, sizeof x);
   return x;
 }
+#ifdef __FLT16_MAX__
+/* 16 consecutive half floats widened to one float vector (exactly: every half is a float). */
+static inline v16f load16_half(const _Float16 *src) {
+#if defined(__AVX512F__)
+  return (v16f)_mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)src));
+#else
+  v16f x;
+  for (int i = 0; i < 16; ++i) x[i] = (float)src[i];
+  return x;
+#endif
+}
+#endif
 #define VB 8 /* (head, 16 dimensions) value sums held in registers at once */
-#define DEFINE_ATTEND(NAME, T, WIDEN) \
+#define DEFINE_ATTEND(NAME, T, WIDEN, LOAD16) \
 void NAME(const float *restrict qkv, const float *restrict cos, const float *restrict sin, \
             const int64_t *restrict pos, const int64_t *restrict len, const int64_t *restrict slot, \
             T *restrict kt, T *restrict v, float *restrict out, int64_t B, int64_t H, int64_t KV, int64_t D, \
@@ -100,7 +115,7 @@ _Pragma("omp parallel for schedule(dynamic, 2)") \
     const float *c = cos + p * D, *s = sin + p * D; \
     T *K = kt + slot[b] * tiles_all * KV * D * TILE; \
     T *V = v + slot[b] * M * KV * D; \
-    float kr[D], tbuf[KV * D * TILE] __attribute__((aligned(64))), vbuf[KV * D] __attribute__((aligned(64))); \
+    float kr[D], vbuf[KV * D] __attribute__((aligned(64))); \
     for (int64_t h = 0; h < KV; ++h) { \
       rope(row + (H + h) * D, c, s, kr, D); \
       T *tile = K + ((p / TILE) * KV + h) * D * TILE; \
@@ -121,28 +136,18 @@ _Pragma("omp parallel for schedule(dynamic, 2)") \
       for (int64_t d = 0; d < D; ++d) qs[h * D + d] = qs[(H - 1) * D + d]; \
     /* scores: the key tiles once, every head */ \
     for (int64_t t = 0; t < tiles; ++t) { \
-      const float *tk = WIDEN(K + t * KV * D * TILE, tbuf, KV * D * TILE); \
+      const T *tk = K + t * KV * D * TILE; /* read in place, each 16 positions of a dimension one vector */ \
       for (int64_t h0 = 0; h0 < HP; h0 += HB) { \
-        const float *tl[HB]; \
+        const T *tl[HB]; \
         for (int k = 0; k < HB; ++k) { \
           const int64_t h = h0 + k < H ? h0 + k : H - 1; \
           tl[k] = tk + (h / group) * D * TILE; \
         } \
-        float sv[HB][TILE] __attribute__((aligned(64))); \
-        for (int k = 0; k < HB; ++k) \
-_Pragma("omp simd") \
-          for (int i = 0; i < TILE; ++i) sv[k][i] = 0.f; \
-        for (int64_t d = 0; d < D; ++d) { \
-          for (int k = 0; k < HB; ++k) { \
-            const float qd = qs[(h0 + k) * D + d]; \
-            const float *td = tl[k] + d * TILE; \
-_Pragma("omp simd") \
-            for (int i = 0; i < TILE; ++i) sv[k][i] += qd * td[i]; \
-          } \
-        } \
-        for (int k = 0; k < HB; ++k) \
-_Pragma("omp simd") \
-          for (int i = 0; i < TILE; ++i) sc[(h0 + k) * stride + t * TILE + i] = sv[k][i]; \
+        v16f sv[HB]; \
+        for (int k = 0; k < HB; ++k) sv[k] = (v16f){0}; \
+        for (int64_t d = 0; d < D; ++d) \
+          for (int k = 0; k < HB; ++k) sv[k] += qs[(h0 + k) * D + d] * LOAD16(tl[k] + d * TILE); \
+        for (int k = 0; k < HB; ++k) __builtin_memcpy(sc + (h0 + k) * stride + t * TILE, &sv[k], sizeof sv[k]); \
       } \
     } \
     float inv[H]; \
@@ -177,9 +182,9 @@ _Pragma("omp simd reduction(+ : sum)") \
         _Pragma("GCC unroll 8") \
         for (int k = 0; k < VB; ++k) a[k] = (v16f){0}; \
         for (int64_t j = 0; j < n; ++j) { \
-          const float *vj = WIDEN(V + j * KV * D, vbuf, KV * D); \
+          const T *vj = V + j * KV * D; /* read in place */ \
           _Pragma("GCC unroll 8") \
-          for (int k = 0; k < VB; ++k) a[k] += pr[k][j] * load16_float(vj + off[k]); \
+          for (int k = 0; k < VB; ++k) a[k] += pr[k][j] * LOAD16(vj + off[k]); \
         } \
         for (int k = 0; k < VB && u0 + k < U; ++k) { \
           const int64_t u = u0 + k, h = u / C; \
@@ -203,9 +208,9 @@ _Pragma("omp simd") \
       for (int64_t d = 0; d < D; ++d) out[(b * H + h) * D + d] = acc[h * D + d] * inv[h]; \
   } \
 }
-DEFINE_ATTEND(attend, float, widen_float)
+DEFINE_ATTEND(attend, float, widen_float, load16_float)
 #ifdef __FLT16_MAX__
-DEFINE_ATTEND(attend_f16, _Float16, widen_half)
+DEFINE_ATTEND(attend_f16, _Float16, widen_half, load16_half)
 int has_attend_f16(void) { return 1; }
 #else
 int has_attend_f16(void) { return 0; }
