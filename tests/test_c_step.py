@@ -1,10 +1,10 @@
 """The decoding step in one C call (dsh.llm.kernel_engine's C step, its products through torch's sgemm_,
 dsh.llm.blas) against the same step in Python: the same tokens, log-probabilities and stops on every row; row counts
-whose products are not one sgemm_ call step in Python; the products' times are logged per product as before."""
+whose products are not one sgemm_ call step in Python (the products' log of either step: tests/test_products.py)."""
 
 import pytest
 import torch
-from transformers import LlamaConfig, LlamaForCausalLM
+from tiny_llamas import gqa_llama
 
 from dsh.llm import blas, kernel_engine, kernels, models
 from dsh.llm.engine import Engine
@@ -17,14 +17,7 @@ needs_c = pytest.mark.skipif(kernels.load() is None or blas.address() is None,
 
 @pytest.fixture(scope="module")
 def gqa():
-    """A 2-layer llama, 4 query heads over 2 key/value heads, head size 6."""
-    torch.manual_seed(0)
-    cfg = LlamaConfig(vocab_size=12, hidden_size=24, intermediate_size=40, num_hidden_layers=2, num_attention_heads=4,
-                      num_key_value_heads=2, max_position_embeddings=64, eos_token_id=11, pad_token_id=0, bos_token_id=1)
-    m = LlamaForCausalLM(cfg).eval()
-    with torch.no_grad():
-        m.lm_head.weight.mul_(8.0)
-    return m
+    return gqa_llama(head_scale=8.0)
 
 
 _ORIGINAL = (kernel_engine.KernelDecoder._step_in_c, kernel_engine.KernelDecoder._logits)
@@ -89,19 +82,6 @@ def test_a_row_count_whose_products_are_not_one_sgemm_call_steps_in_python(gqa, 
     monkeypatch.setattr(Products, "in_c", lambda self, kind, w, n: n % 2 == 0 and in_c(self, kind, w, n))
     got, counts = _run(eng, prompts, True, 1.0, monkeypatch)
     assert got == want and counts["c"] > 0 and counts["python"] > 0
-
-
-@needs_c
-def test_the_c_steps_products_are_logged(gqa):
-    """The bench's log of the products: rows, FLOPs and seconds of each product of each C step, in the step's order."""
-    eng = Engine(gqa, [11], slots=4, max_len=32, attention="kernels")
-    log: list = []
-    eng.log_products(log)
-    eng.generate([[1, 2, 3]] * 4, 6, temperature=0)
-    macs = [24 * (24 + 2 * 12), 24 * 24, 24 * 80, 40 * 24] * 2 + [24 * 12]
-    assert log and len(log) % len(macs) == 0
-    for i, (rows, flops, secs) in enumerate(log):
-        assert flops == 2 * rows * macs[i % len(macs)] and secs > 0
 
 
 @needs_c

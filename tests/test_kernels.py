@@ -7,6 +7,7 @@ import math
 
 import pytest
 import torch
+from tiny_llamas import gqa_llama
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from dsh.core import provenance
@@ -30,13 +31,7 @@ def base():
 def gqa():
     """A 2-layer llama, 4 query heads over 2 key/value heads, head size 6 (not a multiple of the 16-wide tiles),
     peaked logits."""
-    torch.manual_seed(0)
-    cfg = LlamaConfig(vocab_size=12, hidden_size=24, intermediate_size=40, num_hidden_layers=2, num_attention_heads=4,
-                      num_key_value_heads=2, max_position_embeddings=64, eos_token_id=11, pad_token_id=0, bos_token_id=1)
-    m = LlamaForCausalLM(cfg).eval()
-    with torch.no_grad():
-        m.lm_head.weight.mul_(40.0)
-    return m
+    return gqa_llama(head_scale=40.0)
 
 
 def _prompts(tok, n_per_level):

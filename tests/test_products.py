@@ -3,7 +3,8 @@ never changes a sample; the products' log that dsh bench reads."""
 
 import pytest
 import torch
-from transformers import LlamaConfig, LlamaForCausalLM
+from tiny_llamas import gqa_llama
+from transformers import LlamaForCausalLM
 
 from dsh.llm import products
 from dsh.llm.engine import Engine
@@ -65,12 +66,13 @@ def test_a_plan_holds_only_row_counts_where_onednn_agrees():
         assert torch.equal(ops._linear_pointwise(x, packed, None, "none", [], ""), F.linear(x, w))
 
 
-def test_the_engine_logs_every_product_of_a_step():
-    torch.manual_seed(0)
-    cfg = LlamaConfig(vocab_size=12, hidden_size=24, intermediate_size=40, num_hidden_layers=2, num_attention_heads=4,
-                      num_key_value_heads=2, max_position_embeddings=64, eos_token_id=11, pad_token_id=0, bos_token_id=1)
-    m = LlamaForCausalLM(cfg).eval()
+@pytest.mark.parametrize("c_step", [True, False])
+def test_the_engine_logs_every_product_of_a_step(c_step):
+    """Rows, FLOPs and seconds of every product of every step, in the step's order, whether the step runs in C (its
+    products timed there) or in Python."""
+    m = gqa_llama()
     eng = Engine(m, [11], slots=4, max_len=32, attention="kernels")
+    eng._cpu.c_step = c_step
     log: list = []
     eng.log_products(log)
     eng.generate([[1, 2, 3]] * 3, 5, temperature=0)
@@ -78,7 +80,7 @@ def test_the_engine_logs_every_product_of_a_step():
     assert log and len(log) % per_step == 0
     macs = [24 * (24 + 2 * 12), 24 * 24, 24 * 80, 40 * 24] * 2 + [24 * 12]   # one step's products, in order
     for i, (rows, flops, secs) in enumerate(log):
-        assert rows == 3 and flops == 2 * rows * macs[i % per_step] and secs >= 0
+        assert rows == 3 and flops == 2 * rows * macs[i % per_step] and secs > 0
     n = len(log)
     eng.log_products(None)
     eng.generate([[1, 2, 3]], 2, temperature=0)
