@@ -21,6 +21,10 @@ multiple of four as a block of their own, so a sample drawn on one thread (a pip
 product is taken in the two pieces the two-thread path uses, which give its result on either thread count. Where no
 such split gives the two-thread bits (MKL on an Intel Xeon with AVX-512: 4-5 rows at 128 -> 384, 4-15 at 384 ->
 128), the product is taken on one thread (:func:`one_thread`), which gives the one-thread bits on either count.
+
+Where a product at a row count is torch's single call, the decoding step in C may take it through the ``sgemm_``
+torch calls (:mod:`dsh.llm.blas`); :func:`sgemm_agrees` checks, once per machine and row count, that the call from C
+gives torch's bits there (:meth:`Products.in_c`).
 """
 
 from __future__ import annotations
