@@ -30,11 +30,12 @@ _ORIGINAL = (kernel_engine.KernelDecoder._step_in_c, kernel_engine.KernelDecoder
 
 def _run(eng, prompts, c_step: bool, temperature: float, monkeypatch):
     """The engine's completions with whole steps in C (or none) and how many steps ran in C and in Python."""
-    counts = {"c": 0, "python": 0}
+    counts = {"c": 0, "python": 0, "packed": 0}
     in_c, logits = _ORIGINAL
 
     def spy_c(self, *a):
         counts["c"] += 1
+        counts["packed"] += int(a[-1].sum())         # the products taken from packed weights in this step
         return in_c(self, *a)
 
     def spy_py(self, *a):
@@ -64,6 +65,19 @@ def test_the_c_step_equals_the_python_step(gqa, kv_cache, temperature, monkeypat
     assert c == py
     assert c_counts["c"] > 0.8 * (c_counts["c"] + c_counts["python"]) and py_counts["c"] == 0
     assert sum(len(t) for t, _, _ in c) > 600
+    if blas.packed_addresses() is not None:       # MKL: most products from packed weights (not below 6 rows here)
+        assert c_counts["packed"] > 0.5 * 9 * c_counts["c"]
+
+
+@needs_c
+def test_the_c_step_without_packed_weights_gives_the_same_completions(gqa, monkeypatch):
+    """Every product through sgemm_ (no packed weights, as where MKL's packing is missing): the same completions."""
+    prompts = [[1 + i % 9, 2 + i % 7] for i in range(60)]
+    eng = Engine(gqa, [11], slots=32, max_len=48, attention="kernels")
+    want, _ = _run(eng, prompts, True, 1.0, monkeypatch)
+    monkeypatch.setattr(blas, "packed_addresses", lambda: None)
+    got, counts = _run(eng, prompts, True, 1.0, monkeypatch)
+    assert got == want and counts["c"] > 0 and counts["packed"] == 0
 
 
 @needs_c
@@ -102,6 +116,28 @@ def test_blas_product_is_torchs(shape):
 
 
 @needs_c
+@pytest.mark.parametrize("shape", [(384, 128), (128, 384), (68, 128)])
+def test_packed_products_are_torchs_where_the_check_says_so(shape):
+    """blas.packed_product equals torch's product at every row count 1-64 where products.packed_agrees holds, and the
+    check holds at most of them (MKL: from 6 rows on)."""
+    from dsh.llm import products
+
+    if blas.packed_addresses() is None:
+        pytest.skip("no MKL packing in this torch library")
+    g = torch.Generator().manual_seed(4)
+    w = torch.randn(*shape, generator=g)
+    x, r = torch.randn(64, shape[1], generator=g), torch.randn(64, shape[0], generator=g)
+    packed, agreed = blas.pack(w, 64), 0
+    for n in range(1, 65):
+        if products.packed_agrees("linear", *shape, n, 64):
+            agreed += 1
+            assert torch.equal(blas.packed_product(x[:n], packed, torch.empty(n, shape[0])), torch.mm(x[:n], w.t()))
+        if products.packed_agrees("addmm", *shape, n, 64):
+            assert torch.equal(blas.packed_product(x[:n], packed, r[:n].clone(), 1.0), r[:n].clone().addmm_(x[:n], w.t()))
+    assert agreed >= 48
+
+
+@needs_c
 def test_blas_product_refuses_bad_tensors():
     w, x = torch.randn(8, 4), torch.randn(3, 4)
     with pytest.raises(ValueError, match="x must be a contiguous 2-d float32"):
@@ -110,3 +146,8 @@ def test_blas_product_refuses_bad_tensors():
         blas.product(x, w, torch.empty(8, 3).t())
     with pytest.raises(ValueError, match=r"shapes must be x \[A, I\], w \[O, I\], out \[A, O\]"):
         blas.product(x, w, torch.empty(3, 7))
+    if blas.packed_addresses() is not None:
+        with pytest.raises(ValueError, match="w must be a contiguous 2-d float32"):
+            blas.pack(w.t(), 4)
+        with pytest.raises(ValueError, match="x and out must have the same rows"):
+            blas.packed_product(x, blas.pack(w, 4), torch.empty(2, 8))

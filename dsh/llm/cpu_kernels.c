@@ -355,17 +355,27 @@ int64_t advance_rows(const int64_t *restrict nxt, const float *restrict logp, in
 typedef void (*sgemm_fn)(const char *, const char *, const int *, const int *, const int *, const float *,
                          const float *, const int *, const float *, const int *, const float *, float *, const int *);
 static sgemm_fn step_sgemm = 0;
-void set_sgemm(void *f) { step_sgemm = (sgemm_fn)f; }
+/* MKL's cblas_sgemm_compute: the same product from a weight packed ahead (dsh.llm.blas.pack) */
+typedef void (*compute_fn)(int, int, int, int, int, int, const float *, int, const float *, int, float, float *, int);
+static compute_fn step_compute = 0;
+void set_sgemm(void *f, void *compute) {
+  step_sgemm = (sgemm_fn)f;
+  step_compute = (compute_fn)compute;
+}
 
-/* out [A, O] = beta * out + x [A, I] @ w [O, I]^T, through sgemm_ (column-major: out^T = w^T^T x^T); with t, its
-   seconds added to *t. */
-static void step_product(const float *x, const float *w, float *out, int64_t A, int64_t I, int64_t O, float beta,
-                         double *t) {
+/* out [A, O] = beta * out + x [A, I] @ w [O, I]^T, through sgemm_ (column-major: out^T = w^T^T x^T), or from packed
+   (w packed by MKL) where it is not NULL; with t, its seconds added to *t. */
+static void step_product(const float *x, const float *w, const float *packed, float *out, int64_t A, int64_t I,
+                         int64_t O, float beta, double *t) {
   const char ta = 'T', tb = 'N';
   const int m = (int)O, n = (int)A, k = (int)I;
   const float one = 1.f;
   const double t0 = t ? omp_get_wtime() : 0.0;
-  step_sgemm(&ta, &tb, &m, &n, &k, &one, w, &k, x, &k, &beta, out, &m);
+  if (packed)
+    step_compute(102 /* column-major */, 151 /* packed */, 111 /* not transposed */, m, n, k, packed, k, x, k, beta,
+                 out, m);
+  else
+    step_sgemm(&ta, &tb, &m, &n, &k, &one, w, &k, x, &k, &beta, out, &m);
   if (t) *t += omp_get_wtime() - t0;
 }
 
@@ -378,18 +388,20 @@ typedef struct {
   int64_t L, N, F, H, KV, D, M, V, half;
   float scale, final_eps;
   const float *embed, *final_norm, *head, *cos, *sin, *eps;
-  const int64_t *layers;
+  const int64_t *layers, *packed; /* packed: each product's packed weight (4 a layer, then the head's), 0 for none */
   float *x, *normed, *qkv, *att, *gu, *act, *logits, *new_logp;
   int64_t *new_tok;
 } step_model;
 
 /* Feed each of the A active rows its token (rows st [ROW_FIELDS, A], advance_rows()'s layout), sample the next
    (sample_tokens(), the streams of (key, n_gen)) and move the rows on (advance_rows()); returns how many rows are
-   done. times (or NULL): each product's seconds added, in the step's order (4 a layer, then the head's). */
+   done. use_packed (or NULL): per product, in the step's order (4 a layer, then the head's), whether it is taken
+   from its packed weight at this row count; times (or NULL): each product's seconds added, in the same order. */
 int64_t decode_step(const step_model *m, int64_t *restrict st, int64_t A, float inv_temp, int greedy,
                     int64_t *restrict out, float *restrict out_logp, int64_t out_w, const int64_t *restrict prompt,
                     int64_t prompt_w, const int64_t *restrict eos, int64_t n_eos, int64_t stop_tok, int64_t stop_n,
-                    double *times) {
+                    const int64_t *use_packed, double *times) {
+#define PACKED(p) (use_packed && use_packed[p] ? (const float *)m->packed[p] : 0)
   const int64_t N = m->N, F = m->F, HD = m->H * m->D, QKV = (m->H + 2 * m->KV) * m->D;
   const int64_t *tok = st + R_TOK * A, *pos = st + R_POS * A, *lens = st + R_LENS * A, *slot = st + R_SLOT * A;
   for (int64_t b = 0; b < A; ++b) __builtin_memcpy(m->x + b * N, m->embed + tok[b] * N, N * sizeof(float));
@@ -397,7 +409,7 @@ int64_t decode_step(const step_model *m, int64_t *restrict st, int64_t A, float 
     const int64_t *w = m->layers + 8 * l;
     double *t = times ? times + 4 * l : 0;
     rms_norm(m->x, (const float *)w[0], m->eps[2 * l], m->normed, A, N);
-    step_product(m->normed, (const float *)w[1], m->qkv, A, N, QKV, 0.f, t);
+    step_product(m->normed, (const float *)w[1], PACKED(4 * l), m->qkv, A, N, QKV, 0.f, t);
 #ifdef __FLT16_MAX__
     if (m->half)
       attend_f16(m->qkv, m->cos, m->sin, pos, lens, slot, (_Float16 *)w[6], (_Float16 *)w[7], m->att, A, m->H,
@@ -406,17 +418,18 @@ int64_t decode_step(const step_model *m, int64_t *restrict st, int64_t A, float 
 #endif
       attend(m->qkv, m->cos, m->sin, pos, lens, slot, (float *)w[6], (float *)w[7], m->att, A, m->H, m->KV, m->D,
              m->M, m->scale);
-    step_product(m->att, (const float *)w[2], m->x, A, HD, N, 1.f, t ? t + 1 : 0);
+    step_product(m->att, (const float *)w[2], PACKED(4 * l + 1), m->x, A, HD, N, 1.f, t ? t + 1 : 0);
     rms_norm(m->x, (const float *)w[3], m->eps[2 * l + 1], m->normed, A, N);
-    step_product(m->normed, (const float *)w[4], m->gu, A, N, 2 * F, 0.f, t ? t + 2 : 0);
+    step_product(m->normed, (const float *)w[4], PACKED(4 * l + 2), m->gu, A, N, 2 * F, 0.f, t ? t + 2 : 0);
     silu_mul(m->gu, m->act, A, F);
-    step_product(m->act, (const float *)w[5], m->x, A, F, N, 1.f, t ? t + 3 : 0);
+    step_product(m->act, (const float *)w[5], PACKED(4 * l + 3), m->x, A, F, N, 1.f, t ? t + 3 : 0);
   }
   rms_norm(m->x, m->final_norm, m->final_eps, m->normed, A, N);
-  step_product(m->normed, m->head, m->logits, A, N, m->V, 0.f, times ? times + 4 * m->L : 0);
+  step_product(m->normed, m->head, PACKED(4 * m->L), m->logits, A, N, m->V, 0.f, times ? times + 4 * m->L : 0);
   sample_tokens(m->logits, st + R_KEY * A, st + R_NGEN * A, inv_temp, greedy, m->new_tok, m->new_logp, A, m->V);
   return advance_rows(m->new_tok, m->new_logp, st, A, out, out_logp, out_w, prompt, prompt_w, eos, n_eos, stop_tok,
                       stop_n);
+#undef PACKED
 }
 
 /* The FMA issue rate: FLOP/s of n rounds of 10 independent multiply-add chains of 16 floats on every thread (the

@@ -18,8 +18,10 @@ that have finished, or that wait for a refill, take matmul time for nothing. :cl
   count where each product is torch's single ``sgemm_`` call and that call, made from C (:mod:`dsh.llm.blas`),
   gives torch's bits (checked once per machine): the same operations in the same order as the step in Python, without
   its ~40 calls from Python a step (~0.45 ms of a 3.4 ms step at 256 rows on the 2-core machine; 1.1-1.2x end to end
-  there, outputs identical: README, "Performance"). Other row counts, a bias, another activation, a torch without
-  ``sgemm_``, or ``c_step = False``: the step in Python.
+  there, outputs identical: README, "Performance"); where MKL's product from a weight packed once a generate gives
+  the same bits at a row count (checked once per machine), the C step takes that one (the evaluation ~1.05x, sampling
+  unchanged, alternating in one process). Other row counts, a bias, another activation, a torch without ``sgemm_``,
+  or ``c_step = False``: the step in Python.
 
 It samples exactly as :class:`dsh.llm.engine.Engine` does: the counted uniforms of (seed, the row's key, the token's
 index, the vocabulary index) (:func:`dsh.llm.streams.counted_uniform`, bit for bit), in the Gumbel-max form of the
@@ -73,9 +75,9 @@ class StepModel(ctypes.Structure):
     """The C step's view of the model and its buffers (``step_model`` in ``cpu_kernels.c``, field for field)."""
     _fields_ = ([(f, ctypes.c_int64) for f in ("L", "N", "F", "H", "KV", "D", "M", "V", "half")]
                 + [("scale", ctypes.c_float), ("final_eps", ctypes.c_float)]
-                + [(f, ctypes.c_void_p) for f in ("embed", "final_norm", "head", "cos", "sin", "eps", "layers", "x",
-                                                  "normed", "qkv", "att", "gu", "act", "logits", "new_logp",
-                                                  "new_tok")])
+                + [(f, ctypes.c_void_p) for f in ("embed", "final_norm", "head", "cos", "sin", "eps", "layers",
+                                                  "packed", "x", "normed", "qkv", "att", "gu", "act", "logits",
+                                                  "new_logp", "new_tok")])
 
 
 class KernelDecoder:
@@ -141,15 +143,19 @@ class KernelDecoder:
                 and emb.max_norm is None
                 and all(b is None and w.dtype == torch.float32 and w.is_contiguous() for w, b in weights)):
             return None
-        self.lib.set_sgemm(blas.address())
+        packed_fns = blas.packed_addresses()
+        self.lib.set_sgemm(blas.address(), packed_fns[2] if packed_fns else None)
         self.c_products = [(k, w) for ly in layers for k, (w, _) in zip(("linear", "addmm", "linear", "addmm"),
                                                                      (ly[1], ly[2], ly[4], ly[5]))]
         self.c_products.append(("linear", self.head[0]))
+        # each weight packed by MKL once a generate (its products at row counts where that gives torch's bits)
+        self._packed = [blas.pack(w, self.slots) for _, w in self.c_products] if packed_fns else []
         addr = [t.data_ptr() for i, ly in enumerate(layers)
                 for t in (ly[0][0], ly[1][0], ly[2][0], ly[3][0], ly[4][0], ly[5][0], self.k_cache[i], self.v_cache[i])]
         self._keep = (torch.tensor(addr, dtype=torch.int64),
                       torch.tensor([e for ly in layers for e in (ly[0][1], ly[3][1])], dtype=torch.float32),
-                      torch.empty(len(self.c_products), dtype=torch.float64), emb.weight.detach())
+                      torch.empty(len(self.c_products), dtype=torch.float64), emb.weight.detach(),
+                      torch.tensor([p.data_ptr() for p in self._packed] or [0] * len(self.c_products), dtype=torch.int64))
         N, HD, F = self.model.config.hidden_size, self.H * self.D, layers[0][4][0].shape[0] // 2
         buf = {name: self._buffer(name, self.slots, cols).data_ptr() for name, cols in (
             ("x", N), ("normed", N), ("qkv", (self.H + 2 * self.KV) * self.D), ("attended", HD), ("gate_up", 2 * F),
@@ -159,29 +165,33 @@ class KernelDecoder:
                          half=int(self.k_cache.element_size() == 2), scale=self.scaling, final_eps=self.final_norm[1],
                          embed=self._keep[3].data_ptr(), final_norm=self.final_norm[0].data_ptr(),
                          head=self.head[0].data_ptr(), cos=self.cos.data_ptr(), sin=self.sin.data_ptr(),
-                         eps=self._keep[1].data_ptr(), layers=self._keep[0].data_ptr(), x=buf["x"],
+                         eps=self._keep[1].data_ptr(), layers=self._keep[0].data_ptr(),
+                         packed=self._keep[4].data_ptr(), x=buf["x"],
                          normed=buf["normed"], qkv=buf["qkv"], att=buf["attended"], gu=buf["gate_up"],
                          act=buf["activated"], logits=buf["logits"], new_logp=buf["new_logp"],
                          new_tok=self.new_tok.data_ptr())
 
-    def _in_c(self, A: int) -> bool:
+    def _in_c(self, A: int):
         """Whether a step of ``A`` rows runs in C: each of its products is torch's single ``sgemm_`` call there
-        (:meth:`dsh.llm.products.Products.in_c`); decided once per row count a generate."""
-        ok = self._c_rows.get(A)
-        if ok is None:
-            ok = self._c_rows[A] = all(self.products.in_c(k, w, A) for k, w in self.c_products)
-        return ok
+        (:meth:`dsh.llm.products.Products.in_c`); then (a true value) which of them it takes from the packed weight
+        (:meth:`dsh.llm.products.Products.packed`: an int64 flag per product), else None. Decided once per row count a
+        generate."""
+        if A not in self._c_rows:
+            ok = all(self.products.in_c(k, w, A) for k, w in self.c_products)
+            self._c_rows[A] = None if not ok else torch.tensor(
+                [int(bool(self._packed) and self.products.packed(k, w, A)) for k, w in self.c_products])
+        return self._c_rows[A]
 
-    def _step_in_c(self, s, inv_temp: float, greedy: bool, stop_tok: int, stop_n: int) -> int:
-        """:meth:`_step` as one C call (``decode_step``), each product's seconds logged where :attr:`product_log`
-        asks for them."""
+    def _step_in_c(self, s, inv_temp: float, greedy: bool, stop_tok: int, stop_n: int, packed) -> int:
+        """:meth:`_step` as one C call (``decode_step``), the products flagged in ``packed`` from their packed weights,
+        each product's seconds logged where :attr:`product_log` asks for them."""
         A, times = s.tok.shape[0], self._keep[2]
         if self.product_log is not None:
             times.zero_()
         n_done = self.lib.decode_step(ctypes.byref(self.c_model), s.state.data_ptr(), A, inv_temp, int(greedy),
                                       self.out.data_ptr(), self.out_logp.data_ptr(), self.out.shape[1],
                                       self.prompt_buf.data_ptr(), self.prompt_buf.shape[1], self.eos.data_ptr(),
-                                      self.eos.numel(), stop_tok, stop_n,
+                                      self.eos.numel(), stop_tok, stop_n, packed.data_ptr(),
                                       times.data_ptr() if self.product_log is not None else None)
         if self.product_log is not None:
             self.product_log += [(A, 2 * A * w.numel(), t) for (_, w), t in zip(self.c_products, times.tolist())]
@@ -233,8 +243,8 @@ class KernelDecoder:
         """Feed one token to every active row; rows past their prompt record the token sampled after it
         (:func:`dsh.llm.kernels.advance_rows`). Returns how many rows are done."""
         stop_tok, stop_n = self.stop_after if self.stop_after is not None else (-1, 0)
-        if self.c_model is not None and self._in_c(s.tok.shape[0]):
-            return self._step_in_c(s, inv_temp, greedy, stop_tok, stop_n)
+        if self.c_model is not None and (packed := self._in_c(s.tok.shape[0])) is not None:
+            return self._step_in_c(s, inv_temp, greedy, stop_tok, stop_n, packed)
         new, logp = kernels.sample_tokens(self.lib, self._logits(s), s.key, s.n_gen, inv_temp, greedy,
                                           torch.empty_like(s.tok), torch.empty(s.tok.shape[0]))
         return kernels.advance_rows(self.lib, new, logp, s.state, self.out, self.out_logp, self.prompt_buf, self.eos,

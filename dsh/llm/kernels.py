@@ -170,9 +170,9 @@ def _declare(lib):
     lib.rope_split_backward.argtypes = [P, P, P, P, P, P, N, N, N, N]
     lib.silu_mul_backward.argtypes = [P, P, P, N, N]
     lib.set_sgemm.restype = None
-    lib.set_sgemm.argtypes = [P]
+    lib.set_sgemm.argtypes = [P, P]
     lib.decode_step.restype = N
-    lib.decode_step.argtypes = [P, P, N, F, ctypes.c_int, P, P, N, P, N, P, N, N, N, P]
+    lib.decode_step.argtypes = [P, P, N, F, ctypes.c_int, P, P, N, P, N, P, N, N, N, P, P]
 
 
 def half_cache(lib) -> bool:

@@ -24,7 +24,8 @@ such split gives the two-thread bits (MKL on an Intel Xeon with AVX-512: 4-5 row
 
 Where a product at a row count is torch's single call, the decoding step in C may take it through the ``sgemm_``
 torch calls (:mod:`dsh.llm.blas`); :func:`sgemm_agrees` checks, once per machine and row count, that the call from C
-gives torch's bits there (:meth:`Products.in_c`).
+gives torch's bits there (:meth:`Products.in_c`), and :func:`packed_agrees` where MKL's product from the weight
+packed ahead does too (:meth:`Products.packed`).
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ _INPUTS: dict = {}   # (seed, shapes) -> random tensors of those shapes
 _FASTER: dict = {}   # (out, in, timed rows) -> whether oneDNN was faster there
 _AGREES: dict = {}   # (out, in, rows) -> whether oneDNN's product equals torch's bit for bit
 _SGEMM: dict = {}    # (kind, out, in, rows, most rows) -> whether blas.product equals torch's bit for bit
+_PACKED: dict = {}   # the same -> whether blas.packed_product does too
 
 
 def _random(seed: int, *shapes) -> list:
@@ -120,6 +122,21 @@ def sgemm_agrees(kind: str, out_features: int, in_features: int, n: int, rows: i
         return torch.equal(want, got)
 
     return blas.address() is not None and _decided(_SGEMM, "sgemm", (kind, out_features, in_features, n, rows), agrees)
+
+
+def packed_agrees(kind: str, out_features: int, in_features: int, n: int, rows: int) -> bool:
+    """Whether :func:`sgemm_agrees` holds and the same product from the weight packed ahead
+    (:func:`dsh.llm.blas.packed_product`) equals it bit for bit too; checked once per machine, when first asked for."""
+    def agrees():
+        w, x, r = _random(2, (out_features, in_features), (rows, in_features), (rows, out_features))
+        want = _product(kind, x[:n], w, None if kind == "linear" else r[:n])
+        got = blas.packed_product(x[:n], blas.pack(w, rows),
+                                  torch.zeros(n, out_features) if kind == "linear" else r[:n].clone(),
+                                  0.0 if kind == "linear" else 1.0)
+        return torch.equal(want, got)
+
+    return (sgemm_agrees(kind, out_features, in_features, n, rows) and blas.packed_addresses() is not None
+            and _decided(_PACKED, "packed", (kind, out_features, in_features, n, rows), agrees))
 
 
 def plan(out_features: int, in_features: int, rows: int) -> frozenset:
@@ -236,6 +253,11 @@ class Products:
         """Whether this ``kind`` product of ``w`` at ``n`` rows is torch's single call (no split, no oneDNN) and
         :func:`sgemm_agrees` (the decoding step in C may take it)."""
         return self._way(kind, n, w) == ("torch",) and n <= self.rows and sgemm_agrees(kind, *w.shape, n, self.rows)
+
+    def packed(self, kind: str, w: torch.Tensor, n: int) -> bool:
+        """Whether :meth:`in_c` holds and the C step may take this product from the weight packed ahead
+        (:func:`packed_agrees`)."""
+        return self.in_c(kind, w, n) and packed_agrees(kind, *w.shape, n, self.rows)
 
     def _way(self, kind: str, n: int, w) -> tuple:
         key = (kind, id(w), n)
