@@ -6,8 +6,9 @@ Inside: the engine's CPU path (float16 KV cache where the CPU has half floats) s
 shape: ``rows`` rows) are summed, FLOPs over seconds, each product timed around its call (so a thread pool's wake-up
 and caches emptied by the attention count, as they do in a step). Alone: each of those products (every layer's fused
 q/k/v, output, fused gate/up and down projections and the LM head) at ``rows`` rows, timed many times over by torch's
-product (MKL on x86) and by oneDNN with the weight packed ahead, the faster of the two per shape making the best
-library rate (:func:`library_rates`). The share of the first in the last is README "Performance"'s "products in the
+product (MKL on x86), by oneDNN with the weight packed ahead and by MKL with the weight packed ahead (the product the
+step in C takes where it gives torch's bits, :mod:`dsh.llm.blas`), the fastest per shape making the best library
+rate (:func:`library_rates`). The share of the first in the last is README "Performance"'s "products in the
 step" figure.
 """
 
@@ -36,8 +37,12 @@ def _step_weights(model) -> tuple:
 def library_rates(model, rows: int, repeats: int = 20, calls: int = 20) -> dict:
     """FLOP/s of one decoding step's products at ``rows`` rows measured alone (:func:`_step_weights`, fastest of
     ``repeats`` runs of ``calls`` calls each): ``mkl_flops`` (torch's product for every shape), ``onednn_flops``
-    (oneDNN, weights packed ahead; absent where torch has none) and ``best_flops`` (the faster library per shape)."""
+    (oneDNN, weights packed ahead; absent where torch has none), ``mkl_packed_flops`` (MKL, weights packed ahead,
+    into a kept output; absent where torch's library exports no MKL packing) and ``best_flops`` (the fastest per
+    shape)."""
     import torch
+
+    from ...llm import blas
 
     F = torch.nn.functional
     w, head, n_layers = _step_weights(model)
@@ -45,7 +50,7 @@ def library_rates(model, rows: int, repeats: int = 20, calls: int = 20) -> dict:
     shapes = w + [head]
     counts = [n_layers] * len(w) + [1]                  # how many times a step runs each product
     flops = sum(2 * rows * x.numel() * c for x, c in zip(shapes, counts))
-    times = {"mkl": [], "onednn": []}
+    times = {"mkl": [], "onednn": [], "mkl_packed": []}
     ops = torch.ops.mkldnn if onednn_available() else None
     cpu = torch.device("cpu")
     with torch.no_grad():
@@ -56,6 +61,10 @@ def library_rates(model, rows: int, repeats: int = 20, calls: int = 20) -> dict:
                 p = ops._reorder_linear_weight(x)
                 times["onednn"].append(best_seconds(cpu, lambda a=a, p=p: [ops._linear_pointwise(a, p, None, "none", [], "")
                                                                       for _ in range(calls)], repeats) / calls)
+            if blas.packed_addresses() is not None:
+                p, o = blas.pack(x, rows), torch.empty(rows, x.shape[0])
+                times["mkl_packed"].append(best_seconds(cpu, lambda a=a, p=p, o=o: [blas.packed_product(a, p, o)
+                                                                               for _ in range(calls)], repeats) / calls)
     step = {k: sum(t * c for t, c in zip(ts, counts)) for k, ts in times.items() if ts}
     best = sum(min(ts[i] for ts in times.values() if ts) * c for i, c in enumerate(counts))
     return {**{f"{k}_flops": flops / s for k, s in step.items()}, "best_flops": flops / best}
