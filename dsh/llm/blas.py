@@ -20,22 +20,43 @@ from pathlib import Path
 
 import torch
 
-_found: list = []   # [address or None], once per process
+_found: list = []   # [the torch library loaded as ctypes, or None], once per process
+
+
+def _library():
+    """torch's CPU library as a ctypes library (None where it cannot be opened or has no MKL)."""
+    if not _found:
+        lib = None
+        if torch.backends.mkl.is_available():
+            for name in ("libtorch_cpu.so", "libtorch_cpu.dylib"):
+                try:
+                    lib = ctypes.CDLL(str(Path(torch.__file__).parent / "lib" / name))
+                    break
+                except OSError:
+                    continue
+        _found.append(lib)
+    return _found[0]
+
+
+def _symbols(*names) -> tuple | None:
+    """The addresses of ``names`` in :func:`_library`; None where it or any of them is missing."""
+    lib = _library()
+    try:
+        return None if lib is None else tuple(ctypes.cast(getattr(lib, n), ctypes.c_void_p).value for n in names)
+    except AttributeError:
+        return None
 
 
 def address() -> int | None:
     """The address of ``sgemm_`` in the torch library this process loaded; None where it exports none."""
-    if not _found:
-        lib_dir = Path(torch.__file__).parent / "lib"
-        addr = None
-        for name in ("libtorch_cpu.so", "libtorch_cpu.dylib"):
-            try:
-                addr = ctypes.cast(ctypes.CDLL(str(lib_dir / name)).sgemm_, ctypes.c_void_p).value
-                break
-            except (OSError, AttributeError):
-                continue
-        _found.append(addr if torch.backends.mkl.is_available() else None)
-    return _found[0]
+    found = _symbols("sgemm_")
+    return None if found is None else found[0]
+
+
+def _checked(**tensors) -> None:
+    for name, t in tensors.items():
+        if t.dtype != torch.float32 or t.device.type != "cpu" or not t.is_contiguous() or t.dim() != 2:
+            raise ValueError(f"{name} must be a contiguous 2-d float32 CPU tensor; got {t.dtype} {tuple(t.shape)}")
 
 
 _SGEMM = ctypes.CFUNCTYPE(None, *[ctypes.c_void_p] * 13)
@@ -46,9 +67,7 @@ def product(x: torch.Tensor, w: torch.Tensor, out: torch.Tensor, beta: float = 0
     contiguous float32 on the CPU); needs :func:`address`."""
     if address() is None:
         raise ValueError("blas.product needs torch's sgemm_, which this torch library does not export")
-    for name, t in (("x", x), ("w", w), ("out", out)):
-        if t.dtype != torch.float32 or t.device.type != "cpu" or not t.is_contiguous() or t.dim() != 2:
-            raise ValueError(f"{name} must be a contiguous 2-d float32 CPU tensor; got {t.dtype} {tuple(t.shape)}")
+    _checked(x=x, w=w, out=out)
     if x.shape[1] != w.shape[1] or tuple(out.shape) != (x.shape[0], w.shape[0]):
         raise ValueError(f"shapes must be x [A, I], w [O, I], out [A, O]; got {tuple(x.shape)}, {tuple(w.shape)}, "
                          f"{tuple(out.shape)}")
@@ -61,24 +80,15 @@ def product(x: torch.Tensor, w: torch.Tensor, out: torch.Tensor, beta: float = 0
     return out
 
 
-_PACKED: list = []   # [(get_size, pack, compute) addresses or None], once per process
 _COL_MAJOR, _NO_TRANS, _TRANS, _PACKED_MATRIX, _A_MATRIX = 102, 111, 112, 151, 161   # MKL's CBLAS constants
 
 
 def packed_addresses() -> tuple | None:
     """The addresses of MKL's ``cblas_sgemm_pack_get_size``, ``cblas_sgemm_pack`` and ``cblas_sgemm_compute`` in torch's
     library; None where :func:`address` is None or it exports them not."""
-    if not _PACKED:
-        found = None
-        if address() is not None:
-            try:
-                lib = ctypes.CDLL(str(Path(torch.__file__).parent / "lib" / "libtorch_cpu.so"))
-                found = tuple(ctypes.cast(getattr(lib, f"cblas_sgemm_{n}"), ctypes.c_void_p).value
-                              for n in ("pack_get_size", "pack", "compute"))
-            except (OSError, AttributeError):
-                found = None
-        _PACKED.append(found)
-    return _PACKED[0]
+    if address() is None:
+        return None
+    return _symbols("cblas_sgemm_pack_get_size", "cblas_sgemm_pack", "cblas_sgemm_compute")
 
 
 _INT, _FLOAT, _PTR = ctypes.c_int, ctypes.c_float, ctypes.c_void_p
@@ -93,8 +103,7 @@ def pack(w: torch.Tensor, rows: int) -> torch.Tensor:
     fns = packed_addresses()
     if fns is None:
         raise ValueError("blas.pack needs MKL's cblas_sgemm_pack, which this torch library does not export")
-    if w.dtype != torch.float32 or w.device.type != "cpu" or not w.is_contiguous() or w.dim() != 2:
-        raise ValueError(f"w must be a contiguous 2-d float32 CPU tensor; got {w.dtype} {tuple(w.shape)}")
+    _checked(w=w)
     m, k = w.shape
     size = _GET_SIZE(fns[0])(_A_MATRIX, m, rows, k)
     out = torch.empty(-(-size // 4) + 16)
@@ -104,9 +113,7 @@ def pack(w: torch.Tensor, rows: int) -> torch.Tensor:
 
 def packed_product(x: torch.Tensor, packed: torch.Tensor, out: torch.Tensor, beta: float = 0.0) -> torch.Tensor:
     """:func:`product` (``out = beta * out + x @ w.T``) from ``w`` packed by :func:`pack`; ``out [A, O]``."""
-    for name, t in (("x", x), ("out", out)):
-        if t.dtype != torch.float32 or t.device.type != "cpu" or not t.is_contiguous() or t.dim() != 2:
-            raise ValueError(f"{name} must be a contiguous 2-d float32 CPU tensor; got {t.dtype} {tuple(t.shape)}")
+    _checked(x=x, out=out)
     if out.shape[0] != x.shape[0]:
         raise ValueError(f"x and out must have the same rows; got {tuple(x.shape)} and {tuple(out.shape)}")
     (A, k), m = x.shape, out.shape[1]

@@ -110,33 +110,34 @@ def uses_onednn(out_features: int, in_features: int, r: int, rows: int) -> bool:
             and _decided(_AGREES, "agrees", (out_features, in_features, r), agrees))
 
 
+def _c_product_agrees(kind: str, out_features: int, in_features: int, n: int, rows: int, take) -> bool:
+    """Whether torch's ``kind`` product at ``n`` of ``rows`` rows (random inputs) equals ``take(x, w, out, beta)``'s,
+    written into ``out`` (zeros, or the residual for ``addmm``, with beta 1)."""
+    w, x, r = _random(2, (out_features, in_features), (rows, in_features), (rows, out_features))
+    want = _product(kind, x[:n], w, None if kind == "linear" else r[:n])
+    got = take(x[:n], w, torch.zeros(n, out_features) if kind == "linear" else r[:n].clone(),
+               0.0 if kind == "linear" else 1.0)
+    return torch.equal(want, got)
+
+
 def sgemm_agrees(kind: str, out_features: int, in_features: int, n: int, rows: int) -> bool:
     """Whether torch's ``kind`` product (``linear``, ``addmm`` into the residual) of that shape at ``n`` of at most
     ``rows`` rows equals :func:`dsh.llm.blas.product`'s, the call the decoding step in C makes (random inputs); checked
     once per machine (:mod:`dsh.llm.decisions`), when first asked for."""
-    def agrees():
-        w, x, r = _random(2, (out_features, in_features), (rows, in_features), (rows, out_features))
-        want = _product(kind, x[:n], w, None if kind == "linear" else r[:n])
-        got = blas.product(x[:n], w, torch.zeros(n, out_features) if kind == "linear" else r[:n].clone(),
-                           0.0 if kind == "linear" else 1.0)
-        return torch.equal(want, got)
-
-    return blas.address() is not None and _decided(_SGEMM, "sgemm", (kind, out_features, in_features, n, rows), agrees)
+    key = (kind, out_features, in_features, n, rows)
+    return blas.address() is not None and _decided(_SGEMM, "sgemm", key, lambda: _c_product_agrees(*key, blas.product))
 
 
 def packed_agrees(kind: str, out_features: int, in_features: int, n: int, rows: int) -> bool:
     """Whether :func:`sgemm_agrees` holds and the same product from the weight packed ahead
     (:func:`dsh.llm.blas.packed_product`) equals it bit for bit too; checked once per machine, when first asked for."""
-    def agrees():
-        w, x, r = _random(2, (out_features, in_features), (rows, in_features), (rows, out_features))
-        want = _product(kind, x[:n], w, None if kind == "linear" else r[:n])
-        got = blas.packed_product(x[:n], blas.pack(w, rows),
-                                  torch.zeros(n, out_features) if kind == "linear" else r[:n].clone(),
-                                  0.0 if kind == "linear" else 1.0)
-        return torch.equal(want, got)
+    key = (kind, out_features, in_features, n, rows)
 
-    return (sgemm_agrees(kind, out_features, in_features, n, rows) and blas.packed_addresses() is not None
-            and _decided(_PACKED, "packed", (kind, out_features, in_features, n, rows), agrees))
+    def packed(x, w, out, beta):
+        return blas.packed_product(x, blas.pack(w, rows), out, beta)
+
+    return (sgemm_agrees(*key) and blas.packed_addresses() is not None
+            and _decided(_PACKED, "packed", key, lambda: _c_product_agrees(*key, packed)))
 
 
 def plan(out_features: int, in_features: int, rows: int) -> frozenset:
