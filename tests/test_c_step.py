@@ -30,22 +30,27 @@ _ORIGINAL = (kernel_engine.KernelDecoder._step_in_c, kernel_engine.KernelDecoder
 
 def _run(eng, prompts, c_step: bool, temperature: float, monkeypatch):
     """The engine's completions with whole steps in C (or none) and how many steps ran in C and in Python."""
-    counts = {"c": 0, "python": 0, "packed": 0}
+    counts = {"c": 0, "python": 0, "packed": 0, "c_rows": set(), "python_rows": set()}
     in_c, logits = _ORIGINAL
 
-    def spy_c(self, *a):
+    def spy_c(self, s, *a):
         counts["c"] += 1
+        counts["c_rows"].add(s.tok.shape[0])
         counts["packed"] += int(a[-1].sum())         # the products taken from packed weights in this step
-        return in_c(self, *a)
+        return in_c(self, s, *a)
 
-    def spy_py(self, *a):
+    def spy_py(self, s, *a):
         counts["python"] += 1
-        return logits(self, *a)
+        counts["python_rows"].add(s.tok.shape[0])
+        return logits(self, s, *a)
 
     monkeypatch.setattr(kernel_engine.KernelDecoder, "_step_in_c", spy_c)
     monkeypatch.setattr(kernel_engine.KernelDecoder, "_logits", spy_py)
     eng._cpu.c_step = c_step
     out = eng.generate(prompts, 40, temperature=temperature, seed=7)
+    if c_step:        # per row count met, whether every product there is torch's single sgemm_ call (Products.in_c)
+        counts["in_c"] = {n: all(eng._cpu.products.in_c(k, w, n) for k, w in eng._cpu.c_products)
+                          for n in counts["c_rows"] | counts["python_rows"]}
     return [(g.tokens, g.logprobs, g.stopped) for g in out], counts
 
 
@@ -63,7 +68,11 @@ def test_the_c_step_equals_the_python_step(gqa, kv_cache, temperature, monkeypat
     c, c_counts = _run(eng, prompts, True, temperature, monkeypatch)
     py, py_counts = _run(eng, prompts, False, temperature, monkeypatch)
     assert c == py
-    assert c_counts["c"] > 0.8 * (c_counts["c"] + c_counts["python"]) and py_counts["c"] == 0
+    assert c_counts["c"] > 0.5 * (c_counts["c"] + c_counts["python"]) and py_counts["c"] == 0
+    # a row count steps in Python only where one of its products is not one sgemm_ call (split, oneDNN: which row
+    # counts those are depends on the CPU and its library), every other row count in C
+    assert c_counts["c_rows"] == {n for n, ok in c_counts["in_c"].items() if ok}
+    assert c_counts["python_rows"] == {n for n, ok in c_counts["in_c"].items() if not ok}
     assert sum(len(t) for t, _, _ in c) > 600
     if blas.packed_addresses() is not None:       # MKL: most products from packed weights (not below 6 rows here)
         assert c_counts["packed"] > 0.5 * 9 * c_counts["c"]
