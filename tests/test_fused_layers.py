@@ -59,6 +59,23 @@ def test_silu_mul_values_and_gradients():
     assert _close(torch.autograd.grad((got * da).sum(), gu)[0], torch.autograd.grad((ref * da).sum(), gu)[0], 1e-4)
 
 
+@pytest.mark.parametrize("F", [384, 40, 37])      # whole vectors of 16 and not
+def test_silu_mul_in_bfloat16_is_the_float32_call_between_two_roundings(F):
+    """bfloat16 rows: the value and the gradient equal the float32 kernel's on the widened values, rounded to
+    bfloat16 (torch's rounding), bit for bit: what the update's bfloat16 path computed with a conversion each side."""
+    g = torch.Generator().manual_seed(F)
+    gu = (3 * torch.randn(70, 2 * F, generator=g)).bfloat16().requires_grad_()
+    da = torch.randn(70, F, generator=g).bfloat16()
+    gu32 = gu.detach().float().requires_grad_()
+    got, want = fl.silu_mul(gu), fl.silu_mul(gu32)
+    assert got.dtype == torch.bfloat16 and torch.equal(got, want.bfloat16())
+    (dgot,) = torch.autograd.grad(got, gu, da)
+    (dwant,) = torch.autograd.grad(want, gu32, da.float())
+    assert dgot.dtype == torch.bfloat16 and torch.equal(dgot, dwant.bfloat16())
+    with pytest.raises(ValueError, match="^gate_up must be float32 or bfloat16; got torch.float16"):
+        fl.silu_mul(gu.detach().half())
+
+
 @pytest.mark.parametrize("H,KV", [(4, 4), (4, 2)])
 def test_rope_split_values_and_gradients(H, KV):
     T, D = 37, 32
@@ -72,6 +89,25 @@ def test_rope_split_values_and_gradients(H, KV):
         assert _close(a, b)
     loss = lambda ts: sum((t * w).sum() for t, w in zip(ts, ws))  # noqa: E731
     assert _close(torch.autograd.grad(loss(got), qkv)[0], torch.autograd.grad(loss(ref), qkv)[0], 1e-4)
+
+
+@pytest.mark.parametrize("H,KV", [(4, 4), (4, 2)])
+def test_rope_split_of_bfloat16_rows_is_the_float32_call_between_two_roundings(H, KV):
+    """bfloat16 q/k/v rows: q, k, v equal the float32 call's on the widened rows, the gradient its gradient rounded to
+    bfloat16, bit for bit."""
+    T, D = 37, 32
+    g = torch.Generator().manual_seed(10 + H + KV)
+    qkv = torch.randn(T, (H + 2 * KV) * D, generator=g).bfloat16().requires_grad_()
+    qkv32 = qkv.detach().float().requires_grad_()
+    cos, sin = _tables(T, D, 3)
+    got, want = fl.rope_split(qkv, cos, sin, H, KV), fl.rope_split(qkv32, cos, sin, H, KV)
+    assert all(a.dtype == torch.float32 and torch.equal(a, b) for a, b in zip(got, want))
+    ws = [torch.randn(t.shape, generator=g) for t in want]
+    (dgot,) = torch.autograd.grad(got, qkv, ws)
+    (dwant,) = torch.autograd.grad(want, qkv32, ws)
+    assert dgot.dtype == torch.bfloat16 and torch.equal(dgot, dwant.bfloat16())
+    with pytest.raises(ValueError, match="^qkv must be float32 or bfloat16; got torch.float16"):
+        fl.rope_split(qkv.detach().half(), cos, sin, H, KV)
 
 
 def test_same_bits_with_one_thread_or_two():

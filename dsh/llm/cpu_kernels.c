@@ -762,18 +762,22 @@ void rms_norm_backward(const float *restrict x, const float *restrict w, const f
 
 /* The fused projection's rows qkv [T, (H + 2 KV) D] to the packed attention's layout: q [H, T, D] and k [KV, T, D]
    rotated (rope, with each token's own tables cos, sin [T, D]), v [KV, T, D]. */
+/* Row t of rope_split: its heads of row ([(H + 2 KV) D]) rotated or copied into q, k, v. */
+static inline void rope_split_row(const float *restrict row, const float *restrict c, const float *restrict s,
+                                  float *restrict q, float *restrict k, float *restrict v, int64_t t, int64_t T,
+                                  int64_t H, int64_t KV, int64_t D) {
+  for (int64_t h = 0; h < H; ++h) rope(row + h * D, c, s, q + (h * T + t) * D, D);
+  for (int64_t h = 0; h < KV; ++h) {
+    rope(row + (H + h) * D, c, s, k + (h * T + t) * D, D);
+    for (int64_t d = 0; d < D; ++d) v[(h * T + t) * D + d] = row[(H + KV + h) * D + d];
+  }
+}
+
 void rope_split(const float *restrict qkv, const float *restrict cos, const float *restrict sin, float *restrict q,
                 float *restrict k, float *restrict v, int64_t T, int64_t H, int64_t KV, int64_t D) {
   const int64_t W = (H + 2 * KV) * D;
 #pragma omp parallel for schedule(static) if (T * W > 32768)
-  for (int64_t t = 0; t < T; ++t) {
-    const float *row = qkv + t * W, *c = cos + t * D, *s = sin + t * D;
-    for (int64_t h = 0; h < H; ++h) rope(row + h * D, c, s, q + (h * T + t) * D, D);
-    for (int64_t h = 0; h < KV; ++h) {
-      rope(row + (H + h) * D, c, s, k + (h * T + t) * D, D);
-      for (int64_t d = 0; d < D; ++d) v[(h * T + t) * D + d] = row[(H + KV + h) * D + d];
-    }
-  }
+  for (int64_t t = 0; t < T; ++t) rope_split_row(qkv + t * W, cos + t * D, sin + t * D, q, k, v, t, T, H, KV, D);
 }
 
 /* The transpose of rope (the rotation by -angle) of one head's gradient g[D] into out. */
@@ -786,18 +790,96 @@ static inline void rope_back(const float *g, const float *cos, const float *sin,
 }
 
 /* The gradient of rope_split: dq [H, T, D], dk, dv [KV, T, D] -> dqkv [T, (H + 2 KV) D]. */
+/* Row t of rope_split_backward into row ([(H + 2 KV) D]). */
+static inline void rope_back_row(const float *restrict dq, const float *restrict dk, const float *restrict dv,
+                                 const float *restrict c, const float *restrict s, float *restrict row, int64_t t,
+                                 int64_t T, int64_t H, int64_t KV, int64_t D) {
+  for (int64_t h = 0; h < H; ++h) rope_back(dq + (h * T + t) * D, c, s, row + h * D, D);
+  for (int64_t h = 0; h < KV; ++h) {
+    rope_back(dk + (h * T + t) * D, c, s, row + (H + h) * D, D);
+    for (int64_t d = 0; d < D; ++d) row[(H + KV + h) * D + d] = dv[(h * T + t) * D + d];
+  }
+}
+
 void rope_split_backward(const float *restrict dq, const float *restrict dk, const float *restrict dv,
                          const float *restrict cos, const float *restrict sin, float *restrict dqkv, int64_t T,
                          int64_t H, int64_t KV, int64_t D) {
   const int64_t W = (H + 2 * KV) * D;
 #pragma omp parallel for schedule(static) if (T * W > 32768)
+  for (int64_t t = 0; t < T; ++t) rope_back_row(dq, dk, dv, cos + t * D, sin + t * D, dqkv + t * W, t, T, H, KV, D);
+}
+
+/* bfloat16 <-> float32 as torch converts them: widening is exact; narrowing rounds to the nearest, ties to even (a NaN
+   becomes torch's 0x7FC0). */
+static inline float bf16_float(uint16_t h) {
+  const uint32_t u = (uint32_t)h << 16;
+  float f;
+  __builtin_memcpy(&f, &u, 4);
+  return f;
+}
+static inline uint16_t float_bf16(float f) {
+  uint32_t u;
+  __builtin_memcpy(&u, &f, 4);
+  const uint16_t r = (uint16_t)((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
+  return (u & 0x7FFFFFFFu) > 0x7F800000u ? (uint16_t)0x7FC0 : r;
+}
+
+/* rope_split of bfloat16 rows (the q/k/v product of GRPO's update in bfloat16): each row widened, then as
+   rope_split; its gradient as rope_split_backward, each row rounded to bfloat16. The same bits as the float32 calls
+   with a conversion each side. */
+void rope_split_bf16(const uint16_t *restrict qkv, const float *restrict cos, const float *restrict sin,
+                     float *restrict q, float *restrict k, float *restrict v, int64_t T, int64_t H, int64_t KV,
+                     int64_t D) {
+  const int64_t W = (H + 2 * KV) * D;
+#pragma omp parallel for schedule(static) if (T * W > 32768)
   for (int64_t t = 0; t < T; ++t) {
-    float *row = dqkv + t * W;
-    const float *c = cos + t * D, *s = sin + t * D;
-    for (int64_t h = 0; h < H; ++h) rope_back(dq + (h * T + t) * D, c, s, row + h * D, D);
-    for (int64_t h = 0; h < KV; ++h) {
-      rope_back(dk + (h * T + t) * D, c, s, row + (H + h) * D, D);
-      for (int64_t d = 0; d < D; ++d) row[(H + KV + h) * D + d] = dv[(h * T + t) * D + d];
+    float row[W];
+    for (int64_t i = 0; i < W; ++i) row[i] = bf16_float(qkv[t * W + i]);
+    rope_split_row(row, cos + t * D, sin + t * D, q, k, v, t, T, H, KV, D);
+  }
+}
+
+void rope_split_bf16_backward(const float *restrict dq, const float *restrict dk, const float *restrict dv,
+                              const float *restrict cos, const float *restrict sin, uint16_t *restrict dqkv,
+                              int64_t T, int64_t H, int64_t KV, int64_t D) {
+  const int64_t W = (H + 2 * KV) * D;
+#pragma omp parallel for schedule(static) if (T * W > 32768)
+  for (int64_t t = 0; t < T; ++t) {
+    float row[W];
+    rope_back_row(dq, dk, dv, cos + t * D, sin + t * D, row, t, T, H, KV, D);
+    for (int64_t i = 0; i < W; ++i) dqkv[t * W + i] = float_bf16(row[i]);
+  }
+}
+
+/* silu_mul on bfloat16 rows (the gate/up product of GRPO's update in bfloat16, dsh.llm.fused_layers): each value
+   widened, the activation in float32 as silu_mul computes it, the result rounded to bfloat16; so out equals
+   silu_mul of the widened gu rounded to bfloat16, bit for bit. */
+void silu_mul_bf16(const uint16_t *restrict gu, uint16_t *restrict out, int64_t B, int64_t F) {
+#pragma omp parallel for schedule(static) if (B * F > 32768)
+  for (int64_t b = 0; b < B; ++b) {
+    const uint16_t *g = gu + b * 2 * F, *u = g + F;
+#pragma omp simd
+    for (int64_t i = 0; i < F; ++i) {
+      const float x = bf16_float(g[i]);
+      out[b * F + i] = float_bf16(x / (1.f + expf(-x)) * bf16_float(u[i]));
+    }
+  }
+}
+
+/* The gradient of silu_mul_bf16 (bfloat16 gu [B, 2F] and da [B, F] -> dgu [B, 2F]): silu_mul_backward's arithmetic
+   on the widened values, each result rounded to bfloat16. */
+void silu_mul_bf16_backward(const uint16_t *restrict gu, const uint16_t *restrict da, uint16_t *restrict dgu,
+                            int64_t B, int64_t F) {
+#pragma omp parallel for schedule(static) if (B * F > 32768)
+  for (int64_t b = 0; b < B; ++b) {
+    const uint16_t *g = gu + b * 2 * F, *u = g + F, *a = da + b * F;
+    uint16_t *dg = dgu + b * 2 * F, *du = dg + F;
+#pragma omp simd
+    for (int64_t i = 0; i < F; ++i) {
+      const float x = bf16_float(g[i]), y = bf16_float(u[i]), ai = bf16_float(a[i]);
+      const float s = 1.f / (1.f + expf(-x));
+      du[i] = float_bf16(ai * x * s);
+      dg[i] = float_bf16(ai * y * s * (1.f + x * (1.f - s)));
     }
   }
 }

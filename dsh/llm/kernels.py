@@ -169,6 +169,12 @@ def _declare(lib):
     lib.rope_split.argtypes = [P, P, P, P, P, P, N, N, N, N]
     lib.rope_split_backward.argtypes = [P, P, P, P, P, P, N, N, N, N]
     lib.silu_mul_backward.argtypes = [P, P, P, N, N]
+    lib.silu_mul_bf16.restype = lib.silu_mul_bf16_backward.restype = None
+    lib.silu_mul_bf16.argtypes = [P, P, N, N]
+    lib.silu_mul_bf16_backward.argtypes = [P, P, P, N, N]
+    lib.rope_split_bf16.restype = lib.rope_split_bf16_backward.restype = None
+    lib.rope_split_bf16.argtypes = lib.rope_split.argtypes
+    lib.rope_split_bf16_backward.argtypes = lib.rope_split_backward.argtypes
     lib.set_sgemm.restype = None
     lib.set_sgemm.argtypes = [P, P]
     lib.decode_step.restype = N
