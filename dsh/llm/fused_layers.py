@@ -20,9 +20,11 @@ The same function in real arithmetic; in float32 the values and gradients equal 
 compares them), and do not depend on the thread count. Under CPU autocast to bfloat16 (GRPO's
 ``update_precision="bfloat16"``) the q/k/v and gate/up products come out in bfloat16: the rotation and SiLU read them
 as they are and SiLU writes bfloat16 for the down product, the same bits as converting to float32 and back around
-the float32 calls, without those conversions (on an AMD Zen 4, an update step 1.18x faster). A module the swap does not fit (another activation, key/value
-heads shared by several query heads, a sliding window, a query/key norm or any other submodule, LoRA-wrapped
-projections, a batch with padding, a float type other than float32) runs its own forward.
+the float32 calls, without those conversions (on an AMD Zen 4, an update step 1.18x faster).
+
+A module the swap does not fit (another activation, key/value heads shared by several query heads, a sliding window,
+a query/key norm or any other submodule, LoRA-wrapped projections, a batch with padding, a float type other than
+float32 in the weights or a norm's input) runs its own forward.
 """
 
 from __future__ import annotations

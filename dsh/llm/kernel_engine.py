@@ -15,8 +15,9 @@ that have finished, or that wait for a refill, take matmul time for nothing. :cl
   weights at the start of every :meth:`generate`, so that a training step before it is seen), each product by torch
   or by oneDNN, whichever is faster among those equal to torch's bit for bit (:mod:`dsh.llm.products`);
 - takes the whole step, from the embedding to the rows' bookkeeping, in one C call (``decode_step``) at every row
-  count where each product is torch's single ``sgemm_`` call and that call, made from C (:mod:`dsh.llm.blas`),
-  gives torch's bits (checked once per machine): the same operations in the same order as the step in Python, without
+  count where no product is split and torch's ``sgemm_``, called from C (:mod:`dsh.llm.blas`), gives torch's bits
+  for each (checked once per machine; where the step in Python would take oneDNN's product, that one has the same
+  bits): the same operations in the same order as the step in Python, without
   its ~40 calls from Python a step (~0.45 ms of a 3.4 ms step at 256 rows on the 2-core machine; 1.1-1.2x end to end
   there, outputs identical: README, "Performance"); where MKL's product from a weight packed once a generate gives
   the same bits at a row count (checked once per machine), the C step takes that one (the evaluation ~1.05x, sampling
@@ -172,7 +173,7 @@ class KernelDecoder:
                          new_tok=self.new_tok.data_ptr())
 
     def _in_c(self, A: int):
-        """Whether a step of ``A`` rows runs in C: each of its products is torch's single ``sgemm_`` call there
+        """Whether a step of ``A`` rows runs in C: each of its products may be taken through ``sgemm_`` there
         (:meth:`dsh.llm.products.Products.in_c`); then (a true value) which of them it takes from the packed weight
         (:meth:`dsh.llm.products.Products.packed`: an int64 flag per product), else None. Decided once per row count a
         generate."""
