@@ -28,6 +28,22 @@ static double omp_get_wtime(void) {
 
 #define TILE 16
 
+/* bfloat16 <-> float32 as torch converts them: widening is exact; narrowing rounds to the nearest, ties to even (a NaN
+   becomes torch's 0x7FC0). */
+static inline float bf16_float(uint16_t h) {
+  const uint32_t u = (uint32_t)h << 16;
+  float f;
+  __builtin_memcpy(&f, &u, 4);
+  return f;
+}
+static inline uint16_t float_bf16(float f) {
+  uint32_t u;
+  __builtin_memcpy(&u, &f, 4);
+  const uint16_t r = (uint16_t)((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
+  return (u & 0x7FFFFFFFu) > 0x7F800000u ? (uint16_t)0x7FC0 : r;
+}
+static inline float same_float(float x) { return x; }
+
 /* Rotary embedding of one head vector x[D] at the position whose tables are cos[D], sin[D]
    (transformers' rotate_half convention: pairs (i, i + D/2)). */
 static inline void rope(const float *x, const float *cos, const float *sin, float *out, int64_t D) {
@@ -238,15 +254,24 @@ void rms_norm(const float *restrict x, const float *restrict w, float eps, float
   rms_norm_rstd(x, w, eps, out, NULL, B, N);
 }
 
-/* The gated MLP's activation: gu [B, 2F] holds the gate then the up projection; out [B, F] = silu(gate) * up. */
-void silu_mul(const float *restrict gu, float *restrict out, int64_t B, int64_t F) {
-#pragma omp parallel for schedule(static) if (B * F > 32768)
-  for (int64_t b = 0; b < B; ++b) {
-    const float *g = gu + b * 2 * F, *u = g + F;
-#pragma omp simd
-    for (int64_t i = 0; i < F; ++i) out[b * F + i] = g[i] / (1.f + expf(-g[i])) * u[i];
+/* The gated MLP's activation: gu [B, 2F] holds the gate then the up projection; out [B, F] = silu(gate) * up.
+   silu_mul: float32; silu_mul_bf16: bfloat16 rows (the gate/up product of GRPO's update in bfloat16,
+   dsh.llm.fused_layers), each value widened, the same float32 arithmetic, the result rounded to bfloat16 (so its out
+   equals silu_mul's on the widened rows, rounded, bit for bit). */
+#define DEFINE_SILU_MUL(NAME, T, LOAD, STORE) \
+  void NAME(const T *restrict gu, T *restrict out, int64_t B, int64_t F) { \
+    _Pragma("omp parallel for schedule(static) if (B * F > 32768)") \
+    for (int64_t b = 0; b < B; ++b) { \
+      const T *g = gu + b * 2 * F, *u = g + F; \
+      _Pragma("omp simd") \
+      for (int64_t i = 0; i < F; ++i) { \
+        const float x = LOAD(g[i]); \
+        out[b * F + i] = STORE(x / (1.f + expf(-x)) * LOAD(u[i])); \
+      } \
+    } \
   }
-}
+DEFINE_SILU_MUL(silu_mul, float, same_float, same_float)
+DEFINE_SILU_MUL(silu_mul_bf16, uint16_t, bf16_float, float_bf16)
 
 /* dsh.llm.streams (_mix31, counted_uniform): the same integers, the same float32 uniforms. */
 static inline int64_t mix31(int64_t x) {
@@ -809,21 +834,6 @@ void rope_split_backward(const float *restrict dq, const float *restrict dk, con
   for (int64_t t = 0; t < T; ++t) rope_back_row(dq, dk, dv, cos + t * D, sin + t * D, dqkv + t * W, t, T, H, KV, D);
 }
 
-/* bfloat16 <-> float32 as torch converts them: widening is exact; narrowing rounds to the nearest, ties to even (a NaN
-   becomes torch's 0x7FC0). */
-static inline float bf16_float(uint16_t h) {
-  const uint32_t u = (uint32_t)h << 16;
-  float f;
-  __builtin_memcpy(&f, &u, 4);
-  return f;
-}
-static inline uint16_t float_bf16(float f) {
-  uint32_t u;
-  __builtin_memcpy(&u, &f, 4);
-  const uint16_t r = (uint16_t)((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
-  return (u & 0x7FFFFFFFu) > 0x7F800000u ? (uint16_t)0x7FC0 : r;
-}
-
 /* rope_split of bfloat16 rows (the q/k/v product of GRPO's update in bfloat16): each row widened, then as
    rope_split; its gradient as rope_split_backward, each row rounded to bfloat16. The same bits as the float32 calls
    with a conversion each side. */
@@ -851,51 +861,23 @@ void rope_split_bf16_backward(const float *restrict dq, const float *restrict dk
   }
 }
 
-/* silu_mul on bfloat16 rows (the gate/up product of GRPO's update in bfloat16, dsh.llm.fused_layers): each value
-   widened, the activation in float32 as silu_mul computes it, the result rounded to bfloat16; so out equals
-   silu_mul of the widened gu rounded to bfloat16, bit for bit. */
-void silu_mul_bf16(const uint16_t *restrict gu, uint16_t *restrict out, int64_t B, int64_t F) {
-#pragma omp parallel for schedule(static) if (B * F > 32768)
-  for (int64_t b = 0; b < B; ++b) {
-    const uint16_t *g = gu + b * 2 * F, *u = g + F;
-#pragma omp simd
-    for (int64_t i = 0; i < F; ++i) {
-      const float x = bf16_float(g[i]);
-      out[b * F + i] = float_bf16(x / (1.f + expf(-x)) * bf16_float(u[i]));
-    }
-  }
-}
-
-/* The gradient of silu_mul_bf16 (bfloat16 gu [B, 2F] and da [B, F] -> dgu [B, 2F]): silu_mul_backward's arithmetic
-   on the widened values, each result rounded to bfloat16. */
-void silu_mul_bf16_backward(const uint16_t *restrict gu, const uint16_t *restrict da, uint16_t *restrict dgu,
-                            int64_t B, int64_t F) {
-#pragma omp parallel for schedule(static) if (B * F > 32768)
-  for (int64_t b = 0; b < B; ++b) {
-    const uint16_t *g = gu + b * 2 * F, *u = g + F, *a = da + b * F;
-    uint16_t *dg = dgu + b * 2 * F, *du = dg + F;
-#pragma omp simd
-    for (int64_t i = 0; i < F; ++i) {
-      const float x = bf16_float(g[i]), y = bf16_float(u[i]), ai = bf16_float(a[i]);
-      const float s = 1.f / (1.f + expf(-x));
-      du[i] = float_bf16(ai * x * s);
-      dg[i] = float_bf16(ai * y * s * (1.f + x * (1.f - s)));
-    }
-  }
-}
-
 /* The gradient of silu_mul: da [B, F] of out -> dgu [B, 2F]: d gate = da u s (1 + g (1 - s)), d up = da g s, with
-   s = sigmoid(g). */
-void silu_mul_backward(const float *restrict gu, const float *restrict da, float *restrict dgu, int64_t B, int64_t F) {
-#pragma omp parallel for schedule(static) if (B * F > 32768)
-  for (int64_t b = 0; b < B; ++b) {
-    const float *g = gu + b * 2 * F, *u = g + F, *a = da + b * F;
-    float *dg = dgu + b * 2 * F, *du = dg + F;
-#pragma omp simd
-    for (int64_t i = 0; i < F; ++i) {
-      const float s = 1.f / (1.f + expf(-g[i]));
-      du[i] = a[i] * g[i] * s;
-      dg[i] = a[i] * u[i] * s * (1.f + g[i] * (1.f - s));
-    }
+   s = sigmoid(g); of silu_mul_bf16 on bfloat16 rows, the same arithmetic on the widened values, each result rounded
+   to bfloat16. */
+#define DEFINE_SILU_MUL_BACKWARD(NAME, T, LOAD, STORE) \
+  void NAME(const T *restrict gu, const T *restrict da, T *restrict dgu, int64_t B, int64_t F) { \
+    _Pragma("omp parallel for schedule(static) if (B * F > 32768)") \
+    for (int64_t b = 0; b < B; ++b) { \
+      const T *g = gu + b * 2 * F, *u = g + F, *a = da + b * F; \
+      T *dg = dgu + b * 2 * F, *du = dg + F; \
+      _Pragma("omp simd") \
+      for (int64_t i = 0; i < F; ++i) { \
+        const float x = LOAD(g[i]), y = LOAD(u[i]), ai = LOAD(a[i]); \
+        const float s = 1.f / (1.f + expf(-x)); \
+        du[i] = STORE(ai * x * s); \
+        dg[i] = STORE(ai * y * s * (1.f + x * (1.f - s))); \
+      } \
+    } \
   }
-}
+DEFINE_SILU_MUL_BACKWARD(silu_mul_backward, float, same_float, same_float)
+DEFINE_SILU_MUL_BACKWARD(silu_mul_bf16_backward, uint16_t, bf16_float, float_bf16)
