@@ -785,8 +785,6 @@ void rms_norm_backward(const float *restrict x, const float *restrict w, const f
   }
 }
 
-/* The fused projection's rows qkv [T, (H + 2 KV) D] to the packed attention's layout: q [H, T, D] and k [KV, T, D]
-   rotated (rope, with each token's own tables cos, sin [T, D]), v [KV, T, D]. */
 /* Row t of rope_split: its heads of row ([(H + 2 KV) D]) rotated or copied into q, k, v. */
 static inline void rope_split_row(const float *restrict row, const float *restrict c, const float *restrict s,
                                   float *restrict q, float *restrict k, float *restrict v, int64_t t, int64_t T,
@@ -798,6 +796,8 @@ static inline void rope_split_row(const float *restrict row, const float *restri
   }
 }
 
+/* The fused projection's rows qkv [T, (H + 2 KV) D] to the packed attention's layout: q [H, T, D] and k [KV, T, D]
+   rotated (rope, with each token's own tables cos, sin [T, D]), v [KV, T, D]. */
 void rope_split(const float *restrict qkv, const float *restrict cos, const float *restrict sin, float *restrict q,
                 float *restrict k, float *restrict v, int64_t T, int64_t H, int64_t KV, int64_t D) {
   const int64_t W = (H + 2 * KV) * D;
@@ -814,7 +814,6 @@ static inline void rope_back(const float *g, const float *cos, const float *sin,
   }
 }
 
-/* The gradient of rope_split: dq [H, T, D], dk, dv [KV, T, D] -> dqkv [T, (H + 2 KV) D]. */
 /* Row t of rope_split_backward into row ([(H + 2 KV) D]). */
 static inline void rope_back_row(const float *restrict dq, const float *restrict dk, const float *restrict dv,
                                  const float *restrict c, const float *restrict s, float *restrict row, int64_t t,
@@ -826,6 +825,7 @@ static inline void rope_back_row(const float *restrict dq, const float *restrict
   }
 }
 
+/* The gradient of rope_split: dq [H, T, D], dk, dv [KV, T, D] -> dqkv [T, (H + 2 KV) D]. */
 void rope_split_backward(const float *restrict dq, const float *restrict dk, const float *restrict dv,
                          const float *restrict cos, const float *restrict sin, float *restrict dqkv, int64_t T,
                          int64_t H, int64_t KV, int64_t D) {

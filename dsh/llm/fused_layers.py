@@ -70,12 +70,10 @@ class _RMSNorm(torch.autograd.Function):
 class _SiluMul(torch.autograd.Function):
     @staticmethod
     def forward(ctx, gu):
-        gu, lib = gu.contiguous(), _lib()
+        gu = gu.contiguous()
         out = torch.empty(gu.shape[0], gu.shape[1] // 2, dtype=gu.dtype)
-        if gu.dtype == torch.bfloat16:
-            lib.silu_mul_bf16(gu.data_ptr(), out.data_ptr(), *out.shape)
-        else:
-            kernels.silu_mul(lib, gu, out)
+        f = _lib().silu_mul_bf16 if gu.dtype == torch.bfloat16 else _lib().silu_mul
+        f(gu.data_ptr(), out.data_ptr(), *out.shape)
         ctx.save_for_backward(gu)
         return out
 
