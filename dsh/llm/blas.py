@@ -38,13 +38,19 @@ def _library():
     return _found[0]
 
 
+_ADDRESSES: dict = {}   # names -> their addresses (or None), once per process: the decoding step asks at every row count
+
+
 def _symbols(*names) -> tuple | None:
     """The addresses of ``names`` in :func:`_library`; None where it or any of them is missing."""
-    lib = _library()
-    try:
-        return None if lib is None else tuple(ctypes.cast(getattr(lib, n), ctypes.c_void_p).value for n in names)
-    except AttributeError:
-        return None
+    if names not in _ADDRESSES:
+        lib = _library()
+        try:
+            _ADDRESSES[names] = None if lib is None else tuple(ctypes.cast(getattr(lib, n), ctypes.c_void_p).value
+                                                               for n in names)
+        except AttributeError:
+            _ADDRESSES[names] = None
+    return _ADDRESSES[names]
 
 
 def address() -> int | None:

@@ -337,14 +337,16 @@ void sample_tokens(const float *restrict logits, const int64_t *restrict key, co
    its sampled token, or its prompt's next one (prompt [slot, prompt_w]); lens = pos + 1, or 0 once done.
    Returns how many rows are done. */
 enum { R_SLOT, R_TOK, R_POS, R_PLEN, R_NGEN, R_LIMIT, R_KEY, R_DONE, R_STOPPED, R_CAPPED, R_MARKS, R_LENS };
-int64_t advance_rows(const int64_t *restrict nxt, const float *restrict logp, int64_t *restrict st, int64_t A,
-                     int64_t *restrict out, float *restrict out_logp, int64_t out_w, const int64_t *restrict prompt,
-                     int64_t prompt_w, const int64_t *restrict eos, int64_t n_eos, int64_t stop_tok, int64_t stop_n) {
+/* advance_rows() on the rows r0 .. r1 - 1 of the A (a part of the step, decode_step()); how many of them are done. */
+static int64_t advance_range(const int64_t *restrict nxt, const float *restrict logp, int64_t *restrict st, int64_t A,
+                             int64_t r0, int64_t r1, int64_t *restrict out, float *restrict out_logp, int64_t out_w,
+                             const int64_t *restrict prompt, int64_t prompt_w, const int64_t *restrict eos,
+                             int64_t n_eos, int64_t stop_tok, int64_t stop_n) {
   int64_t *slot = st + R_SLOT * A, *tok = st + R_TOK * A, *pos = st + R_POS * A, *plen = st + R_PLEN * A,
           *n_gen = st + R_NGEN * A, *limit = st + R_LIMIT * A, *done = st + R_DONE * A,
           *stopped = st + R_STOPPED * A, *capped = st + R_CAPPED * A, *marks = st + R_MARKS * A, *lens = st + R_LENS * A;
   int64_t n_done = 0;
-  for (int64_t r = 0; r < A; ++r) {
+  for (int64_t r = r0; r < r1; ++r) {
     const int64_t live = !done[r], gen = live && pos[r] + 1 >= plen[r], t = nxt[r];
     if (gen) {
       const int64_t at = slot[r] * out_w + (n_gen[r] < out_w - 1 ? n_gen[r] : out_w - 1);
@@ -370,6 +372,11 @@ int64_t advance_rows(const int64_t *restrict nxt, const float *restrict logp, in
     n_done += done[r] != 0;
   }
   return n_done;
+}
+int64_t advance_rows(const int64_t *restrict nxt, const float *restrict logp, int64_t *restrict st, int64_t A,
+                     int64_t *restrict out, float *restrict out_logp, int64_t out_w, const int64_t *restrict prompt,
+                     int64_t prompt_w, const int64_t *restrict eos, int64_t n_eos, int64_t stop_tok, int64_t stop_n) {
+  return advance_range(nxt, logp, st, A, 0, A, out, out_logp, out_w, prompt, prompt_w, eos, n_eos, stop_tok, stop_n);
 }
 
 /* A whole decoding step in one call (dsh.llm.kernel_engine.KernelDecoder, its C step): the operations of its torch
@@ -418,43 +425,84 @@ typedef struct {
   int64_t *new_tok;
 } step_model;
 
-/* Feed each of the A active rows its token (rows st [ROW_FIELDS, A], advance_rows()'s layout), sample the next
-   (sample_tokens(), the streams of (key, n_gen)) and move the rows on (advance_rows()); returns how many rows are
-   done. use_packed (or NULL): per product, in the step's order (4 a layer, then the head's), whether it is taken
-   from its packed weight at this row count; times (or NULL): each product's seconds added, in the same order. */
-int64_t decode_step(const step_model *m, int64_t *restrict st, int64_t A, float inv_temp, int greedy,
-                    int64_t *restrict out, float *restrict out_logp, int64_t out_w, const int64_t *restrict prompt,
-                    int64_t prompt_w, const int64_t *restrict eos, int64_t n_eos, int64_t stop_tok, int64_t stop_n,
-                    const int64_t *use_packed, double *times) {
+/* The step of decode_step() on the rows r0 .. r1 - 1 of the A active rows (each row's results depend on its own row
+   only; a product's rows are the same bits in any part of the rows where the caller checked that they are); how many
+   of them are done. times (or NULL): each product's seconds added. */
+static int64_t step_rows(const step_model *m, int64_t *restrict st, int64_t A, int64_t r0, int64_t r1, float inv_temp,
+                         int greedy, int64_t *restrict out, float *restrict out_logp, int64_t out_w,
+                         const int64_t *restrict prompt, int64_t prompt_w, const int64_t *restrict eos, int64_t n_eos,
+                         int64_t stop_tok, int64_t stop_n, const int64_t *use_packed, double *times) {
 #define PACKED(p) (use_packed && use_packed[p] ? (const float *)m->packed[p] : 0)
-  const int64_t N = m->N, F = m->F, HD = m->H * m->D, QKV = (m->H + 2 * m->KV) * m->D;
-  const int64_t *tok = st + R_TOK * A, *pos = st + R_POS * A, *lens = st + R_LENS * A, *slot = st + R_SLOT * A;
-  for (int64_t b = 0; b < A; ++b) __builtin_memcpy(m->x + b * N, m->embed + tok[b] * N, N * sizeof(float));
+  const int64_t N = m->N, F = m->F, HD = m->H * m->D, QKV = (m->H + 2 * m->KV) * m->D, n = r1 - r0;
+  const int64_t *tok = st + R_TOK * A + r0, *pos = st + R_POS * A + r0, *lens = st + R_LENS * A + r0,
+                *slot = st + R_SLOT * A + r0;
+  float *x = m->x + r0 * N, *normed = m->normed + r0 * N, *qkv = m->qkv + r0 * QKV, *att = m->att + r0 * HD,
+        *gu = m->gu + r0 * 2 * F, *act = m->act + r0 * F, *logits = m->logits + r0 * m->V;
+  for (int64_t b = 0; b < n; ++b) __builtin_memcpy(x + b * N, m->embed + tok[b] * N, N * sizeof(float));
   for (int64_t l = 0; l < m->L; ++l) {
     const int64_t *w = m->layers + 8 * l;
     double *t = times ? times + 4 * l : 0;
-    rms_norm(m->x, (const float *)w[0], m->eps[2 * l], m->normed, A, N);
-    step_product(m->normed, (const float *)w[1], PACKED(4 * l), m->qkv, A, N, QKV, 0.f, t);
+    rms_norm(x, (const float *)w[0], m->eps[2 * l], normed, n, N);
+    step_product(normed, (const float *)w[1], PACKED(4 * l), qkv, n, N, QKV, 0.f, t);
 #ifdef __FLT16_MAX__
     if (m->half)
-      attend_f16(m->qkv, m->cos, m->sin, pos, lens, slot, (_Float16 *)w[6], (_Float16 *)w[7], m->att, A, m->H,
-                 m->KV, m->D, m->M, m->scale);
+      attend_f16(qkv, m->cos, m->sin, pos, lens, slot, (_Float16 *)w[6], (_Float16 *)w[7], att, n, m->H, m->KV, m->D,
+                 m->M, m->scale);
     else
 #endif
-      attend(m->qkv, m->cos, m->sin, pos, lens, slot, (float *)w[6], (float *)w[7], m->att, A, m->H, m->KV, m->D,
-             m->M, m->scale);
-    step_product(m->att, (const float *)w[2], PACKED(4 * l + 1), m->x, A, HD, N, 1.f, t ? t + 1 : 0);
-    rms_norm(m->x, (const float *)w[3], m->eps[2 * l + 1], m->normed, A, N);
-    step_product(m->normed, (const float *)w[4], PACKED(4 * l + 2), m->gu, A, N, 2 * F, 0.f, t ? t + 2 : 0);
-    silu_mul(m->gu, m->act, A, F);
-    step_product(m->act, (const float *)w[5], PACKED(4 * l + 3), m->x, A, F, N, 1.f, t ? t + 3 : 0);
+      attend(qkv, m->cos, m->sin, pos, lens, slot, (float *)w[6], (float *)w[7], att, n, m->H, m->KV, m->D, m->M,
+             m->scale);
+    step_product(att, (const float *)w[2], PACKED(4 * l + 1), x, n, HD, N, 1.f, t ? t + 1 : 0);
+    rms_norm(x, (const float *)w[3], m->eps[2 * l + 1], normed, n, N);
+    step_product(normed, (const float *)w[4], PACKED(4 * l + 2), gu, n, N, 2 * F, 0.f, t ? t + 2 : 0);
+    silu_mul(gu, act, n, F);
+    step_product(act, (const float *)w[5], PACKED(4 * l + 3), x, n, F, N, 1.f, t ? t + 3 : 0);
   }
-  rms_norm(m->x, m->final_norm, m->final_eps, m->normed, A, N);
-  step_product(m->normed, m->head, PACKED(4 * m->L), m->logits, A, N, m->V, 0.f, times ? times + 4 * m->L : 0);
-  sample_tokens(m->logits, st + R_KEY * A, st + R_NGEN * A, inv_temp, greedy, m->new_tok, m->new_logp, A, m->V);
-  return advance_rows(m->new_tok, m->new_logp, st, A, out, out_logp, out_w, prompt, prompt_w, eos, n_eos, stop_tok,
-                      stop_n);
+  rms_norm(x, m->final_norm, m->final_eps, normed, n, N);
+  step_product(normed, m->head, PACKED(4 * m->L), logits, n, N, m->V, 0.f, times ? times + 4 * m->L : 0);
+  sample_tokens(logits, st + R_KEY * A + r0, st + R_NGEN * A + r0, inv_temp, greedy, m->new_tok + r0,
+                m->new_logp + r0, n, m->V);
+  return advance_range(m->new_tok, m->new_logp, st, A, r0, r1, out, out_logp, out_w, prompt, prompt_w, eos, n_eos,
+                       stop_tok, stop_n);
 #undef PACKED
+}
+
+/* Feed each of the A active rows its token (rows st [ROW_FIELDS, A], advance_rows()'s layout), sample the next
+   (sample_tokens(), the streams of (key, n_gen)) and move the rows on (advance_rows()); returns how many rows are
+   done. use_packed (or NULL): per product, in the step's order (4 a layer, then the head's), whether it is taken
+   from its packed weight at this row count; times (or NULL): each product's seconds added, in the same order.
+   parts <= 1: the step over all rows, each product one library call on the library's threads. parts > 1: the rows
+   cut into `parts` parts of A / parts rows (part k: rows A k / parts .. A (k + 1) / parts - 1), each part's whole step
+   on one thread, the parts side by side in one parallel region (no wait between the step's operations; each product
+   on one thread, whose rows stay in its core's cache); times then add each product's seconds averaged over the
+   threads. The caller asks for parts only where each product's parts give its product over all rows bit for bit
+   (dsh.llm.products.parts_agree), so both give the same results. */
+int64_t decode_step(const step_model *m, int64_t *restrict st, int64_t A, float inv_temp, int greedy,
+                    int64_t *restrict out, float *restrict out_logp, int64_t out_w, const int64_t *restrict prompt,
+                    int64_t prompt_w, const int64_t *restrict eos, int64_t n_eos, int64_t stop_tok, int64_t stop_n,
+                    const int64_t *use_packed, double *times, int64_t parts) {
+  if (parts <= 1)
+    return step_rows(m, st, A, 0, A, inv_temp, greedy, out, out_logp, out_w, prompt, prompt_w, eos, n_eos, stop_tok,
+                     stop_n, use_packed, times);
+  const int64_t P = 4 * m->L + 1;
+  int64_t n_done = 0;
+#pragma omp parallel reduction(+ : n_done)
+  {
+    int64_t k = 0, T = 1;
+#ifdef _OPENMP
+    k = omp_get_thread_num();
+    T = omp_get_num_threads();
+#endif
+    double own[P];
+    for (int64_t p = 0; p < P; ++p) own[p] = 0.0;
+    for (int64_t part = k; part < parts; part += T) /* every part once, whatever the threads */
+      n_done += step_rows(m, st, A, A * part / parts, A * (part + 1) / parts, inv_temp, greedy, out, out_logp, out_w,
+                          prompt, prompt_w, eos, n_eos, stop_tok, stop_n, use_packed, times ? own : 0);
+    if (times)
+#pragma omp critical
+      for (int64_t p = 0; p < P; ++p) times[p] += own[p] / (double)T;
+  }
+  return n_done;
 }
 
 /* The FMA issue rate: FLOP/s of n rounds of 10 independent multiply-add chains of 16 floats on every thread (the

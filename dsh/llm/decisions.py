@@ -1,6 +1,7 @@
 """What :mod:`dsh.llm.products` measured about this machine's matrix products (which library was faster at a shape,
 where oneDNN agrees with torch bit for bit, which row counts need a split to be thread-independent, where the decoding
-step in C gives torch's product bit for bit, from the weight as it is or packed ahead), kept on disk, so that a
+step in C gives torch's product bit for bit, from the weight as it is or packed ahead, over all rows or in parts of
+the rows on one thread each), kept on disk, so that a
 process reads what an earlier one on this machine measured instead of measuring it again (0.07-0.1 s of a fresh
 process's first 700-question evaluation on the 2-core machine, whose products take ~0.65 s).
 
@@ -27,7 +28,7 @@ from pathlib import Path
 from ..core import store
 from ..core.provenance import cpu_feature_line, cpu_model
 
-TABLES = ("faster", "agrees", "splits", "sgemm", "packed")
+TABLES = ("faster", "agrees", "splits", "sgemm", "packed", "parts")
 ENV_PREFIXES = ("MKL_", "ONEDNN_", "DNNL_", "OMP_", "KMP_", "GOMP_")
 MISSING = object()       # what :func:`recall` answers for a decision not on disk
 
@@ -43,19 +44,33 @@ def _build() -> tuple:
     return cpu_model(), cpu_feature_line(), f"{torch.__version__}\n{torch.__config__.show()}"
 
 
+def _variables() -> dict:
+    """The environment variables of :data:`ENV_PREFIXES`, sorted (only their values read: ~5 us)."""
+    return {k: os.environ[k] for k in sorted(k for k in os.environ if k.startswith(ENV_PREFIXES))}
+
+
 def machine_key() -> dict:
     """What decides which code the products run on this machine and in this process (the file's key)."""
     import torch
 
     cpu, features, build = _build()
-    return {"cpu": cpu, "features": features, "torch": build, "threads": torch.get_num_threads(),
-            "env": {k: v for k, v in sorted(os.environ.items()) if k.startswith(ENV_PREFIXES)}}
+    return {"cpu": cpu, "features": features, "torch": build, "threads": torch.get_num_threads(), "env": _variables()}
+
+
+_PATHS: dict = {}        # (cache folder, home, threads, variables) -> the file's path, once per process
 
 
 def path() -> Path:
-    """This machine's file (:func:`machine_key`) under ``$DSH_CACHE/products``."""
-    root = Path(os.environ.get("DSH_CACHE") or Path.home() / ".cache" / "dsh")
-    return root / "products" / f"{store.key_digest(machine_key())[:24]}.json"
+    """This machine's file (:func:`machine_key`) under ``$DSH_CACHE/products``; its digest computed once per process
+    for each thread count and setting of the variables (the decoding step's products ask for it at every row count
+    they meet: 0.2 ms a digest, a few hundred in a fresh process's 700-question evaluation)."""
+    import torch
+
+    memo = (os.environ.get("DSH_CACHE"), os.environ.get("HOME"), torch.get_num_threads(), tuple(_variables().items()))
+    if memo not in _PATHS:
+        root = Path(os.environ.get("DSH_CACHE") or Path.home() / ".cache" / "dsh")
+        _PATHS[memo] = root / "products" / f"{store.key_digest(machine_key())[:24]}.json"
+    return _PATHS[memo]
 
 
 def _load(p: Path) -> dict:

@@ -178,7 +178,7 @@ def _declare(lib):
     lib.set_sgemm.restype = None
     lib.set_sgemm.argtypes = [P, P]
     lib.decode_step.restype = N
-    lib.decode_step.argtypes = [P, P, N, F, ctypes.c_int, P, P, N, P, N, P, N, N, N, P, P]
+    lib.decode_step.argtypes = [P, P, N, F, ctypes.c_int, P, P, N, P, N, P, N, N, N, P, P, N]
 
 
 def half_cache(lib) -> bool:

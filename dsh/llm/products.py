@@ -25,7 +25,10 @@ such split gives the two-thread bits (MKL on an Intel Xeon with AVX-512: 4-5 row
 Where a product at a row count is not split, the decoding step in C may take it through the ``sgemm_``
 torch calls (:mod:`dsh.llm.blas`); :func:`sgemm_agrees` checks, once per machine and row count, that the call from C
 gives torch's bits there (:meth:`Products.in_c`), and :func:`packed_agrees` where MKL's product from the weight
-packed ahead does too (:meth:`Products.packed`).
+packed ahead does too (:meth:`Products.packed`); :func:`parts_agree`, where the same call on each part of the rows
+(:func:`parts_of`), on one thread, gives them too, so that the C step may cut its rows into a part a thread
+(:meth:`Products.in_parts`; on MKL a row's result depends on its own row only at the step's shapes, checked, not
+assumed).
 """
 
 from __future__ import annotations
@@ -138,6 +141,38 @@ def packed_agrees(kind: str, out_features: int, in_features: int, n: int, rows: 
 
     return (sgemm_agrees(*key) and blas.packed_addresses() is not None
             and _decided(_PACKED, "packed", key, lambda: _c_product_agrees(*key, packed)))
+
+
+_PARTS: dict = {}    # (kind, out, in, rows, most rows, parts, packed) -> whether the product in parts equals torch's
+
+
+def parts_of(n: int, parts: int) -> list:
+    """The row ranges ``(start, stop)`` of ``n`` rows cut into ``parts`` parts as the decoding step in C cuts them
+    (``decode_step``: part k holds rows ``n k // parts`` to ``n (k + 1) // parts - 1``)."""
+    return [(n * k // parts, n * (k + 1) // parts) for k in range(parts)]
+
+
+def parts_agree(kind: str, out_features: int, in_features: int, n: int, rows: int, parts: int, packed: bool) -> bool:
+    """Whether torch's ``kind`` product of that shape at ``n`` of at most ``rows`` rows equals, bit for bit, the same
+    product taken in ``parts`` parts of its rows (:func:`parts_of`), each on one thread by the call the decoding step
+    in C makes (``sgemm_``, or from the weight packed ahead with ``packed``: :func:`sgemm_agrees`,
+    :func:`packed_agrees`); random inputs, checked once per machine (:mod:`dsh.llm.decisions`), when first asked for."""
+    key = (kind, out_features, in_features, n, rows, parts, packed)
+
+    def in_parts(x, w, out, beta):
+        p = blas.pack(w, rows) if packed else None
+        with one_thread():
+            for a, b in parts_of(x.shape[0], parts):
+                if b > a:
+                    if packed:
+                        blas.packed_product(x[a:b], p, out[a:b], beta)
+                    else:
+                        blas.product(x[a:b], w, out[a:b], beta)
+        return out
+
+    ways = packed_agrees if packed else sgemm_agrees
+    return ways(kind, out_features, in_features, n, rows) and _decided(
+        _PARTS, "parts", key, lambda: _c_product_agrees(kind, out_features, in_features, n, rows, in_parts))
 
 
 def plan(out_features: int, in_features: int, rows: int) -> frozenset:
@@ -263,6 +298,11 @@ class Products:
         """Whether :meth:`in_c` holds and the C step may take this product from the weight packed ahead
         (:func:`packed_agrees`)."""
         return self.in_c(kind, w, n) and packed_agrees(kind, *w.shape, n, self.rows)
+
+    def in_parts(self, kind: str, w: torch.Tensor, n: int, parts: int, packed: bool) -> bool:
+        """Whether :meth:`in_c` holds and the C step may take this product in ``parts`` parts of its ``n`` rows, each
+        on one thread (from the packed weight with ``packed``): :func:`parts_agree`."""
+        return self.in_c(kind, w, n) and parts_agree(kind, *w.shape, n, self.rows, parts, packed)
 
     def _way(self, kind: str, n: int, w) -> tuple:
         key = (kind, id(w), n)

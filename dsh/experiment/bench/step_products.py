@@ -4,11 +4,12 @@ the best library rate at the same shapes measured alone.
 Inside: the engine's CPU path (float16 KV cache where the CPU has half floats) samples the sampling part's prompts with
 :meth:`dsh.llm.engine.Engine.log_products` on; the products of the steps that ran with every slot busy (the step's
 shape: ``rows`` rows) are summed, FLOPs over seconds, each product timed around its call (so a thread pool's wake-up
-and caches emptied by the attention count, as they do in a step). Alone: each of those products (every layer's fused
-q/k/v, output, fused gate/up and down projections and the LM head) at ``rows`` rows, timed many times over by torch's
-product (MKL on x86), by oneDNN with the weight packed ahead and by MKL with the weight packed ahead (the product the
-step in C takes where it gives torch's bits, :mod:`dsh.llm.blas`), the fastest per shape making the best library
-rate (:func:`library_rates`). The share of the first in the last is README "Performance"'s "products in the
+and caches emptied by the attention count, as they do in a step; where the step runs in parts of the rows, a thread
+each, :mod:`dsh.llm.kernel_engine`, each product's time is its threads' mean, as they take their parts at once).
+Alone: each of those products (every layer's fused q/k/v, output, fused gate/up and down projections and the LM head)
+at ``rows`` rows, timed many times over by torch's product (MKL on x86), by oneDNN with the weight packed ahead and by
+MKL with the weight packed ahead (the product the step in C takes where it gives torch's bits, :mod:`dsh.llm.blas`),
+the fastest per shape making the best library rate (:func:`library_rates`). The share of the first in the last is README "Performance"'s "products in the
 step" figure.
 """
 
