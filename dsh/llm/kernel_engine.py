@@ -288,32 +288,23 @@ class KernelDecoder:
         # row starts (its stream is its key's)
         waiting = sorted(range(len(prompts)), key=lambda j: (len(prompts[j]), -j))
         free = list(range(self.slots))[::-1]
+        width = self.prompt_buf.shape[1]
+        table = (torch.tensor([p + [0] * (width - len(p)) for p in prompts]), torch.tensor([len(p) for p in prompts]),
+                 torch.tensor(keys))                          # every prompt padded, its length and stream key
         s = _Rows.empty()
         owner: list = []                                         # prompt index of each active row
         started = finished_tokens = n_done = 0
         try:
             while waiting or owner:
                 if n_done:
-                    done, n_gen, stopped, slot, capped = s.state[_FINISH].tolist()
-                    ended = [r for r, d in enumerate(done) if d]
-                    index = torch.tensor([slot[r] for r in ended])
-                    tokens, logps = self.out[index].tolist(), self.out_logp[index].tolist()   # one read each
-                    for r, toks, lps in zip(ended, tokens, logps):
-                        on_finish(owner[r], toks[:n_gen[r]], bool(stopped[r]), lps[:n_gen[r]], bool(capped[r]))
-                        free.append(slot[r])
-                        finished_tokens += n_gen[r]
-                    keep = [r for r, d in enumerate(done) if not d]
-                    s = s.select(keep)
-                    owner = [owner[r] for r in keep]
+                    s, owner, freed, written = self._retire(s, owner, on_finish)
+                    free += freed
+                    finished_tokens += written
                 take = []
                 while waiting and free:
                     take.append((waiting.pop(), free.pop()))
                 if take:
-                    width = max(len(prompts[j]) for j, _ in take)       # the rows' prompts, written at once
-                    self.prompt_buf[torch.tensor([slot for _, slot in take]), :width] = torch.tensor(
-                        [prompts[j] + [0] * (width - len(prompts[j])) for j, _ in take])
-                    s = s.join(_Rows.admit([prompts[j] for j, _ in take], [slot for _, slot in take],
-                                           [keys[j] for j, _ in take], max_new_tokens))
+                    s = self._admit(s, take, table, max_new_tokens)
                     owner += [j for j, _ in take]
                     started += len(take)
                 if not owner:
@@ -327,9 +318,35 @@ class KernelDecoder:
             decisions.flush()           # the products' new decisions, for later processes (a worker exits unflushed)
 
 
+    def _retire(self, s, owner: list, on_finish):
+        """Hand each done row of ``s`` to ``on_finish`` (its tokens and log-probabilities, all rows' read at once) and
+        drop them: the rows left, their owners, the slots freed and the tokens the done rows wrote."""
+        done = s.done != 0
+        ended, keep = done.nonzero().flatten(), (~done).nonzero().flatten()
+        fin = s.state[:, ended]
+        n_gen, stopped, slot, capped = fin[_FINISH].tolist()
+        tokens, logps = self.out[fin[_ROW["slot"]]].tolist(), self.out_logp[fin[_ROW["slot"]]].tolist()
+        for r, n, stop, cap, toks, lps in zip(ended.tolist(), n_gen, stopped, capped, tokens, logps):
+            on_finish(owner[r], toks[:n], bool(stop), lps[:n], bool(cap))
+        return _Rows(s.state[:, keep]), [owner[r] for r in keep.tolist()], slot, sum(n_gen)
+
+    def _admit(self, s, take: list, table: tuple, limit: int):
+        """``s`` with the prompts of ``take`` (``(prompt index, slot)`` pairs) as new rows at position 0 of their
+        prompts (each attends one position at its first step), their prompts written into their slots' rows of the
+        prompt buffer; ``table``: every prompt padded, its length and its stream key."""
+        js, slots = torch.tensor([j for j, _ in take]), torch.tensor([slot for _, slot in take])
+        padded, lengths, keys = table
+        self.prompt_buf[slots] = padded[js]
+        new = torch.zeros(len(ROW_FIELDS), len(take), dtype=torch.long)
+        for field, values in (("slot", slots), ("tok", padded[js, 0]), ("plen", lengths[js]), ("limit", limit),
+                              ("key", keys[js]), ("lens", 1)):
+            new[_ROW[field]] = values
+        return _Rows(torch.cat([s.state, new], dim=1))
+
+
 ROW_FIELDS = ("slot", "tok", "pos", "plen", "n_gen", "limit", "key", "done", "stopped", "capped", "marks", "lens")
 _ROW = {f: i for i, f in enumerate(ROW_FIELDS)}
-_FINISH = [_ROW[f] for f in ("done", "n_gen", "stopped", "slot", "capped")]   # what a finished row hands on
+_FINISH = [_ROW[f] for f in ("n_gen", "stopped", "slot", "capped")]   # what a finished row hands on
 
 
 class _Rows:
@@ -349,16 +366,3 @@ class _Rows:
     def empty(cls):
         return cls(torch.zeros(len(ROW_FIELDS), 0, dtype=torch.long))
 
-    @classmethod
-    def admit(cls, prompts, slots, keys, limit):
-        """New rows at position 0 of their prompts (each attends one position at its first step)."""
-        n = len(prompts)
-        values = dict(slot=slots, tok=[p[0] for p in prompts], plen=[len(p) for p in prompts], limit=[limit] * n,
-                      key=keys, lens=[1] * n)
-        return cls(torch.tensor([values.get(f, [0] * n) for f in ROW_FIELDS], dtype=torch.long))
-
-    def select(self, rows):
-        return _Rows(self.state[:, torch.tensor(rows, dtype=torch.long)])
-
-    def join(self, other):
-        return _Rows(torch.cat([self.state, other.state], dim=1))
