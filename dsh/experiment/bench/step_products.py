@@ -9,8 +9,8 @@ each, :mod:`dsh.llm.kernel_engine`, each product's time is its threads' mean, as
 Alone: each of those products (every layer's fused q/k/v, output, fused gate/up and down projections and the LM head)
 at ``rows`` rows, timed many times over by torch's product (MKL on x86), by oneDNN with the weight packed ahead and by
 MKL with the weight packed ahead (the product the step in C takes where it gives torch's bits, :mod:`dsh.llm.blas`),
-the fastest per shape making the best library rate (:func:`library_rates`). The share of the first in the last is README "Performance"'s "products in the
-step" figure.
+the fastest per shape making the best library rate (:func:`library_rates`). The share of the first in the last is
+README "Performance"'s "products in the step" figure.
 """
 
 from __future__ import annotations
