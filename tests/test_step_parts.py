@@ -147,3 +147,14 @@ def test_parts_agree_sees_a_part_that_differs(kind, tmp_path, monkeypatch):
 
     monkeypatch.setattr(blas, "product", off)
     assert not products.parts_agree(kind, 384, 128, 200, 256, 2, False)
+
+
+@needs_c
+def test_more_parts_than_threads_gives_the_same_completions(gqa, two_threads, monkeypatch):
+    """Three parts on two threads (a thread takes two parts, each with its own attention): the same completions as
+    over all rows. Fails for a part left out or taken twice."""
+    prompts = [[1 + i % 9, 2 + i % 7, 3 + i % 5][: 1 + i % 3] for i in range(80)]
+    eng = Engine(gqa, [11], slots=32, max_len=48, attention="kernels")
+    want, _ = _run(eng, prompts, monkeypatch, c_parts=False)
+    got, parts = _run(eng, prompts, monkeypatch, c_parts=3)
+    assert got == want and parts.count(3) > 0.5 * len(parts)

@@ -117,7 +117,8 @@ class KernelDecoder:
         self.stop_after = None
         self.product_log = None       # a list: every product of the next generate appends (rows, flops, seconds)
         self.c_step = True            # whole steps in C where :meth:`_in_c` holds (False: every step in Python)
-        self.c_parts = True           # the C step's rows in parts, one a thread, where :meth:`_in_c` allows it
+        self.c_parts = True           # the C step's rows in parts, one a thread, where :meth:`_in_c` allows it (an int:
+        #                               that many parts, however many threads; False: every C step over all rows)
         self.c_model = None
 
     def _fuse(self) -> list:
@@ -190,7 +191,7 @@ class KernelDecoder:
         if A not in self._c_rows:
             ok = all(self.products.in_c(k, w, A) for k, w in self.c_products)
             packed = [bool(self._packed) and self.products.packed(k, w, A) for k, w in self.c_products] if ok else []
-            parts = torch.get_num_threads() if self.c_parts else 1
+            parts = (torch.get_num_threads() if self.c_parts is True else int(self.c_parts)) if self.c_parts else 1
             if ok and parts > 1 and not (A >= parts and all(self.products.in_parts(k, w, A, parts, p)
                                                              for (k, w), p in zip(self.c_products, packed))):
                 parts = 1
