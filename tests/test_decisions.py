@@ -17,6 +17,7 @@ def new_process(tmp_path, monkeypatch):
     def start():
         for name in ("_FASTER", "_AGREES", "_SPLITS"):
             monkeypatch.setattr(products, name, {})
+        monkeypatch.setattr(products, "_TAKEN", set())
         monkeypatch.setattr(decisions, "_READ", {})
         monkeypatch.setattr(decisions, "_PENDING", set())
 
@@ -44,8 +45,12 @@ def test_a_later_process_reads_the_decisions_without_measuring(new_process, monk
     monkeypatch.setattr(products, "split_of", measured)
     monkeypatch.setattr(products, "clearly_faster", measured)
     monkeypatch.setattr(products.torch, "equal", measured)
+    asked = []
+    recall = decisions.recall
+    monkeypatch.setattr(decisions, "recall", lambda *a: asked.append(a) or recall(*a))
     assert _decide_all() == first
     assert not decisions._PENDING                      # nothing new to write
+    assert not asked                    # each table's stored decisions taken at its first miss, none asked one by one
 
 
 def test_without_a_file_each_decision_is_measured(new_process, monkeypatch):

@@ -101,6 +101,11 @@ def recall(table: str, key: tuple):
     return _tables(path())[_checked(table)].get(tuple(key), MISSING)
 
 
+def table(name: str) -> dict:
+    """Every stored decision of table ``name`` (one of :data:`TABLES`) on this machine: key tuple -> value (a copy)."""
+    return dict(_tables(path())[_checked(name)])
+
+
 def stored() -> int:
     """How many decisions this machine's file holds now (0 where there is none or it cannot be read)."""
     return sum(len(rows) for rows in _load(path()).values())

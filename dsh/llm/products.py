@@ -62,10 +62,21 @@ def _random(seed: int, *shapes) -> list:
     return _INPUTS[key]
 
 
+_TAKEN: set = set()   # (table name, decisions file): every decision that file held taken into this process's table
+
+
 def _decided(table: dict, name: str, key: tuple, decide):
     """``table[key]``: from this process's ``table``, else from this machine's file (:mod:`dsh.llm.decisions`, table
-    ``name``), else ``decide()``, then stored in both."""
+    ``name``: at its first miss in a process all of them taken at once, since a step asks for several at every row
+    count it meets), else ``decide()``, then stored in both."""
     if key not in table:
+        where = (name, decisions.path())
+        if where not in _TAKEN:
+            _TAKEN.add(where)
+            for k, v in decisions.table(name).items():
+                table.setdefault(k, v)
+            if key in table:
+                return table[key]
         value = decisions.recall(name, key)
         if value is decisions.MISSING:
             value = decide()
