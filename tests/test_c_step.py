@@ -5,7 +5,7 @@ either step: tests/test_products.py)."""
 
 import pytest
 import torch
-from tiny_llamas import gqa_llama
+from tiny_llamas import gqa_llama_own_norms
 
 from dsh.llm import blas, kernel_engine, kernels, models
 from dsh.llm.engine import Engine
@@ -18,12 +18,7 @@ needs_c = pytest.mark.skipif(kernels.load() is None or blas.address() is None,
 
 @pytest.fixture(scope="module")
 def gqa():
-    m = gqa_llama(head_scale=8.0)
-    for i, layer in enumerate(m.model.layers):        # every norm its own epsilon, large enough to matter
-        layer.input_layernorm.variance_epsilon = 0.05 * (i + 1)
-        layer.post_attention_layernorm.variance_epsilon = 0.3 * (i + 1)
-    m.model.norm.variance_epsilon = 0.7
-    return m
+    return gqa_llama_own_norms()
 
 
 _ORIGINAL = (kernel_engine.KernelDecoder._step_in_c, kernel_engine.KernelDecoder._logits)

@@ -5,7 +5,7 @@ product's bits (dsh.llm.products.parts_agree) steps over all rows."""
 
 import pytest
 import torch
-from tiny_llamas import gqa_llama
+from tiny_llamas import gqa_llama_own_norms
 
 from dsh.llm import blas, kernel_engine, kernels, models, products
 from dsh.llm.engine import Engine
@@ -27,12 +27,7 @@ def two_threads():
 
 @pytest.fixture(scope="module")
 def gqa():
-    m = gqa_llama(head_scale=8.0)
-    for i, layer in enumerate(m.model.layers):        # every norm its own epsilon, large enough to matter
-        layer.input_layernorm.variance_epsilon = 0.05 * (i + 1)
-        layer.post_attention_layernorm.variance_epsilon = 0.3 * (i + 1)
-    m.model.norm.variance_epsilon = 0.7
-    return m
+    return gqa_llama_own_norms()
 
 
 _STEP_IN_C, _STEP = kernel_engine.KernelDecoder._step_in_c, kernel_engine.KernelDecoder._step
@@ -165,3 +160,38 @@ def test_more_parts_than_threads_gives_the_same_completions(gqa, two_threads, mo
     want, _ = _run(eng, prompts, monkeypatch, c_parts=False)
     got, parts = _run(eng, prompts, monkeypatch, c_parts=3)
     assert got == want and parts.count(3) > 0.5 * len(parts)
+
+
+_NESTED = """
+import sys, torch
+sys.path.insert(0, "tests")
+from tiny_llamas import gqa_llama_own_norms
+from dsh.llm.engine import Engine
+torch.set_num_threads(2)
+eng = Engine(gqa_llama_own_norms(), [11], slots=32, max_len=48, attention="kernels")
+prompts = [[1 + i % 9, 2 + i % 7, 3 + i % 5][: 1 + i % 3] for i in range(120)]
+out = {}
+for parts in (True, False):
+    eng._cpu.c_parts = parts
+    out[parts] = [(g.tokens, g.logprobs) for g in eng.generate(prompts, 40, seed=7)]
+print("same" if out[True] == out[False] else "different")
+"""
+
+
+@needs_c
+@pytest.mark.slow
+def test_the_parts_under_settings_that_let_mkl_nest_threads(tmp_path):
+    """With MKL_DYNAMIC=FALSE and nested parallelism allowed (OMP_MAX_ACTIVE_LEVELS=2), MKL could give each part's
+    products a second thread of their own; the C step asks MKL for one thread on each part's thread
+    (``MKL_Set_Num_Threads_Local``, as the parts were checked), and the completions equal those over all rows."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "MKL_DYNAMIC": "FALSE", "OMP_MAX_ACTIVE_LEVELS": "2", "DSH_CACHE": str(tmp_path),
+           "PYTHONPATH": str(root)}
+    r = subprocess.run([sys.executable, "-c", _NESTED], env=env, cwd=root, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.split()[-1] == "same"

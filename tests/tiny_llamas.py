@@ -15,3 +15,14 @@ def gqa_llama(head_scale: float | None = None) -> LlamaForCausalLM:
         with torch.no_grad():
             m.lm_head.weight.mul_(head_scale)
     return m
+
+
+def gqa_llama_own_norms() -> LlamaForCausalLM:
+    """:func:`gqa_llama` with peaked logits (head scale 8) and every RMS norm its own epsilon, large enough to matter
+    (a C step that mixed up two norms' epsilons would show)."""
+    m = gqa_llama(head_scale=8.0)
+    for i, layer in enumerate(m.model.layers):
+        layer.input_layernorm.variance_epsilon = 0.05 * (i + 1)
+        layer.post_attention_layernorm.variance_epsilon = 0.3 * (i + 1)
+    m.model.norm.variance_epsilon = 0.7
+    return m

@@ -97,6 +97,14 @@ def packed_addresses() -> tuple | None:
     return _symbols("cblas_sgemm_pack_get_size", "cblas_sgemm_pack", "cblas_sgemm_compute")
 
 
+def local_threads_address() -> int | None:
+    """The address of MKL's ``MKL_Set_Num_Threads_Local`` (its C interface, the thread count by value; the lower-case
+    name is the Fortran one, by reference) in torch's library: the decoding step in C puts each part of its rows'
+    products on one thread with it; None where :func:`address` is None or it is not exported."""
+    found = _symbols("MKL_Set_Num_Threads_Local") if address() is not None else None
+    return None if found is None else found[0]
+
+
 _INT, _FLOAT, _PTR = ctypes.c_int, ctypes.c_float, ctypes.c_void_p
 _GET_SIZE = ctypes.CFUNCTYPE(ctypes.c_size_t, _INT, _INT, _INT, _INT)
 _PACK = ctypes.CFUNCTYPE(None, _INT, _INT, _INT, _INT, _INT, _INT, _FLOAT, _PTR, _INT, _PTR)

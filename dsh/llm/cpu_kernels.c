@@ -390,9 +390,13 @@ static sgemm_fn step_sgemm = 0;
 /* MKL's cblas_sgemm_compute: the same product from a weight packed ahead (dsh.llm.blas.pack) */
 typedef void (*compute_fn)(int, int, int, int, int, int, const float *, int, const float *, int, float, float *, int);
 static compute_fn step_compute = 0;
-void set_sgemm(void *f, void *compute) {
+/* MKL's MKL_Set_Num_Threads_Local: the products of a part of the step's rows on the calling thread alone */
+typedef int (*local_threads_fn)(int);
+static local_threads_fn step_local_threads = 0;
+void set_sgemm(void *f, void *compute, void *local_threads) {
   step_sgemm = (sgemm_fn)f;
   step_compute = (compute_fn)compute;
+  step_local_threads = (local_threads_fn)local_threads;
 }
 
 /* out [A, O] = beta * out + x [A, I] @ w [O, I]^T, through sgemm_ (column-major: out^T = w^T^T x^T), or from packed
@@ -495,9 +499,12 @@ int64_t decode_step(const step_model *m, int64_t *restrict st, int64_t A, float 
 #endif
     double own[P];
     for (int64_t p = 0; p < P; ++p) own[p] = 0.0;
+    /* each product on this thread alone (as the parts were checked), whatever MKL's nesting settings */
+    const int was = step_local_threads ? step_local_threads(1) : 0;
     for (int64_t part = k; part < parts; part += T) /* every part once, whatever the threads */
       n_done += step_rows(m, st, A, A * part / parts, A * (part + 1) / parts, inv_temp, greedy, out, out_logp, out_w,
                           prompt, prompt_w, eos, n_eos, stop_tok, stop_n, use_packed, times ? own : 0);
+    if (step_local_threads) step_local_threads(was); /* 0: back to the global setting */
     if (times)
 #pragma omp critical
       for (int64_t p = 0; p < P; ++p) times[p] += own[p] / (double)T;

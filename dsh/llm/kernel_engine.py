@@ -154,7 +154,7 @@ class KernelDecoder:
                 and all(b is None and w.dtype == torch.float32 and w.is_contiguous() for w, b in weights)):
             return None
         packed_fns = blas.packed_addresses()
-        self.lib.set_sgemm(blas.address(), packed_fns[2] if packed_fns else None)
+        self.lib.set_sgemm(blas.address(), packed_fns[2] if packed_fns else None, blas.local_threads_address())
         self.c_products = [(k, w) for ly in layers for k, (w, _) in zip(("linear", "addmm", "linear", "addmm"),
                                                                      (ly[1], ly[2], ly[4], ly[5]))]
         self.c_products.append(("linear", self.head[0]))
@@ -318,7 +318,6 @@ class KernelDecoder:
             self.fused = self.bufs = self.c_model = None
             decisions.flush()           # the products' new decisions, for later processes (a worker exits unflushed)
 
-
     def _retire(self, s, owner: list, on_finish):
         """Hand each done row of ``s`` to ``on_finish`` (its tokens and log-probabilities, all rows' read at once) and
         drop them: the rows left, their owners, the slots freed and the tokens the done rows wrote."""
@@ -353,7 +352,8 @@ _FINISH = [_ROW[f] for f in ("n_gen", "stopped", "slot", "capped")]   # what a f
 class _Rows:
     """The active rows' state: ``state [len(ROW_FIELDS), A]`` (int64), one row of :data:`ROW_FIELDS` each (``done``,
     ``stopped``, ``capped``: 0 or 1; ``lens``: the positions a row attends at the next step, 0 once done), read as
-    attributes (``rows.pos``: a contiguous view); selecting and adding rows is one tensor operation each."""
+    attributes (``rows.pos``: a contiguous view); rows leave and join by tensor operations
+    (:meth:`KernelDecoder._retire`, :meth:`KernelDecoder._admit`)."""
 
     def __init__(self, state):
         self.state = state

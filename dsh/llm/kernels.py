@@ -176,7 +176,7 @@ def _declare(lib):
     lib.rope_split_bf16.argtypes = lib.rope_split.argtypes
     lib.rope_split_bf16_backward.argtypes = lib.rope_split_backward.argtypes
     lib.set_sgemm.restype = None
-    lib.set_sgemm.argtypes = [P, P]
+    lib.set_sgemm.argtypes = [P, P, P]
     lib.decode_step.restype = N
     lib.decode_step.argtypes = [P, P, N, F, ctypes.c_int, P, P, N, P, N, P, N, N, N, P, P, N]
 
