@@ -189,13 +189,15 @@ class KernelDecoder:
         :meth:`dsh.llm.products.Products.in_parts`, else 1: the library's threads over all rows); else None. Decided
         once per row count a generate."""
         if A not in self._c_rows:
-            ok = all(self.products.in_c(k, w, A) for k, w in self.c_products)
-            packed = [bool(self._packed) and self.products.packed(k, w, A) for k, w in self.c_products] if ok else []
-            parts = (torch.get_num_threads() if self.c_parts is True else int(self.c_parts)) if self.c_parts else 1
-            if ok and parts > 1 and not (A >= parts and all(self.products.in_parts(k, w, A, parts, p)
-                                                             for (k, w), p in zip(self.c_products, packed))):
-                parts = 1
-            self._c_rows[A] = (parts, torch.tensor(packed, dtype=torch.long)) if ok else None
+            way = None
+            if all(self.products.in_c(k, w, A) for k, w in self.c_products):
+                packed = [bool(self._packed) and self.products.packed(k, w, A) for k, w in self.c_products]
+                parts = (torch.get_num_threads() if self.c_parts is True else int(self.c_parts)) if self.c_parts else 1
+                if parts > 1 and not (A >= parts and all(self.products.in_parts(k, w, A, parts, p)
+                                                         for (k, w), p in zip(self.c_products, packed))):
+                    parts = 1
+                way = (parts, torch.tensor(packed, dtype=torch.long))
+            self._c_rows[A] = way
         return self._c_rows[A]
 
     def _step_in_c(self, s, inv_temp: float, greedy: bool, stop_tok: int, stop_n: int, parts: int, packed) -> int:
@@ -325,7 +327,8 @@ class KernelDecoder:
         ended, keep = done.nonzero().flatten(), (~done).nonzero().flatten()
         fin = s.state[:, ended]
         n_gen, stopped, slot, capped = fin[_FINISH].tolist()
-        tokens, logps = self.out[fin[_ROW["slot"]]].tolist(), self.out_logp[fin[_ROW["slot"]]].tolist()
+        slots = fin[_ROW["slot"]]
+        tokens, logps = self.out[slots].tolist(), self.out_logp[slots].tolist()
         for r, n, stop, cap, toks, lps in zip(ended.tolist(), n_gen, stopped, capped, tokens, logps):
             on_finish(owner[r], toks[:n], bool(stop), lps[:n], bool(cap))
         return _Rows(s.state[:, keep]), [owner[r] for r in keep.tolist()], slot, sum(n_gen)
