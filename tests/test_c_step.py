@@ -26,13 +26,14 @@ _ORIGINAL = (kernel_engine.KernelDecoder._step_in_c, kernel_engine.KernelDecoder
 
 def _run(eng, prompts, c_step: bool, temperature: float, monkeypatch):
     """The engine's completions with whole steps in C (or none) and how many steps ran in C and in Python."""
-    counts = {"c": 0, "python": 0, "packed": 0, "c_rows": set(), "python_rows": set()}
+    counts = {"c": 0, "python": 0, "packed": 0, "panels": 0, "c_rows": set(), "python_rows": set()}
     in_c, logits = _ORIGINAL
 
     def spy_c(self, s, *a):
         counts["c"] += 1
         counts["c_rows"].add(s.tok.shape[0])
-        counts["packed"] += int(a[-1].sum())         # the products taken from packed weights in this step
+        counts["packed"] += int((a[-1] == 1).sum())  # the products taken from MKL's packed weights in this step
+        counts["panels"] += int((a[-1] >= 2).sum())  # and by the step's own panel product
         return in_c(self, s, *a)
 
     def spy_py(self, s, *a):
@@ -70,19 +71,22 @@ def test_the_c_step_equals_the_python_step(gqa, kv_cache, temperature, monkeypat
     assert c_counts["c_rows"] == {n for n, ok in c_counts["in_c"].items() if ok}
     assert c_counts["python_rows"] == {n for n, ok in c_counts["in_c"].items() if not ok}
     assert sum(len(t) for t, _, _ in c) > 600
-    if blas.packed_addresses() is not None:       # MKL: most products from packed weights (not below 6 rows here)
-        assert c_counts["packed"] > 0.5 * 9 * c_counts["c"]
+    if blas.packed_addresses() is not None or kernels.has_panels(kernels.load()):
+        # most products from packed weights or panels (not below 6-8 rows here)
+        assert c_counts["packed"] + c_counts["panels"] > 0.5 * 9 * c_counts["c"]
 
 
 @needs_c
 def test_the_c_step_without_packed_weights_gives_the_same_completions(gqa, monkeypatch):
-    """Every product through sgemm_ (no packed weights, as where MKL's packing is missing): the same completions."""
+    """Every product through sgemm_ (no packed weights, as where MKL's packing is missing, and no panel product, as
+    without AVX-512): the same completions."""
     prompts = [[1 + i % 9, 2 + i % 7] for i in range(60)]
     eng = Engine(gqa, [11], slots=32, max_len=48, attention="kernels")
     want, _ = _run(eng, prompts, True, 1.0, monkeypatch)
     monkeypatch.setattr(blas, "packed_addresses", lambda: None)
+    monkeypatch.setattr(kernels, "has_panels", lambda lib: False)
     got, counts = _run(eng, prompts, True, 1.0, monkeypatch)
-    assert got == want and counts["c"] > 0 and counts["packed"] == 0
+    assert got == want and counts["c"] > 0 and counts["packed"] == 0 and counts["panels"] == 0
 
 
 @needs_c

@@ -86,7 +86,7 @@ def test_a_flush_keeps_what_another_process_wrote(new_process):
     decisions.flush()
     stored = json.loads(p.read_text())
     assert stored == {"faster": [[1, 2, 3, True]], "agrees": [[9, 9, 9, False]], "splits": [["linear", 5, 6, 7, 8, 4]],
-                      "sgemm": [], "packed": [], "parts": []}
+                      "sgemm": [], "packed": [], "parts": [], "panels": []}
     assert decisions.recall("splits", ("linear", 5, 6, 7, 8)) == 4
     assert not [f for f in p.parent.iterdir() if f.name.startswith(".decisions-")]
 
@@ -112,7 +112,7 @@ def test_an_unwritable_folder_keeps_the_decisions_in_the_process(new_process, tm
 
 
 def test_a_bad_table_name_is_refused():
-    with pytest.raises(ValueError, match="table must be one of faster, agrees, splits, sgemm, packed, parts; got 'fast'"):
+    with pytest.raises(ValueError, match="table must be one of faster, agrees, splits, sgemm, packed, parts, panels; got 'fast'"):
         decisions.recall("fast", (1,))
     with pytest.raises(ValueError, match="table must be one of"):
         decisions.remember("fast", (1,), True)

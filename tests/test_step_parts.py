@@ -33,7 +33,7 @@ def gqa():
 _STEP_IN_C, _STEP = kernel_engine.KernelDecoder._step_in_c, kernel_engine.KernelDecoder._step
 
 
-def _run(eng, prompts, monkeypatch, c_step=True, c_parts=True, temperature=1.0, max_new=40):
+def _run(eng, prompts, monkeypatch, c_step=True, c_parts=True, temperature=1.0, max_new=40, c_panels=True):
     """The engine's completions, each with the number of steps the whole run took (a row left out of a step is taken
     at a later one, the same tokens, so only the count shows it), and the parts of each C step (one entry a C step)."""
     parts: list = []
@@ -49,7 +49,7 @@ def _run(eng, prompts, monkeypatch, c_step=True, c_parts=True, temperature=1.0, 
 
     monkeypatch.setattr(kernel_engine.KernelDecoder, "_step_in_c", spy)
     monkeypatch.setattr(kernel_engine.KernelDecoder, "_step", count)
-    eng._cpu.c_step, eng._cpu.c_parts = c_step, c_parts
+    eng._cpu.c_step, eng._cpu.c_parts, eng._cpu.c_panels = c_step, c_parts, c_panels
     out = eng.generate(prompts, max_new, temperature=temperature, seed=7)
     return [(g.tokens, g.logprobs, g.stopped) for g in out] + [("steps", steps[0])], parts
 
@@ -90,10 +90,11 @@ def test_the_step_in_parts_on_the_shipped_base(two_threads, monkeypatch):
 @needs_c
 def test_a_row_count_whose_parts_are_not_the_products_bits_steps_over_all_rows(gqa, two_threads, monkeypatch):
     """Where a product's parts do not give its bits at a row count (Products.in_parts false: here every odd row
-    count), that step runs in C over all rows; the completions stay the same."""
+    count), that step runs in C over all rows; the completions stay the same. The library's products (the panel
+    product's rows need no check)."""
     prompts = [[1 + i % 9, 2 + i % 7] for i in range(60)]
     eng = Engine(gqa, [11], slots=16, max_len=48, attention="kernels")
-    want, _ = _run(eng, prompts, monkeypatch, c_parts=False)
+    want, _ = _run(eng, prompts, monkeypatch, c_parts=False, c_panels=False)
     in_parts = Products.in_parts
     monkeypatch.setattr(Products, "in_parts", lambda self, kind, w, n, *a: n % 2 == 0 and in_parts(self, kind, w, n, *a))
     rows = []
@@ -104,7 +105,7 @@ def test_a_row_count_whose_parts_are_not_the_products_bits_steps_over_all_rows(g
         return rows[-1][1]
 
     monkeypatch.setattr(kernel_engine.KernelDecoder, "_in_c", in_c)
-    got, parts = _run(eng, prompts, monkeypatch)
+    got, parts = _run(eng, prompts, monkeypatch, c_panels=False)
     assert got == want and 1 in parts and 2 in parts
     assert all(way[0] == 1 for A, way in rows if way is not None and A % 2)
 

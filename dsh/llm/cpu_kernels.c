@@ -379,6 +379,101 @@ int64_t advance_rows(const int64_t *restrict nxt, const float *restrict logp, in
   return advance_range(nxt, logp, st, A, 0, A, out, out_logp, out_w, prompt, prompt_w, eos, n_eos, stop_tok, stop_n);
 }
 
+/* The decoding step's own matrix product (dsh.llm.kernels.panel_product): out [A, O] = x [A, I] @ w [O, I]^T, or that
+   plus out (beta 1), from w packed into panels of PANEL outputs (panel_pack: panel j0's inputs in order, PANEL weights
+   each). Each output is one chain of fused multiply-adds over its inputs in order, cut into chunks of kc inputs (kc <=
+   0: one chunk): each chunk's chain starts from zero and the chunks' sums are added in order, the first to out where
+   beta is 1. That is MKL's order at the step's shapes where dsh.llm.products.panels_agree finds the same bits as
+   torch's product; a row's result depends on its own row alone. The rows are dealt to the threads in blocks of
+   PANEL_ROWS (one thread inside a parallel region: the step's parts). AVX-512 only (has_panel_product). */
+#if defined(__AVX512F__)
+#define PANEL 32
+#define PANEL_ROWS 8
+int has_panel_product(void) { return 1; }
+void panel_pack(const float *restrict w, float *restrict p, int64_t O, int64_t I) {
+  for (int64_t j0 = 0; j0 < O; j0 += PANEL)
+    for (int64_t k = 0; k < I; ++k)
+      for (int64_t j = 0; j < PANEL; ++j) p[j0 * I + k * PANEL + j] = j0 + j < O ? w[(j0 + j) * I + k] : 0.f;
+}
+/* a + b rounded once, kept apart from -ffast-math's reassociation (the order of the chunks' sums is the point) */
+static inline __m512 add_exact(__m512 a, __m512 b) {
+  return _mm512_add_round_ps(a, b, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+}
+/* R rows from row 0 of x and out, the PANEL outputs of panel pp (its last columns masked off by m0, m1) */
+static inline __attribute__((always_inline)) void panel_block(const float *restrict x, const float *restrict pp,
+                                                              float *restrict out, const int R, int64_t I, int64_t O,
+                                                              int add, int64_t kc, __mmask16 m0, __mmask16 m1) {
+  __m512 t0[PANEL_ROWS] = {0}, t1[PANEL_ROWS] = {0};
+  for (int64_t k0 = 0; k0 < I; k0 += kc) {
+    const int64_t k1 = k0 + kc < I ? k0 + kc : I;
+    __m512 c0[PANEL_ROWS], c1[PANEL_ROWS];
+    for (int r = 0; r < R; ++r) c0[r] = c1[r] = _mm512_setzero_ps();
+    for (int64_t k = k0; k < k1; ++k) {
+      const __m512 b0 = _mm512_loadu_ps(pp + k * PANEL), b1 = _mm512_loadu_ps(pp + k * PANEL + 16);
+      for (int r = 0; r < R; ++r) {
+        const __m512 a = _mm512_set1_ps(x[r * I + k]);
+        c0[r] = _mm512_fmadd_ps(a, b0, c0[r]);
+        c1[r] = _mm512_fmadd_ps(a, b1, c1[r]);
+      }
+    }
+    for (int r = 0; r < R; ++r) {
+      if (k0 > 0) {
+        t0[r] = add_exact(t0[r], c0[r]);
+        t1[r] = add_exact(t1[r], c1[r]);
+      } else if (add) {
+        t0[r] = add_exact(c0[r], _mm512_maskz_loadu_ps(m0, out + r * O));
+        t1[r] = add_exact(c1[r], _mm512_maskz_loadu_ps(m1, out + r * O + 16));
+      } else {
+        t0[r] = c0[r];
+        t1[r] = c1[r];
+      }
+    }
+  }
+  for (int r = 0; r < R; ++r) {
+    _mm512_mask_storeu_ps(out + r * O, m0, t0[r]);
+    _mm512_mask_storeu_ps(out + r * O + 16, m1, t1[r]);
+  }
+}
+/* rows r0 .. r1 - 1 of panel_product, on this thread */
+static void panel_rows(const float *restrict x, const float *restrict p, float *restrict out, int64_t r0, int64_t r1,
+                       int64_t I, int64_t O, int add, int64_t kc) {
+  for (int64_t j0 = 0; j0 < O; j0 += PANEL) {
+    const int64_t cols = O - j0 < PANEL ? O - j0 : PANEL;
+    const __mmask16 m0 = cols >= 16 ? 0xFFFF : (__mmask16)((1u << cols) - 1u);
+    const __mmask16 m1 = cols <= 16 ? 0 : cols >= 32 ? 0xFFFF : (__mmask16)((1u << (cols - 16)) - 1u);
+    const float *pp = p + j0 * I;
+    int64_t r = r0;
+    for (; r + PANEL_ROWS <= r1; r += PANEL_ROWS)
+      panel_block(x + r * I, pp, out + r * O + j0, PANEL_ROWS, I, O, add, kc, m0, m1);
+    for (; r < r1; ++r) panel_block(x + r * I, pp, out + r * O + j0, 1, I, O, add, kc, m0, m1);
+  }
+}
+void panel_product(const float *restrict x, const float *restrict p, float *restrict out, int64_t A, int64_t I,
+                   int64_t O, float beta, int64_t kc) {
+  const int add = beta != 0.f;
+  if (kc <= 0 || kc > I) kc = I;
+#ifdef _OPENMP
+  if (!omp_in_parallel()) {
+#pragma omp parallel
+    {
+      const int64_t t = omp_get_thread_num(), T = omp_get_num_threads(), blocks = (A + PANEL_ROWS - 1) / PANEL_ROWS;
+      const int64_t r0 = blocks * t / T * PANEL_ROWS, r1 = blocks * (t + 1) / T * PANEL_ROWS;
+      panel_rows(x, p, out, r0, r1 < A ? r1 : A, I, O, add, kc);
+    }
+    return;
+  }
+#endif
+  panel_rows(x, p, out, 0, A, I, O, add, kc); /* inside a parallel region (the step's parts): this thread alone */
+}
+#else
+int has_panel_product(void) { return 0; }
+void panel_pack(const float *w, float *p, int64_t O, int64_t I) { (void)w, (void)p, (void)O, (void)I; }
+void panel_product(const float *x, const float *p, float *out, int64_t A, int64_t I, int64_t O, float beta,
+                   int64_t kc) {
+  (void)x, (void)p, (void)out, (void)A, (void)I, (void)O, (void)beta, (void)kc;
+}
+#endif
+
 /* A whole decoding step in one call (dsh.llm.kernel_engine.KernelDecoder, its C step): the operations of its torch
    step in the same order, each the same arithmetic, so the same bits. The matrix products call the BLAS sgemm_ that
    torch's float32 products call (dsh.llm.blas; set by set_sgemm), with torch's arguments for x @ w.T (and beta = 1
@@ -399,15 +494,18 @@ void set_sgemm(void *f, void *compute, void *local_threads) {
   step_local_threads = (local_threads_fn)local_threads;
 }
 
-/* out [A, O] = beta * out + x [A, I] @ w [O, I]^T, through sgemm_ (column-major: out^T = w^T^T x^T), or from packed
-   (w packed by MKL) where it is not NULL; with t, its seconds added to *t. */
-static void step_product(const float *x, const float *w, const float *packed, float *out, int64_t A, int64_t I,
-                         int64_t O, float beta, double *t) {
+/* out [A, O] = beta * out + x [A, I] @ w [O, I]^T, as `way` says: 0: through sgemm_ (column-major: out^T = w^T^T x^T);
+   1: from packed (w packed by MKL); k >= 2: panel_product from panels (w packed by panel_pack), its inputs in chunks of
+   k; with t, its seconds added to *t. */
+static void step_product(const float *x, const float *w, const float *packed, const float *panels, int64_t way,
+                         float *out, int64_t A, int64_t I, int64_t O, float beta, double *t) {
   const char ta = 'T', tb = 'N';
   const int m = (int)O, n = (int)A, k = (int)I;
   const float one = 1.f;
   const double t0 = t ? omp_get_wtime() : 0.0;
-  if (packed)
+  if (way >= 2)
+    panel_product(x, panels, out, A, I, O, beta, way);
+  else if (way == 1)
     step_compute(102 /* column-major */, 151 /* packed */, 111 /* not transposed */, m, n, k, packed, k, x, k, beta,
                  out, m);
   else
@@ -424,7 +522,8 @@ typedef struct {
   int64_t L, N, F, H, KV, D, M, V, half;
   float scale, final_eps;
   const float *embed, *final_norm, *head, *cos, *sin, *eps;
-  const int64_t *layers, *packed; /* packed: each product's packed weight (4 a layer, then the head's), 0 for none */
+  const int64_t *layers, *packed; /* packed: each product's weight packed by MKL (4 a layer, then the head's), or 0 */
+  const int64_t *panels;          /* each product's weight packed by panel_pack, or 0 */
   float *x, *normed, *qkv, *att, *gu, *act, *logits, *new_logp;
   int64_t *new_tok;
 } step_model;
@@ -435,8 +534,8 @@ typedef struct {
 static int64_t step_rows(const step_model *m, int64_t *restrict st, int64_t A, int64_t r0, int64_t r1, float inv_temp,
                          int greedy, int64_t *restrict out, float *restrict out_logp, int64_t out_w,
                          const int64_t *restrict prompt, int64_t prompt_w, const int64_t *restrict eos, int64_t n_eos,
-                         int64_t stop_tok, int64_t stop_n, const int64_t *use_packed, double *times) {
-#define PACKED(p) (use_packed && use_packed[p] ? (const float *)m->packed[p] : 0)
+                         int64_t stop_tok, int64_t stop_n, const int64_t *way, double *times) {
+#define WAY(p) (const float *)m->packed[p], (const float *)m->panels[p], (way ? way[p] : 0)
   const int64_t N = m->N, F = m->F, HD = m->H * m->D, QKV = (m->H + 2 * m->KV) * m->D, n = r1 - r0;
   const int64_t *tok = st + R_TOK * A + r0, *pos = st + R_POS * A + r0, *lens = st + R_LENS * A + r0,
                 *slot = st + R_SLOT * A + r0;
@@ -447,7 +546,7 @@ static int64_t step_rows(const step_model *m, int64_t *restrict st, int64_t A, i
     const int64_t *w = m->layers + 8 * l;
     double *t = times ? times + 4 * l : 0;
     rms_norm(x, (const float *)w[0], m->eps[2 * l], normed, n, N);
-    step_product(normed, (const float *)w[1], PACKED(4 * l), qkv, n, N, QKV, 0.f, t);
+    step_product(normed, (const float *)w[1], WAY(4 * l), qkv, n, N, QKV, 0.f, t);
 #ifdef __FLT16_MAX__
     if (m->half)
       attend_f16(qkv, m->cos, m->sin, pos, lens, slot, (_Float16 *)w[6], (_Float16 *)w[7], att, n, m->H, m->KV, m->D,
@@ -456,38 +555,40 @@ static int64_t step_rows(const step_model *m, int64_t *restrict st, int64_t A, i
 #endif
       attend(qkv, m->cos, m->sin, pos, lens, slot, (float *)w[6], (float *)w[7], att, n, m->H, m->KV, m->D, m->M,
              m->scale);
-    step_product(att, (const float *)w[2], PACKED(4 * l + 1), x, n, HD, N, 1.f, t ? t + 1 : 0);
+    step_product(att, (const float *)w[2], WAY(4 * l + 1), x, n, HD, N, 1.f, t ? t + 1 : 0);
     rms_norm(x, (const float *)w[3], m->eps[2 * l + 1], normed, n, N);
-    step_product(normed, (const float *)w[4], PACKED(4 * l + 2), gu, n, N, 2 * F, 0.f, t ? t + 2 : 0);
+    step_product(normed, (const float *)w[4], WAY(4 * l + 2), gu, n, N, 2 * F, 0.f, t ? t + 2 : 0);
     silu_mul(gu, act, n, F);
-    step_product(act, (const float *)w[5], PACKED(4 * l + 3), x, n, F, N, 1.f, t ? t + 3 : 0);
+    step_product(act, (const float *)w[5], WAY(4 * l + 3), x, n, F, N, 1.f, t ? t + 3 : 0);
   }
   rms_norm(x, m->final_norm, m->final_eps, normed, n, N);
-  step_product(normed, m->head, PACKED(4 * m->L), logits, n, N, m->V, 0.f, times ? times + 4 * m->L : 0);
+  step_product(normed, m->head, WAY(4 * m->L), logits, n, N, m->V, 0.f, times ? times + 4 * m->L : 0);
   sample_tokens(logits, st + R_KEY * A + r0, st + R_NGEN * A + r0, inv_temp, greedy, m->new_tok + r0,
                 m->new_logp + r0, n, m->V);
   return advance_range(m->new_tok, m->new_logp, st, A, r0, r1, out, out_logp, out_w, prompt, prompt_w, eos, n_eos,
                        stop_tok, stop_n);
-#undef PACKED
+#undef WAY
 }
 
 /* Feed each of the A active rows its token (rows st [ROW_FIELDS, A], advance_rows()'s layout), sample the next
    (sample_tokens(), the streams of (key, n_gen)) and move the rows on (advance_rows()); returns how many rows are
-   done. use_packed (or NULL): per product, in the step's order (4 a layer, then the head's), whether it is taken
-   from its packed weight at this row count; times (or NULL): each product's seconds added, in the same order.
+   done. way (or NULL: all 0): per product, in the step's order (4 a layer, then the head's), how it is taken at this
+   row count (step_product's way: sgemm_, MKL's packed weight, or the panel product and its chunk); times (or NULL):
+   each product's seconds added, in the same order.
    parts <= 1: the step over all rows, each product one library call on the library's threads. parts > 1: the rows
    cut into `parts` parts of A / parts rows (part k: rows A k / parts .. A (k + 1) / parts - 1), each part's whole step
    on one thread, the parts side by side in one parallel region (no wait between the step's operations; each product
    on one thread, whose rows stay in its core's cache); times then add each product's seconds averaged over the
    threads. The caller asks for parts only where each product's parts give its product over all rows bit for bit
-   (dsh.llm.products.parts_agree), so both give the same results. */
+   (dsh.llm.products.parts_agree; the panel product's rows depend on their own row alone), so both give the same
+   results. */
 int64_t decode_step(const step_model *m, int64_t *restrict st, int64_t A, float inv_temp, int greedy,
                     int64_t *restrict out, float *restrict out_logp, int64_t out_w, const int64_t *restrict prompt,
                     int64_t prompt_w, const int64_t *restrict eos, int64_t n_eos, int64_t stop_tok, int64_t stop_n,
-                    const int64_t *use_packed, double *times, int64_t parts) {
+                    const int64_t *way, double *times, int64_t parts) {
   if (parts <= 1)
     return step_rows(m, st, A, 0, A, inv_temp, greedy, out, out_logp, out_w, prompt, prompt_w, eos, n_eos, stop_tok,
-                     stop_n, use_packed, times);
+                     stop_n, way, times);
   const int64_t P = 4 * m->L + 1;
   int64_t n_done = 0;
 #pragma omp parallel reduction(+ : n_done)
@@ -503,7 +604,7 @@ int64_t decode_step(const step_model *m, int64_t *restrict st, int64_t A, float 
     const int was = step_local_threads ? step_local_threads(1) : 0;
     for (int64_t part = k; part < parts; part += T) /* every part once, whatever the threads */
       n_done += step_rows(m, st, A, A * part / parts, A * (part + 1) / parts, inv_temp, greedy, out, out_logp, out_w,
-                          prompt, prompt_w, eos, n_eos, stop_tok, stop_n, use_packed, times ? own : 0);
+                          prompt, prompt_w, eos, n_eos, stop_tok, stop_n, way, times ? own : 0);
     if (step_local_threads) step_local_threads(was); /* 0: back to the global setting */
     if (times)
 #pragma omp critical

@@ -1,7 +1,7 @@
 """What :mod:`dsh.llm.products` measured about this machine's matrix products (which library was faster at a shape,
 where oneDNN agrees with torch bit for bit, which row counts need a split to be thread-independent, where the decoding
 step in C gives torch's product bit for bit, from the weight as it is or packed ahead, over all rows or in parts of
-the rows on one thread each), kept on disk, so that a
+the rows on one thread each, and where its own panel product does, at which chunk), kept on disk, so that a
 process reads what an earlier one on this machine measured instead of measuring it again (0.07-0.1 s of a fresh
 process's first 700-question evaluation on the 2-core machine, whose products take ~0.65 s).
 
@@ -28,7 +28,7 @@ from pathlib import Path
 from ..core import store
 from ..core.provenance import cpu_feature_line, cpu_model
 
-TABLES = ("faster", "agrees", "splits", "sgemm", "packed", "parts")
+TABLES = ("faster", "agrees", "splits", "sgemm", "packed", "parts", "panels")
 ENV_PREFIXES = ("MKL_", "ONEDNN_", "DNNL_", "OMP_", "KMP_", "GOMP_")
 MISSING = object()       # what :func:`recall` answers for a decision not on disk
 

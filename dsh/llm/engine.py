@@ -482,8 +482,8 @@ class Engine:
                 if finished:
                     n_gen = self.n_gen.tolist()
                     stopped, capped = self.stopped.tolist(), self.capped.tolist()
-                    rows = self.out[finished].tolist()
-                    logps = self.out_logp[finished].tolist()
+                    width = max(n_gen[s] for s in finished)          # up to the longest done row, not the limit
+                    rows, logps = self.out[finished, :width].tolist(), self.out_logp[finished, :width].tolist()
                     for s, row, lp in zip(finished, rows, logps):
                         gen = Generation(tokens=row[:n_gen[s]], stopped=bool(stopped[s]), logprobs=lp[:n_gen[s]],
                                          capped=bool(capped[s]))

@@ -29,7 +29,13 @@ that have finished, or that wait for a refill, take matmul time for nothing. :cl
   bit (checked once per machine, :func:`dsh.llm.products.parts_agree`); the same completions. On the 2-core AMD
   Zen 4, alternating in one process (256 rows x 200 tokens of the sampling bench): the step's products 2.49 ms a step
   in parts against 2.82-2.89 ms over all rows, sampling 1.05-1.11x (README, "Performance"). ``c_parts = False``:
-  every C step over all rows.
+  every C step over all rows;
+- takes each product of that C step by its own panel product (``panel_product`` in C, AVX-512: each output one chain
+  of fused multiply-adds, in the chunks MKL sums) at every row count where it gives torch's bits (checked once per
+  machine, :func:`dsh.llm.products.panels_agree`; at the laptop base's shapes on the AMD Zen 4, from 8 rows on, 9
+  rows aside), since it skips MKL's copies and scaling around its kernel: 110-114 GFLOP/s a core against MKL's 92-97
+  alone at 128 rows; sampling (256 prompts, up to 200 tokens, float16 cache) 1.14x (1.05-1.27x) and its C steps
+  1.19x, 12 alternations in one process, the same completions. ``c_panels = False``: the library's products.
 
 It samples exactly as :class:`dsh.llm.engine.Engine` does: the counted uniforms of (seed, the row's key, the token's
 index, the vocabulary index) (:func:`dsh.llm.streams.counted_uniform`, bit for bit), in the Gumbel-max form of the
@@ -84,8 +90,8 @@ class StepModel(ctypes.Structure):
     _fields_ = ([(f, ctypes.c_int64) for f in ("L", "N", "F", "H", "KV", "D", "M", "V", "half")]
                 + [("scale", ctypes.c_float), ("final_eps", ctypes.c_float)]
                 + [(f, ctypes.c_void_p) for f in ("embed", "final_norm", "head", "cos", "sin", "eps", "layers",
-                                                  "packed", "x", "normed", "qkv", "att", "gu", "act", "logits",
-                                                  "new_logp", "new_tok")])
+                                                  "packed", "panels", "x", "normed", "qkv", "att", "gu", "act",
+                                                  "logits", "new_logp", "new_tok")])
 
 
 class KernelDecoder:
@@ -119,6 +125,7 @@ class KernelDecoder:
         self.c_step = True            # whole steps in C where :meth:`_in_c` holds (False: every step in Python)
         self.c_parts = True           # the C step's rows in parts, one a thread, where :meth:`_in_c` allows it (an int:
         #                               that many parts, however many threads; False: every C step over all rows)
+        self.c_panels = True          # the C step's own products where they give torch's bits (False: the library's)
         self.c_model = None
 
     def _fuse(self) -> list:
@@ -160,12 +167,16 @@ class KernelDecoder:
         self.c_products.append(("linear", self.head[0]))
         # each weight packed by MKL once a generate (its products at row counts where that gives torch's bits)
         self._packed = [blas.pack(w, self.slots) for _, w in self.c_products] if packed_fns else []
+        # and in panels for the step's own product (at row counts where it gives torch's bits)
+        self._panels = [kernels.panel_pack(self.lib, w) for _, w in self.c_products] if (
+            self.c_panels and kernels.has_panels(self.lib)) else []
         addr = [t.data_ptr() for i, ly in enumerate(layers)
                 for t in (ly[0][0], ly[1][0], ly[2][0], ly[3][0], ly[4][0], ly[5][0], self.k_cache[i], self.v_cache[i])]
         self._keep = (torch.tensor(addr, dtype=torch.int64),
                       torch.tensor([e for ly in layers for e in (ly[0][1], ly[3][1])], dtype=torch.float32),
                       torch.empty(len(self.c_products), dtype=torch.float64), emb.weight.detach(),
-                      torch.tensor([p.data_ptr() for p in self._packed] or [0] * len(self.c_products), dtype=torch.int64))
+                      torch.tensor([p.data_ptr() for p in self._packed] or [0] * len(self.c_products), dtype=torch.int64),
+                      torch.tensor([p.data_ptr() for p in self._panels] or [0] * len(self.c_products), dtype=torch.int64))
         N, HD, F = self.model.config.hidden_size, self.H * self.D, layers[0][4][0].shape[0] // 2
         buf = {name: self._buffer(name, self.slots, cols).data_ptr() for name, cols in (
             ("x", N), ("normed", N), ("qkv", (self.H + 2 * self.KV) * self.D), ("attended", HD), ("gate_up", 2 * F),
@@ -176,41 +187,44 @@ class KernelDecoder:
                          embed=self._keep[3].data_ptr(), final_norm=self.final_norm[0].data_ptr(),
                          head=self.head[0].data_ptr(), cos=self.cos.data_ptr(), sin=self.sin.data_ptr(),
                          eps=self._keep[1].data_ptr(), layers=self._keep[0].data_ptr(),
-                         packed=self._keep[4].data_ptr(), x=buf["x"],
+                         packed=self._keep[4].data_ptr(), panels=self._keep[5].data_ptr(), x=buf["x"],
                          normed=buf["normed"], qkv=buf["qkv"], att=buf["attended"], gu=buf["gate_up"],
                          act=buf["activated"], logits=buf["logits"], new_logp=buf["new_logp"],
                          new_tok=self.new_tok.data_ptr())
 
     def _in_c(self, A: int):
         """Whether a step of ``A`` rows runs in C: each of its products may be taken through ``sgemm_`` there
-        (:meth:`dsh.llm.products.Products.in_c`); then (a true value) ``(parts, packed)``: which of them it takes from
-        the packed weight (:meth:`dsh.llm.products.Products.packed`: an int64 flag per product) and in how many parts
-        of the rows, one a thread (``decode_step``; torch's thread count where every product's parts give its bits,
-        :meth:`dsh.llm.products.Products.in_parts`, else 1: the library's threads over all rows); else None. Decided
-        once per row count a generate."""
+        (:meth:`dsh.llm.products.Products.in_c`); then (a true value) ``(parts, ways)``: how it takes each product (an
+        int64 per product, ``decode_step``'s way: 0 ``sgemm_``; 1 the weight packed by MKL,
+        :meth:`dsh.llm.products.Products.packed`; a chunk >= 2: the step's own panel product,
+        :meth:`dsh.llm.products.Products.panels`, preferred where it gives torch's bits) and in how many parts of the
+        rows, one a thread (torch's thread count where every product's parts give its bits,
+        :meth:`dsh.llm.products.Products.in_parts` (the panel product's rows depend on their own row alone), else 1:
+        the products' threads over all rows); else None. Decided once per row count a generate."""
         if A not in self._c_rows:
             way = None
             if all(self.products.in_c(k, w, A) for k, w in self.c_products):
                 packed = [bool(self._packed) and self.products.packed(k, w, A) for k, w in self.c_products]
+                chunks = [self.products.panels(k, w, A) if self._panels else 0 for k, w in self.c_products]
                 parts = (torch.get_num_threads() if self.c_parts is True else int(self.c_parts)) if self.c_parts else 1
-                if parts > 1 and not (A >= parts and all(self.products.in_parts(k, w, A, parts, p)
-                                                         for (k, w), p in zip(self.c_products, packed))):
+                if parts > 1 and not (A >= parts and all(c or self.products.in_parts(k, w, A, parts, p)
+                                                         for (k, w), p, c in zip(self.c_products, packed, chunks))):
                     parts = 1
-                way = (parts, torch.tensor(packed, dtype=torch.long))
+                way = (parts, torch.tensor([c or int(p) for p, c in zip(packed, chunks)], dtype=torch.long))
             self._c_rows[A] = way
         return self._c_rows[A]
 
-    def _step_in_c(self, s, inv_temp: float, greedy: bool, stop_tok: int, stop_n: int, parts: int, packed) -> int:
-        """:meth:`_step` as one C call (``decode_step``) in ``parts`` parts of the rows, the products flagged in
-        ``packed`` from their packed weights, each product's seconds logged where :attr:`product_log` asks for them
-        (in parts: averaged over the threads, which take their parts at once)."""
+    def _step_in_c(self, s, inv_temp: float, greedy: bool, stop_tok: int, stop_n: int, parts: int, ways) -> int:
+        """:meth:`_step` as one C call (``decode_step``) in ``parts`` parts of the rows, each product taken as ``ways``
+        says (:meth:`_in_c`), each product's seconds logged where :attr:`product_log` asks for them (in parts:
+        averaged over the threads, which take their parts at once)."""
         A, times = s.tok.shape[0], self._keep[2]
         if self.product_log is not None:
             times.zero_()
         n_done = self.lib.decode_step(ctypes.byref(self.c_model), s.state.data_ptr(), A, inv_temp, int(greedy),
                                       self.out.data_ptr(), self.out_logp.data_ptr(), self.out.shape[1],
                                       self.prompt_buf.data_ptr(), self.prompt_buf.shape[1], self.eos.data_ptr(),
-                                      self.eos.numel(), stop_tok, stop_n, packed.data_ptr(),
+                                      self.eos.numel(), stop_tok, stop_n, ways.data_ptr(),
                                       times.data_ptr() if self.product_log is not None else None, parts)
         if self.product_log is not None:
             self.product_log += [(A, 2 * A * w.numel(), t) for (_, w), t in zip(self.c_products, times.tolist())]
@@ -327,8 +341,8 @@ class KernelDecoder:
         ended, keep = done.nonzero().flatten(), (~done).nonzero().flatten()
         fin = s.state[:, ended]
         n_gen, stopped, slot, capped = fin[_FINISH].tolist()
-        slots = fin[_ROW["slot"]]
-        tokens, logps = self.out[slots].tolist(), self.out_logp[slots].tolist()
+        slots, width = fin[_ROW["slot"]], max(n_gen, default=0)    # read up to the longest done row, not the limit
+        tokens, logps = self.out[slots, :width].tolist(), self.out_logp[slots, :width].tolist()
         for r, n, stop, cap, toks, lps in zip(ended.tolist(), n_gen, stopped, capped, tokens, logps):
             on_finish(owner[r], toks[:n], bool(stop), lps[:n], bool(cap))
         return _Rows(s.state[:, keep]), [owner[r] for r in keep.tolist()], slot, sum(n_gen)

@@ -177,6 +177,11 @@ def _declare(lib):
     lib.rope_split_bf16_backward.argtypes = lib.rope_split_backward.argtypes
     lib.set_sgemm.restype = None
     lib.set_sgemm.argtypes = [P, P, P]
+    lib.has_panel_product.restype = ctypes.c_int
+    lib.has_panel_product.argtypes = []
+    lib.panel_pack.restype = lib.panel_product.restype = None
+    lib.panel_pack.argtypes = [P, P, N, N]
+    lib.panel_product.argtypes = [P, P, P, N, N, N, F, N]
     lib.decode_step.restype = N
     lib.decode_step.argtypes = [P, P, N, F, ctypes.c_int, P, P, N, P, N, P, N, N, N, P, P, N]
 
@@ -187,6 +192,36 @@ def half_cache(lib) -> bool:
     converted in software, slower than reading float32."""
     hardware = "f16c" in cpu_flags() or platform.machine() in ("aarch64", "arm64")
     return bool(lib is not None and lib.has_attend_f16() and hardware)
+
+
+PANEL = 32                     # outputs a panel of panel_pack (PANEL in cpu_kernels.c)
+
+
+def has_panels(lib) -> bool:
+    """Whether ``lib`` has the decoding step's own matrix product (:func:`panel_product`: built for AVX-512)."""
+    return bool(lib is not None and lib.has_panel_product())
+
+
+def panel_pack(lib, w):
+    """``w [O, I]`` (contiguous float32) packed for :func:`panel_product`: panels of :data:`PANEL` outputs, each
+    holding its outputs' weights input by input (zeros past ``O``)."""
+    import torch
+
+    outs, ins = w.shape
+    panels = torch.empty(-(-outs // PANEL) * PANEL * ins)
+    lib.panel_pack(w.data_ptr(), panels.data_ptr(), outs, ins)
+    return panels
+
+
+def panel_product(lib, x, panels, out, beta: float = 0.0, chunk: int = 0):
+    """``out = beta * out + x @ w.T`` (``beta`` 0 or 1) from ``w``'s :func:`panel_pack`: each output one chain of
+    fused multiply-adds over its inputs in order, the inputs cut into chunks of ``chunk`` (0: one chunk), each chunk's
+    chain from zero and their sums added in order, the first to ``out`` where ``beta`` is 1 (``panel_product`` in
+    ``cpu_kernels.c``); ``x [A, I]`` and ``out [A, O]`` contiguous float32. A row's result depends on its own row
+    alone."""
+    lib.panel_product(x.data_ptr(), panels.data_ptr(), out.data_ptr(), x.shape[0], x.shape[1], out.shape[1], beta,
+                      chunk)
+    return out
 
 
 def attend(lib, qkv, cos, sin, pos, lens, slot, k_tiles, v_cache, out, KV: int, M: int, scale: float):

@@ -28,7 +28,9 @@ gives torch's bits there (:meth:`Products.in_c`), and :func:`packed_agrees` wher
 packed ahead does too (:meth:`Products.packed`); :func:`parts_agree`, where the same call on each part of the rows
 (:func:`parts_of`), on one thread, gives them too, so that the C step may cut its rows into a part a thread
 (:meth:`Products.in_parts`; on MKL a row's result depends on its own row only at the step's shapes, checked, not
-assumed).
+assumed). :func:`panels_agree` finds where the C step's own product (:func:`dsh.llm.kernels.panel_product`: each
+output one chain of fused multiply-adds over its inputs in order, in chunks whose sums are added in order) gives
+torch's bits, and at which chunk (:meth:`Products.panels`): MKL sums each output that way at the step's shapes.
 """
 
 from __future__ import annotations
@@ -36,10 +38,11 @@ from __future__ import annotations
 import contextlib
 import statistics
 import time
+from pathlib import Path
 
 import torch
 
-from . import blas, decisions
+from . import blas, decisions, kernels
 from .peaks import onednn_available
 
 F = torch.nn.functional
@@ -51,6 +54,8 @@ _FASTER: dict = {}   # (out, in, timed rows) -> whether oneDNN was faster there
 _AGREES: dict = {}   # (out, in, rows) -> whether oneDNN's product equals torch's bit for bit
 _SGEMM: dict = {}    # (kind, out, in, rows, most rows) -> whether blas.product equals torch's bit for bit
 _PACKED: dict = {}   # the same -> whether blas.packed_product does too
+_PANELS: dict = {}   # the same and the kernels' build -> the panel product's chunk that gives torch's bits there (0: none)
+PANEL_CUTS = (1, 2, 3, 4)   # the inputs cut into this many equal chunks (the panel product's chunk), tried in order
 
 
 def _random(seed: int, *shapes) -> list:
@@ -152,6 +157,28 @@ def packed_agrees(kind: str, out_features: int, in_features: int, n: int, rows: 
 
     return (sgemm_agrees(*key) and blas.packed_addresses() is not None
             and _decided(_PACKED, "packed", key, lambda: _c_product_agrees(*key, packed)))
+
+
+def panels_agree(kind: str, out_features: int, in_features: int, n: int, rows: int) -> int:
+    """The chunk at which the decoding step's own product (:func:`dsh.llm.kernels.panel_product`) of that shape at ``n``
+    of at most ``rows`` rows equals torch's ``kind`` product bit for bit (random inputs; the inputs cut into
+    :data:`PANEL_CUTS` equal chunks, the first cut that agrees taken: MKL sums an inner dimension of 384 as two chunks
+    of 192 on an AMD Zen 4), or 0 where none does or the kernels have no panel product; checked once per machine and
+    kernels' build (:mod:`dsh.llm.decisions`), when first asked for."""
+    lib = kernels.load()
+    if not kernels.has_panels(lib):
+        return 0
+    key = (kind, out_features, in_features, n, rows, Path(lib._name).stem)
+
+    def decide():
+        for cut in PANEL_CUTS:
+            chunk = -(-in_features // cut)
+            if chunk >= 2 and _c_product_agrees(kind, out_features, in_features, n, rows, lambda x, w, out, beta, c=chunk: (
+                    kernels.panel_product(lib, x, kernels.panel_pack(lib, w), out, beta, c))):
+                return chunk
+        return 0
+
+    return _decided(_PANELS, "panels", key, decide)
 
 
 _PARTS: dict = {}    # (kind, out, in, rows, most rows, parts, packed) -> whether the product in parts equals torch's
@@ -309,6 +336,11 @@ class Products:
         """Whether :meth:`in_c` holds and the C step may take this product from the weight packed ahead
         (:func:`packed_agrees`)."""
         return self.in_c(kind, w, n) and packed_agrees(kind, *w.shape, n, self.rows)
+
+    def panels(self, kind: str, w: torch.Tensor, n: int) -> int:
+        """Where :meth:`in_c` holds and the decoding step's own product gives torch's bits (:func:`panels_agree`),
+        its chunk; else 0."""
+        return panels_agree(kind, *w.shape, n, self.rows) if self.in_c(kind, w, n) else 0
 
     def in_parts(self, kind: str, w: torch.Tensor, n: int, parts: int, packed: bool) -> bool:
         """Whether :meth:`in_c` holds and the C step may take this product in ``parts`` parts of its ``n`` rows, each
