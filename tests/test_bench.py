@@ -296,3 +296,21 @@ def test_todays_evaluation_in_its_own_process_answers_the_ladder(tmp_path, monke
     again = own_process.run_evaluation(str(tmp_path / "again.jsonl"), 2, 0, "float32")
     assert first["products_decisions_made"] > 0 and again["products_decisions_made"] == 0
     assert own_process.own_process_path("float32", 256) == "dsh evaluate, CPU path, float32 KV cache, 256 rows, its own process"
+
+
+def test_the_step_products_fastest_rate_is_the_fastest_of_the_libraries_and_the_panel_product_per_shape():
+    from dsh.experiment.bench.step_products import library_rates
+    from dsh.llm import kernels
+    from dsh.llm.models import load
+    from dsh.training.laptop_base import SHIPPED_BASE
+
+    model, _ = load(str(SHIPPED_BASE), device="cpu")
+    r = library_rates(model, 16, repeats=2, calls=2)
+    libraries = [v for k, v in r.items() if k in ("mkl_flops", "onednn_flops", "mkl_packed_flops")]
+    assert libraries and all(v > 0 for v in libraries)
+    assert r["best_flops"] >= max(libraries) * (1 - 1e-9)          # the fastest per shape beats each library's sum
+    if not kernels.has_panels(kernels.load()):
+        assert "panel_flops" not in r and "fastest_flops" not in r
+        return
+    assert r["panel_flops"] > 0
+    assert r["fastest_flops"] >= max(r["best_flops"], r["panel_flops"]) * (1 - 1e-9)

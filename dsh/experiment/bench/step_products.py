@@ -9,8 +9,9 @@ each, :mod:`dsh.llm.kernel_engine`, each product's time is its threads' mean, as
 Alone: each of those products (every layer's fused q/k/v, output, fused gate/up and down projections and the LM head)
 at ``rows`` rows, timed many times over by torch's product (MKL on x86), by oneDNN with the weight packed ahead and by
 MKL with the weight packed ahead (the product the step in C takes where it gives torch's bits, :mod:`dsh.llm.blas`),
-the fastest per shape making the best library rate (:func:`library_rates`). The share of the first in the last is
-README "Performance"'s "products in the step" figure.
+the fastest per shape making the best library rate (:func:`library_rates`), and by the step's own panel product where
+it gives torch's bits (the fastest of all making the serial bound's rate). The share of the first in the best library
+rate is README "Performance"'s "products in the step" figure.
 """
 
 from __future__ import annotations
@@ -39,11 +40,14 @@ def library_rates(model, rows: int, repeats: int = 20, calls: int = 20) -> dict:
     """FLOP/s of one decoding step's products at ``rows`` rows measured alone (:func:`_step_weights`, fastest of
     ``repeats`` runs of ``calls`` calls each): ``mkl_flops`` (torch's product for every shape), ``onednn_flops``
     (oneDNN, weights packed ahead; absent where torch has none), ``mkl_packed_flops`` (MKL, weights packed ahead,
-    into a kept output; absent where torch's library exports no MKL packing) and ``best_flops`` (the fastest per
-    shape)."""
+    into a kept output; absent where torch's library exports no MKL packing), ``best_flops`` (the fastest library per
+    shape), ``panel_flops`` (the step's own panel product, :func:`dsh.llm.kernels.panel_product`, at the chunk that
+    gives torch's bits, :func:`dsh.llm.products.panels_agree`, on the shapes where one does, the library's product on
+    the others; absent where the kernels have none) and ``fastest_flops`` (the fastest of all per shape: the serial
+    bound's product rate)."""
     import torch
 
-    from ...llm import blas
+    from ...llm import blas, products
 
     F = torch.nn.functional
     w, head, n_layers = _step_weights(model)
@@ -52,6 +56,7 @@ def library_rates(model, rows: int, repeats: int = 20, calls: int = 20) -> dict:
     counts = [n_layers] * len(w) + [1]                  # how many times a step runs each product
     flops = sum(2 * rows * x.numel() * c for x, c in zip(shapes, counts))
     times = {"mkl": [], "onednn": [], "mkl_packed": []}
+    panels, lib = [], kernels.load()
     ops = torch.ops.mkldnn if onednn_available() else None
     cpu = torch.device("cpu")
     with torch.no_grad():
@@ -66,9 +71,20 @@ def library_rates(model, rows: int, repeats: int = 20, calls: int = 20) -> dict:
                 p, o = blas.pack(x, rows), torch.empty(rows, x.shape[0])
                 times["mkl_packed"].append(best_seconds(cpu, lambda a=a, p=p, o=o: [blas.packed_product(a, p, o)
                                                                                for _ in range(calls)], repeats) / calls)
+            chunk = products.panels_agree("linear", *x.shape, rows, rows) if kernels.has_panels(lib) else 0
+            if chunk:
+                p, o = kernels.panel_pack(lib, x), torch.empty(rows, x.shape[0])
+                panels.append(best_seconds(cpu, lambda a=a, p=p, o=o, c=chunk: [kernels.panel_product(lib, a, p, o, 0.0, c)
+                                                                           for _ in range(calls)], repeats) / calls)
+            else:
+                panels.append(times["mkl"][-1])
     step = {k: sum(t * c for t, c in zip(ts, counts)) for k, ts in times.items() if ts}
-    best = sum(min(ts[i] for ts in times.values() if ts) * c for i, c in enumerate(counts))
-    return {**{f"{k}_flops": flops / s for k, s in step.items()}, "best_flops": flops / best}
+    best = [min(ts[i] for ts in times.values() if ts) for i in range(len(counts))]
+    out = {**{f"{k}_flops": flops / s for k, s in step.items()}, "best_flops": flops / sum(t * c for t, c in zip(best, counts))}
+    if kernels.has_panels(lib):
+        out["panel_flops"] = flops / sum(t * c for t, c in zip(panels, counts))
+        out["fastest_flops"] = flops / sum(min(b, t) * c for b, t, c in zip(best, panels, counts))
+    return out
 
 
 def in_step_rate(model, tok, prompts, rows: int, max_new: int, seed: int, kv_cache: str) -> dict:

@@ -6,8 +6,10 @@ the reference commit (:data:`dsh.experiment.bench.reference.REFERENCE_PATH`) and
 :func:`sampling_targets` turns each target into tokens/s (the multiple times the baseline's tokens/s in that repeat)
 and sets it against two bounds of the workload the engine sampled in that repeat (:mod:`dsh.llm.roofline`):
 
-- the **serial bound at the step's shapes**: every product at the best library's rate at the decoding step's own
-  shapes measured alone, then every KV-cache byte at the run's read bandwidth, and nothing else (no norms, sampling,
+- the **serial bound at the step's shapes**: every product at the fastest rate at the decoding step's own shapes
+  measured alone (of the libraries and, in runs that measured it, the step's own panel product:
+  :func:`dsh.experiment.bench.step_products.library_rates`; runs before it used the libraries' alone, which the panel
+  product passes), then every KV-cache byte at the run's read bandwidth, and nothing else (no norms, sampling,
   bookkeeping, no overlap of the two);
 - the **roofline**: the larger of the products at the run's large-matmul peak and the cache reads.
 

@@ -20,8 +20,8 @@ baseline in the same run, and against the machine's roofline measured in the sam
   prompt and generated token through every linear layer, plus attention's products, at the matmul peak) and the
   KV-read time (each generated token reads the keys and values of its context once, in the cache's dtype, at the read
   bandwidth); the serial bound (the two added) is reported beside it, and the serial bound again with the products at
-  the rate that the decoding step's own matrix shapes reach when measured alone at that many rows, the faster library
-  per shape (:func:`.step_products.library_rates`).
+  the rate that the decoding step's own matrix shapes reach when measured alone at that many rows, the fastest per
+  shape of the libraries and the step's own panel product (:func:`.step_products.library_rates`).
 - **GRPO**: a policy that writes reflection traces of the laptop task's length (the shipped base after
   ``policy_sft_steps`` steps of the laptop preset's reflection SFT), then ``grpo_steps`` optimizer steps of the
   laptop preset's GRPO four ways: the baseline configuration (one rollout round of 32 completions per step
@@ -165,7 +165,8 @@ def sampling_rows(size: TinySize, seed: int = 0, ref: Reference | None = None) -
     try:
         for rows in size.rows:
             ps = prompts[:rows * size.prompts_per_row]
-            rate = library_rates(model, rows)["best_flops"]
+            rates = library_rates(model, rows)
+            rate = rates.get("fastest_flops", rates["best_flops"])      # the step's own product where it is faster
             for rep in range(size.repeats):
                 fp32 = None
                 for path in sampling_paths(ref is not None):
