@@ -34,8 +34,9 @@ that have finished, or that wait for a refill, take matmul time for nothing. :cl
   of fused multiply-adds, in the chunks MKL sums) at every row count where it gives torch's bits (checked once per
   machine, :func:`dsh.llm.products.panels_agree`; at the laptop base's shapes on the AMD Zen 4, from 8 rows on, 9
   rows aside), since it skips MKL's copies and scaling around its kernel: 110-114 GFLOP/s a core against MKL's 92-97
-  alone at 128 rows; sampling (256 prompts, up to 200 tokens, float16 cache) 1.14x (1.05-1.27x) and its C steps
-  1.19x, 12 alternations in one process, the same completions. ``c_panels = False``: the library's products.
+  alone at 128 rows; sampling (256 prompts, up to 200 tokens, float16 cache) 1.14x (1.05-1.27x), its C steps 1.19x
+  (12 alternations in one process), on another day 1.20x (1.02-1.29x, 8 alternations), the same completions.
+  ``c_panels = False``: the library's products.
 
 It samples exactly as :class:`dsh.llm.engine.Engine` does: the counted uniforms of (seed, the row's key, the token's
 index, the vocabulary index) (:func:`dsh.llm.streams.counted_uniform`, bit for bit), in the Gumbel-max form of the
