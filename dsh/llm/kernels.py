@@ -111,6 +111,7 @@ def load():
                 errors.append(str(e)[:200])
                 continue
             _declare(lib)
+            lib.build = path.stem               # which build this is (the decisions about its products key on it)
             _lib = lib
             return lib
         errors.append(err)

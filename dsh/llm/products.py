@@ -38,7 +38,6 @@ from __future__ import annotations
 import contextlib
 import statistics
 import time
-from pathlib import Path
 
 import torch
 
@@ -168,7 +167,7 @@ def panels_agree(kind: str, out_features: int, in_features: int, n: int, rows: i
     lib = kernels.load()
     if not kernels.has_panels(lib):
         return 0
-    key = (kind, out_features, in_features, n, rows, Path(lib._name).stem)
+    key = (kind, out_features, in_features, n, rows, lib.build)
 
     def decide():
         for cut in PANEL_CUTS:
