@@ -46,8 +46,10 @@ static inline float same_float(float x) { return x; }
 
 /* Rotary embedding of one head vector x[D] at the position whose tables are cos[D], sin[D]
    (transformers' rotate_half convention: pairs (i, i + D/2)). */
-static inline void rope(const float *x, const float *cos, const float *sin, float *out, int64_t D) {
+static inline void rope(const float *restrict x, const float *restrict cos, const float *restrict sin,
+                        float *restrict out, int64_t D) {
   const int64_t h = D / 2;
+#pragma omp simd
   for (int64_t i = 0; i < h; ++i) {
     out[i] = x[i] * cos[i] - x[i + h] * sin[i];
     out[i + h] = x[i + h] * cos[i + h] + x[i] * sin[i + h];
@@ -74,11 +76,16 @@ static inline void rope(const float *x, const float *cos, const float *sin, floa
    conversion on x86), then the same float sums in the same order; where D is not whole vectors of 16, each
    position's values are widened into a buffer first (WIDEN(src, buf, n) gives the float values). Reading a half
    cache in place rather than through a buffer: 1.19-1.23x at 256 rows of 8-220 positions (4 heads of 32, an Intel
-   Xeon with AVX-512), the same bits. Each row's next key tile and its values PREFETCH_V positions ahead are
-   prefetched (each row's streams are short, 50 KB each at 200 positions in half floats; the hardware prefetchers
-   may not run far enough ahead on them): the attention alone on half floats 1.07-1.24x (medians of 5-9 interleaved repeats,
-   256 rows at 100 and 200 positions, the 2-core AMD Zen 4), on floats 0.97-1.03x, the sampling bench's 256 rows no
-   faster measurably (0.97x, 0.91-1.60x: the step's products take twice the attention's time). */
+   Xeon with AVX-512), the same bits. Each row's streams are short (50 KB each at 200 positions in half floats, 10-20 KB
+   at the sampling bench's 10-70) and start cold, and the rows' caches lie in slots far apart, so the memory is read
+   ahead by hand: the next row's first PREFETCH_ROW bytes of each stream into L2, a few lines at a time as this row
+   runs (fetch_ahead: a burst of them at the row's start stalls on the full miss queues), this row's next key tile and
+   its values PREFETCH_V positions ahead into L1. The new key and value are rounded to T as vectors (NARROW) before
+   they are stored. Against this row's prefetches alone (the 2-core AMD Zen 4, one process, the paths alternating, 10
+   repeats): the sampling bench's 256 rows 1.18x (0.99-1.54x) on half floats and 1.08x (0.86-1.78x) on floats, the same
+   tokens; the attention alone at 100 and 200 positions 24.4 -> 28.2 and 28.8 -> 28.8 GB/s on half floats, 16.2 -> 22.6
+   and 17.2 -> 22.2 on floats (medians of 5). The whole next row (32 KB a stream) fetched ahead: 26 GB/s at 200
+   positions, 4 KB: 1.31x on the sampling bench against 1.41x at 16 KB. */
 static inline const float *widen_float(const float *src, float *buf, int64_t n) {
   (void)buf;
   (void)n;
@@ -95,6 +102,23 @@ static inline const float *widen_half(const _Float16 *restrict src, float *restr
 #endif
   for (; i < n; ++i) buf[i] = (float)src[i];
   return buf;
+}
+#endif
+/* n floats rounded to T as they are stored (as the conversion (T)x rounds: to nearest, ties to even) */
+static inline void narrow_float(const float *restrict src, float *restrict dst, int64_t n) {
+  __builtin_memcpy(dst, src, n * sizeof(float));
+}
+#ifdef __FLT16_MAX__
+static inline void narrow_half(const float *restrict src, _Float16 *restrict dst, int64_t n) {
+  int64_t i = 0; /* the compilers leave this loop scalar (a conversion and a 2-byte store per value) */
+#if defined(__AVX512F__)
+  for (; i + 16 <= n; i += 16)
+    _mm256_storeu_si256((__m256i *)(dst + i), _mm512_cvtps_ph(_mm512_loadu_ps(src + i), _MM_FROUND_CUR_DIRECTION));
+#elif defined(__F16C__) && defined(__AVX__)
+  for (; i + 8 <= n; i += 8)
+    _mm_storeu_si128((__m128i *)(dst + i), _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_CUR_DIRECTION));
+#endif
+  for (; i < n; ++i) dst[i] = (_Float16)src[i];
 }
 #endif
 /* 16 consecutive floats as one vector, for the value loop's sums in registers (VB below). */
@@ -118,7 +142,14 @@ static inline v16f load16_half(const _Float16 *src) {
 #endif
 #define VB 8 /* (head, 16 dimensions) value sums held in registers at once */
 #define PREFETCH_V 8 /* positions of values fetched ahead */
-#define DEFINE_ATTEND(NAME, T, WIDEN, LOAD16) \
+#define PREFETCH_ROW 16384 /* bytes of each of the next row's two streams fetched ahead (into L2) */
+/* what is left to fetch of the next row's key tiles [k, k_end) and values [v, v_end); fetch_ahead fetches n more lines */
+typedef struct { const char *k, *k_end, *v, *v_end; } ahead_t;
+static inline void fetch_ahead(ahead_t *a, int64_t n) {
+  for (; n > 0 && a->k < a->k_end; --n, a->k += 64) __builtin_prefetch(a->k, 0, 2);
+  for (; n > 0 && a->v < a->v_end; --n, a->v += 64) __builtin_prefetch(a->v, 0, 2);
+}
+#define DEFINE_ATTEND(NAME, T, WIDEN, LOAD16, NARROW) \
 void NAME(const float *restrict qkv, const float *restrict cos, const float *restrict sin, \
             const int64_t *restrict pos, const int64_t *restrict len, const int64_t *restrict slot, \
             T *restrict kt, T *restrict v, float *restrict out, int64_t B, int64_t H, int64_t KV, int64_t D, \
@@ -136,14 +167,25 @@ _Pragma("omp parallel for schedule(dynamic, 2)") \
     const float *c = cos + p * D, *s = sin + p * D; \
     T *K = kt + slot[b] * tiles_all * KV * D * TILE; \
     T *V = v + slot[b] * M * KV * D; \
+    ahead_t ahead = {0, 0, 0, 0}; /* the next row's caches, fetched into L2 a few lines at a time as this row runs */ \
+    if (b + 1 < B && len[b + 1] > 0) { \
+      const int64_t n1 = len[b + 1], kb = (n1 + TILE - 1) / TILE * KV * D * TILE * (int64_t)sizeof(T), \
+                    vb = n1 * KV * D * (int64_t)sizeof(T); \
+      ahead.k = (const char *)(kt + slot[b + 1] * tiles_all * KV * D * TILE); \
+      ahead.v = (const char *)(v + slot[b + 1] * M * KV * D); \
+      ahead.k_end = ahead.k + (kb < PREFETCH_ROW ? kb : PREFETCH_ROW); \
+      ahead.v_end = ahead.v + (vb < PREFETCH_ROW ? vb : PREFETCH_ROW); \
+    } \
     float kr[D], vbuf[KV * D] __attribute__((aligned(64))); \
+    T kn[D]; \
     for (int64_t h = 0; h < KV; ++h) { \
       rope(row + (H + h) * D, c, s, kr, D); \
-      T *tile = K + ((p / TILE) * KV + h) * D * TILE; \
-      for (int64_t d = 0; d < D; ++d) tile[d * TILE + p % TILE] = (T)kr[d]; \
-      const float *vin = row + (H + KV + h) * D; \
-      T *vout = V + (p * KV + h) * D; \
-      for (int64_t d = 0; d < D; ++d) vout[d] = (T)vin[d]; \
+      T *restrict tile = K + ((p / TILE) * KV + h) * D * TILE; \
+      NARROW(kr, kn, D); /* rounded as vectors, then stored a position each */ \
+      for (int64_t d = 0; d < D; ++d) tile[d * TILE + p % TILE] = kn[d]; \
+      const float *restrict vin = row + (H + KV + h) * D; \
+      T *restrict vout = V + (p * KV + h) * D; \
+      NARROW(vin, vout, D); \
     } \
     const int64_t tiles = (n + TILE - 1) / TILE, stride = tiles * TILE; \
     const int64_t HP = (H + HB - 1) / HB * HB; /* heads padded to whole groups (padding heads repeat head H - 1) */ \
@@ -158,6 +200,7 @@ _Pragma("omp parallel for schedule(dynamic, 2)") \
     /* scores: the key tiles once, every head */ \
     for (int64_t t = 0; t < tiles; ++t) { \
       const T *tk = K + t * KV * D * TILE; /* read in place, each 16 positions of a dimension one vector */ \
+      fetch_ahead(&ahead, 8); \
       if (t + 1 < tiles) /* the next tile fetched ahead (the row's stream starts cold for the prefetchers) */ \
         for (int64_t i = 0; i < (int64_t)(KV * D * TILE * sizeof(T)); i += 64) \
           __builtin_prefetch((const char *)(tk + KV * D * TILE) + i); \
@@ -207,6 +250,7 @@ _Pragma("omp simd reduction(+ : sum)") \
         for (int k = 0; k < VB; ++k) a[k] = (v16f){0}; \
         for (int64_t j = 0; j < n; ++j) { \
           const T *vj = V + j * KV * D; /* read in place */ \
+          if (u0 == 0) fetch_ahead(&ahead, 8); \
           if (u0 == 0 && j + PREFETCH_V < n) /* the values PREFETCH_V positions ahead fetched ahead */ \
             for (int64_t i = 0; i < (int64_t)(KV * D * sizeof(T)); i += 64) \
               __builtin_prefetch((const char *)(vj + PREFETCH_V * KV * D) + i); \
@@ -218,6 +262,7 @@ _Pragma("omp simd reduction(+ : sum)") \
           for (int i = 0; i < 16; ++i) out[(b * H + h) * D + (u % C) * 16 + i] = a[k][i] * inv[h]; \
         } \
       } \
+      fetch_ahead(&ahead, INT64_MAX); \
       continue; \
     } \
     for (int64_t i = 0; i < H * D; ++i) acc[i] = 0.f; \
@@ -233,11 +278,12 @@ _Pragma("omp simd") \
     } \
     for (int64_t h = 0; h < H; ++h) \
       for (int64_t d = 0; d < D; ++d) out[(b * H + h) * D + d] = acc[h * D + d] * inv[h]; \
+    fetch_ahead(&ahead, INT64_MAX); \
   } \
 }
-DEFINE_ATTEND(attend, float, widen_float, load16_float)
+DEFINE_ATTEND(attend, float, widen_float, load16_float, narrow_float)
 #ifdef __FLT16_MAX__
-DEFINE_ATTEND(attend_f16, _Float16, widen_half, load16_half)
+DEFINE_ATTEND(attend_f16, _Float16, widen_half, load16_half, narrow_half)
 int has_attend_f16(void) { return 1; }
 #else
 int has_attend_f16(void) { return 0; }
