@@ -88,6 +88,28 @@ def test_the_step_in_parts_on_the_shipped_base(two_threads, monkeypatch):
 
 
 @needs_c
+@pytest.mark.parametrize("start", [1.0, 65536.0])
+def test_parts_cut_to_equal_costs_give_the_same_completions(start, two_threads, monkeypatch):
+    """Where every product of the step is the panel product (any cut of its rows gives its bits), the parts are cut to
+    equal costs (a row's products, in attended positions, plus its positions), the cost learnt as the steps run: from
+    a row cost far too low (the cuts by positions alone) or far too high (by rows alone), the completions equal those
+    of equal row counts, and the learnt cost has moved. Fails for a cut that drops or repeats a row, or for balanced
+    cuts that never run."""
+    if not kernels.has_panels(kernels.load()):
+        pytest.skip("no panel product on this CPU (the parts keep equal row counts)")
+    m, tok = models.load(str(SHIPPED_BASE))
+    prompts = [tok(f"Calculate {3 + i % 90} * {7 + i % 13}.", add_special_tokens=False)["input_ids"] for i in range(300)]
+    eng = Engine(m.eval(), [tok.eos_token_id], slots=256, max_len=64, attention="kernels")
+    eng._cpu.c_balance = False
+    want, _ = _run(eng, prompts, monkeypatch)
+    eng._cpu.c_balance = True
+    eng._cpu.row_cost.fill_(start)
+    got, parts = _run(eng, prompts, monkeypatch)
+    assert got == want and parts.count(2) > 0.5 * len(parts)
+    assert eng._cpu.row_cost.item() != start
+
+
+@needs_c
 def test_a_row_count_whose_parts_are_not_the_products_bits_steps_over_all_rows(gqa, two_threads, monkeypatch):
     """Where a product's parts do not give its bits at a row count (Products.in_parts false: here every odd row
     count), that step runs in C over all rows; the completions stay the same. The library's products (the panel

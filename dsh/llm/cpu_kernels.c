@@ -583,6 +583,7 @@ typedef struct {
   const int64_t *panels;          /* each product's weight packed by panel_pack, or 0 */
   float *x, *normed, *qkv, *att, *gu, *act, *logits, *new_logp;
   int64_t *new_tok;
+  double *row_cost; /* decode_step's parts: a row's cost in attended positions (updated), or 0: equal row counts */
 } step_model;
 
 /* The step of decode_step() on the rows r0 .. r1 - 1 of the A active rows (each row's results depend on its own row
@@ -627,18 +628,60 @@ static int64_t step_rows(const step_model *m, int64_t *restrict st, int64_t A, i
 #undef WAY
 }
 
+/* The first row of each of the `parts` parts of the A rows (cut[parts] = A): equal row counts; or, where every product is
+   the panel product (its rows independent of their neighbours, so any cut gives the same bits) and m->row_cost is set,
+   equal costs, a row costing *row_cost + its attended positions (a row's products against its attention); whether it
+   cut by costs. */
+static int cut_rows(const step_model *m, const int64_t *restrict st, int64_t A, int64_t parts, const int64_t *way,
+                    int64_t *cut) {
+  int balanced = m->row_cost != 0 && way != 0;
+  for (int64_t p = 0; balanced && p < 4 * m->L + 1; ++p) balanced = way[p] >= 2;
+  for (int64_t k = 0; k <= parts; ++k) cut[k] = A * k / parts;
+  if (!balanced) return 0;
+  const int64_t *lens = st + R_LENS * A;
+  const double r = *m->row_cost;
+  double total = 0.0, acc = 0.0;
+  for (int64_t b = 0; b < A; ++b) total += r + (double)lens[b];
+  int64_t k = 1;
+  for (int64_t b = 0; b < A && k < parts; ++b) {
+    acc += r + (double)lens[b];
+    while (k < parts && acc >= total * (double)k / (double)parts) cut[k++] = b + 1;
+  }
+  return 1;
+}
+
+/* After a step in balanced parts that took took[k] seconds each: the row cost moved 5 % toward balance (the slowest
+   part's rows attend more positions each than the fastest's: positions weigh more, the row cost falls; else it rises). */
+static void rebalance(const step_model *m, const int64_t *restrict st, int64_t A, int64_t parts, const int64_t *cut,
+                      const double *took) {
+  const int64_t *lens = st + R_LENS * A;
+  int64_t slow = 0, fast = 0;
+  for (int64_t k = 1; k < parts; ++k) {
+    if (took[k] > took[slow]) slow = k;
+    if (took[k] < took[fast]) fast = k;
+  }
+  if (slow == fast || cut[slow + 1] == cut[slow] || cut[fast + 1] == cut[fast]) return;
+  double ds = 0.0, df = 0.0;
+  for (int64_t b = cut[slow]; b < cut[slow + 1]; ++b) ds += (double)lens[b];
+  for (int64_t b = cut[fast]; b < cut[fast + 1]; ++b) df += (double)lens[b];
+  ds /= (double)(cut[slow + 1] - cut[slow]);
+  df /= (double)(cut[fast + 1] - cut[fast]);
+  double r = *m->row_cost * (ds > df ? 0.95 : 1.05);
+  *m->row_cost = r < 1.0 ? 1.0 : r > 65536.0 ? 65536.0 : r;
+}
+
 /* Feed each of the A active rows its token (rows st [ROW_FIELDS, A], advance_rows()'s layout), sample the next
    (sample_tokens(), the streams of (key, n_gen)) and move the rows on (advance_rows()); returns how many rows are
    done. way (or NULL: all 0): per product, in the step's order (4 a layer, then the head's), how it is taken at this
    row count (step_product's way: sgemm_, MKL's packed weight, or the panel product and its chunk); times (or NULL):
    each product's seconds added, in the same order.
    parts <= 1: the step over all rows, each product one library call on the library's threads. parts > 1: the rows
-   cut into `parts` parts of A / parts rows (part k: rows A k / parts .. A (k + 1) / parts - 1), each part's whole step
-   on one thread, the parts side by side in one parallel region (no wait between the step's operations; each product
-   on one thread, whose rows stay in its core's cache); times then add each product's seconds averaged over the
-   threads. The caller asks for parts only where each product's parts give its product over all rows bit for bit
-   (dsh.llm.products.parts_agree; the panel product's rows depend on their own row alone), so both give the same
-   results. */
+   cut into `parts` parts (cut_rows: equal row counts, or equal costs where every product is the panel product), each
+   part's whole step on one thread, the parts side by side in one parallel region (no wait between the step's
+   operations; each product on one thread, whose rows stay in its core's cache); times then add each product's seconds
+   averaged over the threads. The caller asks for parts only where each product's parts give its product over all
+   rows bit for bit (dsh.llm.products.parts_agree; the panel product's rows depend on their own row alone), so both
+   give the same results. */
 int64_t decode_step(const step_model *m, int64_t *restrict st, int64_t A, float inv_temp, int greedy,
                     int64_t *restrict out, float *restrict out_logp, int64_t out_w, const int64_t *restrict prompt,
                     int64_t prompt_w, const int64_t *restrict eos, int64_t n_eos, int64_t stop_tok, int64_t stop_n,
@@ -647,7 +690,9 @@ int64_t decode_step(const step_model *m, int64_t *restrict st, int64_t A, float 
     return step_rows(m, st, A, 0, A, inv_temp, greedy, out, out_logp, out_w, prompt, prompt_w, eos, n_eos, stop_tok,
                      stop_n, way, times);
   const int64_t P = 4 * m->L + 1;
-  int64_t n_done = 0;
+  int64_t n_done = 0, cut[parts + 1];
+  double took[parts];
+  const int balanced = cut_rows(m, st, A, parts, way, cut);
 #pragma omp parallel reduction(+ : n_done)
   {
     int64_t k = 0, T = 1;
@@ -659,14 +704,18 @@ int64_t decode_step(const step_model *m, int64_t *restrict st, int64_t A, float 
     for (int64_t p = 0; p < P; ++p) own[p] = 0.0;
     /* each product on this thread alone (as the parts were checked), whatever MKL's nesting settings */
     const int was = step_local_threads ? step_local_threads(1) : 0;
-    for (int64_t part = k; part < parts; part += T) /* every part once, whatever the threads */
-      n_done += step_rows(m, st, A, A * part / parts, A * (part + 1) / parts, inv_temp, greedy, out, out_logp, out_w,
-                          prompt, prompt_w, eos, n_eos, stop_tok, stop_n, way, times ? own : 0);
+    for (int64_t part = k; part < parts; part += T) { /* every part once, whatever the threads */
+      const double t0 = omp_get_wtime();
+      n_done += step_rows(m, st, A, cut[part], cut[part + 1], inv_temp, greedy, out, out_logp, out_w, prompt, prompt_w,
+                          eos, n_eos, stop_tok, stop_n, way, times ? own : 0);
+      took[part] = omp_get_wtime() - t0;
+    }
     if (step_local_threads) step_local_threads(was); /* 0: back to the global setting */
     if (times)
 #pragma omp critical
       for (int64_t p = 0; p < P; ++p) times[p] += own[p] / (double)T;
   }
+  if (balanced) rebalance(m, st, A, parts, cut, took); /* by the lengths after the step: each 1 more, 0 if done */
   return n_done;
 }
 

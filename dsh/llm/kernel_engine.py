@@ -29,7 +29,10 @@ that have finished, or that wait for a refill, take matmul time for nothing. :cl
   bit (checked once per machine, :func:`dsh.llm.products.parts_agree`); the same completions. On the 2-core AMD
   Zen 4, alternating in one process (256 rows x 200 tokens of the sampling bench): the step's products 2.49 ms a step
   in parts against 2.82-2.89 ms over all rows, sampling 1.05-1.11x (README, "Performance"). ``c_parts = False``:
-  every C step over all rows;
+  every C step over all rows. Where every product is the panel product (below), whose rows do not depend on their
+  neighbours, the parts are cut to equal costs rather than equal row counts: a row costs its attended positions plus
+  :attr:`KernelDecoder.row_cost`, its products' time in positions, which the C step learns from the parts' times (the
+  rows admitted last, at the end, attend fewest positions). ``c_balance = False``: equal row counts;
 - takes each product of that C step by its own panel product (``panel_product`` in C, AVX-512: each output one chain
   of fused multiply-adds, in the chunks MKL sums) at every row count where it gives torch's bits (checked once per
   machine, :func:`dsh.llm.products.panels_agree`; at the laptop base's shapes on the AMD Zen 4, from 8 rows on, 9
@@ -47,6 +50,7 @@ from __future__ import annotations
 
 import ctypes
 
+import numpy as np
 import torch
 
 from . import blas, decisions, kernels
@@ -92,7 +96,7 @@ class StepModel(ctypes.Structure):
                 + [("scale", ctypes.c_float), ("final_eps", ctypes.c_float)]
                 + [(f, ctypes.c_void_p) for f in ("embed", "final_norm", "head", "cos", "sin", "eps", "layers",
                                                   "packed", "panels", "x", "normed", "qkv", "att", "gu", "act",
-                                                  "logits", "new_logp", "new_tok")])
+                                                  "logits", "new_logp", "new_tok", "row_cost")])
 
 
 class KernelDecoder:
@@ -127,6 +131,9 @@ class KernelDecoder:
         self.c_parts = True           # the C step's rows in parts, one a thread, where :meth:`_in_c` allows it (an int:
         #                               that many parts, however many threads; False: every C step over all rows)
         self.c_panels = True          # the C step's own products where they give torch's bits (False: the library's)
+        self.c_balance = True         # the C step's parts cut to equal costs where its products allow any cut (False:
+        #                               equal row counts); the cost of a row's products in attended positions, learnt
+        self.row_cost = torch.tensor([64.0], dtype=torch.float64)   # as the steps run (kept across generates)
         self.c_model = None
 
     def _fuse(self) -> list:
@@ -191,7 +198,7 @@ class KernelDecoder:
                          packed=self._keep[4].data_ptr(), panels=self._keep[5].data_ptr(), x=buf["x"],
                          normed=buf["normed"], qkv=buf["qkv"], att=buf["attended"], gu=buf["gate_up"],
                          act=buf["activated"], logits=buf["logits"], new_logp=buf["new_logp"],
-                         new_tok=self.new_tok.data_ptr())
+                         new_tok=self.new_tok.data_ptr(), row_cost=self.row_cost.data_ptr() if self.c_balance else None)
 
     def _in_c(self, A: int):
         """Whether a step of ``A`` rows runs in C: each of its products may be taken through ``sgemm_`` there
@@ -219,7 +226,7 @@ class KernelDecoder:
         """:meth:`_step` as one C call (``decode_step``) in ``parts`` parts of the rows, each product taken as ``ways``
         says (:meth:`_in_c`), each product's seconds logged where :attr:`product_log` asks for them (in parts:
         averaged over the threads, which take their parts at once)."""
-        A, times = s.tok.shape[0], self._keep[2]
+        A, times = s.state.shape[1], self._keep[2]
         if self.product_log is not None:
             times.zero_()
         n_done = self.lib.decode_step(ctypes.byref(self.c_model), s.state.data_ptr(), A, inv_temp, int(greedy),
@@ -277,7 +284,7 @@ class KernelDecoder:
         """Feed one token to every active row; rows past their prompt record the token sampled after it
         (:func:`dsh.llm.kernels.advance_rows`). Returns how many rows are done."""
         stop_tok, stop_n = self.stop_after if self.stop_after is not None else (-1, 0)
-        if self.c_model is not None and (way := self._in_c(s.tok.shape[0])) is not None:
+        if self.c_model is not None and (way := self._in_c(s.state.shape[1])) is not None:
             return self._step_in_c(s, inv_temp, greedy, stop_tok, stop_n, *way)
         new, logp = kernels.sample_tokens(self.lib, self._logits(s), s.key, s.n_gen, inv_temp, greedy,
                                           torch.empty_like(s.tok), torch.empty(s.tok.shape[0]))
@@ -300,6 +307,7 @@ class KernelDecoder:
         self.out = torch.zeros(self.slots, max_new_tokens, dtype=torch.long)
         self.out_logp = torch.zeros(self.slots, max_new_tokens)
         self.prompt_buf = torch.zeros(self.slots, max(map(len, prompts)), dtype=torch.long)
+        self.out_np, self.out_logp_np, self.prompt_np = self.out.numpy(), self.out_logp.numpy(), self.prompt_buf.numpy()
         inv_temp, greedy = (1.0 / temperature if temperature > 0 else 1.0), temperature == 0
         # longest prompts first (popped from the end): in this task a longer question has a longer answer, so the
         # last rows to finish are short ones and the batch drains quickly; a completion does not depend on when its
@@ -307,8 +315,9 @@ class KernelDecoder:
         waiting = sorted(range(len(prompts)), key=lambda j: (len(prompts[j]), -j))
         free = list(range(self.slots))[::-1]
         width = self.prompt_buf.shape[1]
-        table = (torch.tensor([p + [0] * (width - len(p)) for p in prompts]), torch.tensor([len(p) for p in prompts]),
-                 torch.tensor(keys))                          # every prompt padded, its length and stream key
+        table = (np.array([p + [0] * (width - len(p)) for p in prompts], dtype=np.int64),
+                 np.array([len(p) for p in prompts], dtype=np.int64),
+                 np.array(keys, dtype=np.int64))              # every prompt padded, its length and stream key
         s = _Rows.empty()
         owner: list = []                                         # prompt index of each active row
         started = finished_tokens = n_done = 0
@@ -330,36 +339,38 @@ class KernelDecoder:
                 for _ in range(self.sync_every):
                     n_done = self._step(s, inv_temp, greedy)
                 if on_step is not None:
-                    on_step(started, finished_tokens + int(s.n_gen.sum()))
+                    on_step(started, finished_tokens + int(s.np[_ROW["n_gen"]].sum()))
         finally:
             self.fused = self.bufs = self.c_model = None
             decisions.flush()           # the products' new decisions, for later processes (a worker exits unflushed)
 
     def _retire(self, s, owner: list, on_finish):
         """Hand each done row of ``s`` to ``on_finish`` (its tokens and log-probabilities, all rows' read at once) and
-        drop them: the rows left, their owners, the slots freed and the tokens the done rows wrote."""
-        done = s.done != 0
-        ended, keep = done.nonzero().flatten(), (~done).nonzero().flatten()
-        fin = s.state[:, ended]
-        n_gen, stopped, slot, capped = fin[_FINISH].tolist()
-        slots, width = fin[_ROW["slot"]], max(n_gen, default=0)    # read up to the longest done row, not the limit
-        tokens, logps = self.out[slots, :width].tolist(), self.out_logp[slots, :width].tolist()
+        drop them: the rows left, their owners, the slots freed and the tokens the done rows wrote. The rows' state is
+        read through numpy: small torch operations right after a C step take ~35 us each here (cold caches); the
+        retirements of the sampling bench's 256 rows 20-26 ms a generate against 30-34 ms through torch."""
+        st = s.np
+        done = st[_ROW["done"]] != 0
+        ended, keep = np.flatnonzero(done), np.flatnonzero(~done)
+        n_gen, stopped, slot, capped = st[_FINISH][:, ended].tolist()
+        width = max(n_gen, default=0)                              # read up to the longest done row, not the limit
+        tokens, logps = self.out_np[slot, :width].tolist(), self.out_logp_np[slot, :width].tolist()
         for r, n, stop, cap, toks, lps in zip(ended.tolist(), n_gen, stopped, capped, tokens, logps):
             on_finish(owner[r], toks[:n], bool(stop), lps[:n], bool(cap))
-        return _Rows(s.state[:, keep]), [owner[r] for r in keep.tolist()], slot, sum(n_gen)
+        return _Rows.of(st[:, keep]), [owner[r] for r in keep.tolist()], slot, sum(n_gen)
 
     def _admit(self, s, take: list, table: tuple, limit: int):
         """``s`` with the prompts of ``take`` (``(prompt index, slot)`` pairs) as new rows at position 0 of their
         prompts (each attends one position at its first step), their prompts written into their slots' rows of the
-        prompt buffer; ``table``: every prompt padded, its length and its stream key."""
-        js, slots = torch.tensor([j for j, _ in take]), torch.tensor([slot for _, slot in take])
+        prompt buffer; ``table``: every prompt padded, its length and its stream key (numpy arrays)."""
+        js, slots = (np.fromiter((t[i] for t in take), np.int64, len(take)) for i in (0, 1))
         padded, lengths, keys = table
-        self.prompt_buf[slots] = padded[js]
-        new = torch.zeros(len(ROW_FIELDS), len(take), dtype=torch.long)
+        self.prompt_np[slots] = padded[js]
+        new = np.zeros((len(ROW_FIELDS), len(take)), dtype=np.int64)
         for field, values in (("slot", slots), ("tok", padded[js, 0]), ("plen", lengths[js]), ("limit", limit),
                               ("key", keys[js]), ("lens", 1)):
             new[_ROW[field]] = values
-        return _Rows(torch.cat([s.state, new], dim=1))
+        return _Rows.of(np.concatenate([s.np, new], axis=1))
 
 
 ROW_FIELDS = ("slot", "tok", "pos", "plen", "n_gen", "limit", "key", "done", "stopped", "capped", "marks", "lens")
@@ -368,13 +379,14 @@ _FINISH = [_ROW[f] for f in ("n_gen", "stopped", "slot", "capped")]   # what a f
 
 
 class _Rows:
-    """The active rows' state: ``state [len(ROW_FIELDS), A]`` (int64), one row of :data:`ROW_FIELDS` each (``done``,
-    ``stopped``, ``capped``: 0 or 1; ``lens``: the positions a row attends at the next step, 0 once done), read as
-    attributes (``rows.pos``: a contiguous view); rows leave and join by tensor operations
-    (:meth:`KernelDecoder._retire`, :meth:`KernelDecoder._admit`)."""
+    """The active rows' state: ``state [len(ROW_FIELDS), A]`` (int64, contiguous; ``np``: the same memory as a numpy
+    array), one row of :data:`ROW_FIELDS` each (``done``, ``stopped``, ``capped``: 0 or 1; ``lens``: the positions a
+    row attends at the next step, 0 once done), read as attributes (``rows.pos``: a contiguous view); rows leave and
+    join as arrays (:meth:`KernelDecoder._retire`, :meth:`KernelDecoder._admit`)."""
 
     def __init__(self, state):
         self.state = state
+        self.np = state.numpy()
 
     def __getattr__(self, name):
         if name in _ROW:
@@ -382,6 +394,10 @@ class _Rows:
         raise AttributeError(name)
 
     @classmethod
+    def of(cls, array):
+        """The rows of a numpy array ``[len(ROW_FIELDS), A]``."""
+        return cls(torch.from_numpy(np.ascontiguousarray(array, dtype=np.int64)))
+
+    @classmethod
     def empty(cls):
         return cls(torch.zeros(len(ROW_FIELDS), 0, dtype=torch.long))
-
