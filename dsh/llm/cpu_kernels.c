@@ -81,11 +81,13 @@ static inline void rope(const float *restrict x, const float *restrict cos, cons
    ahead by hand: the next row's first PREFETCH_ROW bytes of each stream into L2, a few lines at a time as this row
    runs (fetch_ahead: a burst of them at the row's start stalls on the full miss queues), this row's next key tile and
    its values PREFETCH_V positions ahead into L1. The new key and value are rounded to T as vectors (NARROW) before
-   they are stored. Against this row's prefetches alone (the 2-core AMD Zen 4, one process, the paths alternating, 10
-   repeats): the sampling bench's 256 rows 1.18x (0.99-1.54x) on half floats and 1.08x (0.86-1.78x) on floats, the same
-   tokens; the attention alone at 100 and 200 positions 24.4 -> 28.2 and 28.8 -> 28.8 GB/s on half floats, 16.2 -> 22.6
-   and 17.2 -> 22.2 on floats (medians of 5). The whole next row (32 KB a stream) fetched ahead: 26 GB/s at 200
-   positions, 4 KB: 1.31x on the sampling bench against 1.41x at 16 KB. */
+   they are stored. Against this row's prefetches alone (the 2-core AMD Zen 4, one process, the paths alternating, a
+   fresh engine each repeat, 10 repeats): the sampling bench's 256 rows 1.17x on half floats (1.20x (1.05-1.37x) against
+   1.03x for the numpy bookkeeping alone), the same completions; with each path's engine kept across repeats, 1.18x
+   (0.99-1.54x) on half floats and 1.08x (0.86-1.78x) on floats. The attention alone at 100 and 200 positions: 24.4 ->
+   28.2 and 28.8 -> 28.8 GB/s on half floats, 16.2 -> 22.6 and 17.2 -> 22.2 on floats (medians of 5). The size: the
+   whole next row (32 KB a stream) 26 GB/s alone at 200 positions; 4, 8, 16 and 32 KB 1.31x, 1.37x, 1.41x and 1.40x on
+   the sampling bench (engines kept across 6 alternations, which flatters all but the first by a few per cent). */
 static inline const float *widen_float(const float *src, float *buf, int64_t n) {
   (void)buf;
   (void)n;
