@@ -159,24 +159,27 @@ static inline void fetch_ahead(ahead_t *a, int64_t n) {
    28.6-35.6 GB/s against 24.5-29.3 and 27.7-31.6 (three rounds of 5 interleaved repeats, medians; the host's read
    bandwidth moved between 29 and 48 GB/s across them); the same results (each row's sums are its own). */
 #define ROW_COST 16
+/* The first row of run k (0 <= k <= runs; run `runs` starts at B) when the B rows are cut into `runs` runs of
+   consecutive rows of equal cost, a row costing live + len[b] where len[b] > 0, done where len[b] is 0. */
+static int64_t equal_cost_start(const int64_t *restrict len, int64_t B, double live, double done, int64_t k,
+                                int64_t runs) {
+  if (k <= 0) return 0;
+  if (k >= runs) return B;
+  double total = 0.0, acc = 0.0;
+  for (int64_t b = 0; b < B; ++b) total += len[b] > 0 ? live + (double)len[b] : done;
+  const double at = total * (double)k / (double)runs;
+  int64_t b = 0;
+  for (; b < B && acc < at; ++b) acc += len[b] > 0 ? live + (double)len[b] : done;
+  return b;
+}
 static void own_rows(const int64_t *restrict len, int64_t B, int64_t *b0, int64_t *b1) {
   int64_t t = 0, T = 1;
 #ifdef _OPENMP
   t = omp_get_thread_num();
   T = omp_get_num_threads();
 #endif
-  if (T <= 1) {
-    *b0 = 0, *b1 = B;
-    return;
-  }
-  double total = 0.0, acc = 0.0;
-  for (int64_t b = 0; b < B; ++b) total += len[b] > 0 ? (double)(len[b] + ROW_COST) : 1.0;
-  const double lo = total * (double)t / (double)T, hi = total * (double)(t + 1) / (double)T;
-  int64_t b = 0;
-  for (; b < B && acc < lo; ++b) acc += len[b] > 0 ? (double)(len[b] + ROW_COST) : 1.0;
-  *b0 = b;
-  for (; b < B && (acc < hi || t == T - 1); ++b) acc += len[b] > 0 ? (double)(len[b] + ROW_COST) : 1.0;
-  *b1 = b;
+  *b0 = equal_cost_start(len, B, ROW_COST, 1.0, t, T);
+  *b1 = equal_cost_start(len, B, ROW_COST, 1.0, t + 1, T);
 }
 #define DEFINE_ATTEND(NAME, T, WIDEN, LOAD16, NARROW) \
 void NAME(const float *restrict qkv, const float *restrict cos, const float *restrict sin, \
@@ -669,18 +672,10 @@ static int cut_rows(const step_model *m, const int64_t *restrict st, int64_t A, 
                     int64_t *cut) {
   int balanced = m->row_cost != 0 && way != 0;
   for (int64_t p = 0; balanced && p < 4 * m->L + 1; ++p) balanced = way[p] >= 2;
-  for (int64_t k = 0; k <= parts; ++k) cut[k] = A * k / parts;
-  if (!balanced) return 0;
-  const int64_t *lens = st + R_LENS * A;
-  const double r = *m->row_cost;
-  double total = 0.0, acc = 0.0;
-  for (int64_t b = 0; b < A; ++b) total += r + (double)lens[b];
-  int64_t k = 1;
-  for (int64_t b = 0; b < A && k < parts; ++b) {
-    acc += r + (double)lens[b];
-    while (k < parts && acc >= total * (double)k / (double)parts) cut[k++] = b + 1;
-  }
-  return 1;
+  const double r = balanced ? *m->row_cost : 0.0;
+  for (int64_t k = 0; k <= parts; ++k)
+    cut[k] = balanced ? equal_cost_start(st + R_LENS * A, A, r, r, k, parts) : A * k / parts;
+  return balanced;
 }
 
 /* After a step in balanced parts that took took[k] seconds each: the row cost moved 5 % toward balance (the slowest
