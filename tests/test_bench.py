@@ -114,6 +114,9 @@ def test_bench_cli_on_cpu(tmp_path):
         assert 0 < x["full_steps"] <= x["steps"] and x["products_flops"] > 0 and x["tokens_per_s"] > 0
         assert x["best_flops"] >= max(x["mkl_flops"], x.get("onednn_flops", 0), x.get("mkl_packed_flops", 0)) * (1 - 1e-9)
         assert x["share_of_best_library"] == pytest.approx(x["products_flops"] / x["best_flops"])
+        assert x["attention_bytes_per_s"] > 0 and x["run_s"] > 0      # the attention timed in the same steps
+        assert 0 < x["products_share_of_run"] and 0 < x["attention_share_of_run"]
+        assert x["products_share_of_run"] + x["attention_share_of_run"] < 1     # parts of the run, not all of it
     train = tiny["training"]
     assert all(x["tokens_per_s"] > 0 and 0 < x["share_of_peak"] < 1 for x in train)
     assert train[0]["ratio_to_default"] == 1.0 and len(train) == 5 and "packed attention in C" in train[2]["path"]
@@ -275,6 +278,24 @@ def test_the_tiny_table_reports_medians_over_the_repeats_and_counts_the_loaded_o
     g_fast, g_ref, u_fast, _ = bench.tiny_table({"sampling": [], "evaluation": [], "grpo": grpo, "training": []})
     assert g_fast["value"] == 5.0 and g_fast["x reference"] == 2.5 and g_fast["measure"].endswith("(median of 3)")
     assert g_ref["value"] == 2.0 and u_fast["value"] == 2.0 and u_fast["x reference"] == 2.0
+
+
+def test_the_tiny_table_puts_the_attention_in_the_step_against_the_read_bandwidth():
+    """The products' rows: the attention's cache bytes/s inside the full steps (median over the repeats) as a share
+    of the run's read bandwidth, and the seconds of the run that the products and the attention took (medians) with
+    their shares of it; rows of runs without the attention's timing (before 2026-12-07) give the products' row alone."""
+    prod = [{"path": "products in the step, 8 rows", "products_flops": f * 1e9, "share_of_best_library": f / 100,
+             "attention_bytes_per_s": a * 1e9, "run_s": t, "products_share_of_run": p, "attention_share_of_run": q,
+             "loaded": False} for f, a, t, p, q in ((90, 10, 2.0, 0.5, 0.2), (80, 30, 1.0, 0.7, 0.1),
+                                                     (100, 20, 3.0, 0.6, 0.3))]
+    tiny = {"sampling": [], "evaluation": [], "grpo": [], "training": [], "products": prod,
+            "device": {"read_bandwidth_bytes_per_s": 40e9}}
+    flops, att, p_s, a_s = bench.tiny_table(tiny)
+    assert flops["value"] == 90 and flops["share of ceiling"] == 0.9
+    assert att["path"] == "attention in the step, 8 rows" and att["value"] == 20 and att["share of ceiling"] == 0.5
+    assert p_s["value"] == 1.0 and p_s["share of ceiling"] == 0.6 and a_s["value"] == 0.4 and a_s["share of ceiling"] == 0.2
+    old = [{k: v for k, v in r.items() if k in ("path", "products_flops", "share_of_best_library", "loaded")} for r in prod]
+    assert len(bench.tiny_table({**tiny, "products": old})) == 1
 
 
 def test_todays_evaluation_in_its_own_process_answers_the_ladder(tmp_path, monkeypatch):

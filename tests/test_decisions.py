@@ -116,3 +116,21 @@ def test_a_bad_table_name_is_refused():
         decisions.recall("fast", (1,))
     with pytest.raises(ValueError, match="table must be one of"):
         decisions.remember("fast", (1,), True)
+
+
+def test_after_the_engines_plan_a_generate_makes_no_decision(new_process, monkeypatch):
+    """``Engine.plan`` decides the C step's products at every row count up to its slots, so that a generate whose rows
+    end one after another (its row count falling through most counts) finds every decision made."""
+    from tiny_llamas import gqa_llama
+
+    from dsh.llm.engine import Engine
+
+    for name in ("_SGEMM", "_PACKED", "_PANELS", "_PARTS"):
+        monkeypatch.setattr(products, name, {})
+    eng = Engine(gqa_llama(), [11], slots=8, max_len=40, attention="kernels")
+    eng.plan()
+    made = decisions.stored()
+    assert made >= 8                                  # at least one a row count
+    eng.generate([[1, 2, 3] * k for k in range(1, 11)], 4, temperature=0)   # 8 rows, then 10 prompts' tails
+    decisions.flush()
+    assert decisions.stored() == made

@@ -11,7 +11,8 @@ from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausa
 
 from dsh.experiment.run import evaluate
 from dsh.llm import models
-from dsh.llm.engine import Engine, kv_bytes_per_token, supports
+from dsh.llm.engine import Engine, supports
+from dsh.llm.scale import kv_bytes_per_token
 from dsh.measure import calibration
 from dsh.task import problems, records
 

@@ -69,24 +69,34 @@ def test_a_plan_holds_only_row_counts_where_onednn_agrees():
 @pytest.mark.parametrize("c_step", [True, False])
 def test_the_engine_logs_every_product_of_a_step(c_step):
     """Rows, FLOPs and seconds of every product of every step, in the step's order, whether the step runs in C (its
-    products timed there) or in Python."""
+    products timed there) or in Python; and of each C step's attention, its rows, cache bytes read (every row's
+    attended keys and values in every layer, float32 here) and seconds."""
     m = gqa_llama()
     eng = Engine(m, [11], slots=4, max_len=32, attention="kernels")
     eng._cpu.c_step = c_step
     log: list = []
-    eng.log_products(log)
+    attention: list = []
+    eng.log_products(log, attention)
     eng.generate([[1, 2, 3]] * 3, 5, temperature=0)
     per_step = 1 + 4 * 2                                      # q/k/v, output, gate/up, down a layer, and the head
     assert log and len(log) % per_step == 0
     macs = [24 * (24 + 2 * 12), 24 * 24, 24 * 80, 40 * 24] * 2 + [24 * 12]   # one step's products, in order
     for i, (rows, flops, secs) in enumerate(log):
         assert rows == 3 and flops == 2 * rows * macs[i % per_step] and secs > 0
+    if c_step:         # the attention of each C step: 3 rows attending 1, 2, ... positions (prompt and completion)
+        kv, d = eng._cpu.KV, eng._cpu.D
+        assert [(r, b) for r, b, _ in attention] == [(3, 3 * p * 2 * 2 * kv * d * 4) for p in range(1, 3 + 5)]
+        assert all(secs > 0 for _, _, secs in attention)
+    else:
+        assert attention == []
     n = len(log)
     eng.log_products(None)
     eng.generate([[1, 2, 3]], 2, temperature=0)
     assert len(log) == n
     with pytest.raises(ValueError, match="a list or None"):
         eng.log_products(())
+    with pytest.raises(ValueError, match="a list or None"):
+        eng.log_products([], ())
     with pytest.raises(ValueError, match="CPU path"):
         Engine(m, [11], slots=4, max_len=32, attention="torch").log_products([])
 

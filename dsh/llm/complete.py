@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from ..core import validate as v
 from ..task.records import chat_prompt, chat_prompts
+from .scale import fit_slots
 from .streams import stream_key
 
 
@@ -56,7 +57,7 @@ def complete(model, tok, questions, max_new_tokens: int, temperature: float = 1.
     ``on_finish(i, completion)`` is called as question ``i`` finishes (e.g. to write it at once). ``kv_cache``: the
     engine's KV cache dtype on the CPU path (:class:`dsh.llm.engine.Engine`). ``stop_after``: ``(token_id, n)``
     ends a completion right after its n-th ``token_id`` (an attempt budget; :meth:`dsh.llm.engine.Engine.generate`)."""
-    from .engine import Engine, fit_slots
+    from .engine import Engine
     from .request import checked_stop_after
 
     questions = list(questions)

@@ -478,7 +478,8 @@ int64_t advance_rows(const int64_t *restrict nxt, const float *restrict logp, in
    0: one chunk): each chunk's chain starts from zero and the chunks' sums are added in order, the first to out where
    beta is 1. That is MKL's order at the step's shapes where dsh.llm.products.panels_agree finds the same bits as
    torch's product; a row's result depends on its own row alone. The rows are dealt to the threads in blocks of
-   PANEL_ROWS (one thread inside a parallel region: the step's parts). AVX-512 only (has_panel_product). */
+   PANEL_ROWS, the rows left over one block of their count (one thread inside a parallel region: the step's parts).
+   AVX-512 only (has_panel_product). */
 #if defined(__AVX512F__)
 #define PANEL 32
 #define PANEL_ROWS 8
@@ -538,7 +539,19 @@ static void panel_rows(const float *restrict x, const float *restrict p, float *
     int64_t r = r0;
     for (; r + PANEL_ROWS <= r1; r += PANEL_ROWS)
       panel_block(x + r * I, pp, out + r * O + j0, PANEL_ROWS, I, O, add, kc, m0, m1);
-    for (; r < r1; ++r) panel_block(x + r * I, pp, out + r * O + j0, 1, I, O, add, kc, m0, m1);
+    /* the rows left after the whole blocks, as one block of their count: a row alone is two chains of fused
+       multiply-adds, too few to hide their latency (one thread, 135 rows: 106-107 GFLOP/s a row at a time, 111-113
+       as one block; 128 rows: 110-113) */
+    switch (r1 - r) {
+#define TAIL(R) \
+  case R: \
+    panel_block(x + r * I, pp, out + r * O + j0, R, I, O, add, kc, m0, m1); \
+    break;
+      TAIL(1) TAIL(2) TAIL(3) TAIL(4) TAIL(5) TAIL(6) TAIL(7)
+#undef TAIL
+      _Static_assert(PANEL_ROWS == 8, "the cases above are the counts 1 .. PANEL_ROWS - 1");
+    default: break;
+    }
   }
 }
 void panel_product(const float *restrict x, const float *restrict p, float *restrict out, int64_t A, int64_t I,
@@ -624,7 +637,7 @@ typedef struct {
 
 /* The step of decode_step() on the rows r0 .. r1 - 1 of the A active rows (each row's results depend on its own row
    only; a product's rows are the same bits in any part of the rows where the caller checked that they are); how many
-   of them are done. times (or NULL): each product's seconds added. */
+   of them are done. times (or NULL): each product's seconds added, then the attention's (all layers). */
 static int64_t step_rows(const step_model *m, int64_t *restrict st, int64_t A, int64_t r0, int64_t r1, float inv_temp,
                          int greedy, int64_t *restrict out, float *restrict out_logp, int64_t out_w,
                          const int64_t *restrict prompt, int64_t prompt_w, const int64_t *restrict eos, int64_t n_eos,
@@ -641,6 +654,7 @@ static int64_t step_rows(const step_model *m, int64_t *restrict st, int64_t A, i
     double *t = times ? times + 4 * l : 0;
     rms_norm(x, (const float *)w[0], m->eps[2 * l], normed, n, N);
     step_product(normed, (const float *)w[1], WAY(4 * l), qkv, n, N, QKV, 0.f, t);
+    const double ta = times ? omp_get_wtime() : 0.0;
 #ifdef __FLT16_MAX__
     if (m->half)
       attend_f16(qkv, m->cos, m->sin, pos, lens, slot, (_Float16 *)w[6], (_Float16 *)w[7], att, n, m->H, m->KV, m->D,
@@ -649,6 +663,7 @@ static int64_t step_rows(const step_model *m, int64_t *restrict st, int64_t A, i
 #endif
       attend(qkv, m->cos, m->sin, pos, lens, slot, (float *)w[6], (float *)w[7], att, n, m->H, m->KV, m->D, m->M,
              m->scale);
+    if (times) times[4 * m->L + 1] += omp_get_wtime() - ta;
     step_product(att, (const float *)w[2], WAY(4 * l + 1), x, n, HD, N, 1.f, t ? t + 1 : 0);
     rms_norm(x, (const float *)w[3], m->eps[2 * l + 1], normed, n, N);
     step_product(normed, (const float *)w[4], WAY(4 * l + 2), gu, n, N, 2 * F, 0.f, t ? t + 2 : 0);
@@ -702,12 +717,12 @@ static void rebalance(const step_model *m, const int64_t *restrict st, int64_t A
    (sample_tokens(), the streams of (key, n_gen)) and move the rows on (advance_rows()); returns how many rows are
    done. way (or NULL: all 0): per product, in the step's order (4 a layer, then the head's), how it is taken at this
    row count (step_product's way: sgemm_, MKL's packed weight, or the panel product and its chunk); times (or NULL):
-   each product's seconds added, in the same order.
+   each product's seconds added, in the same order, then the attention's (every layer's, one sum; 4 L + 2 in all).
    parts <= 1: the step over all rows, each product one library call on the library's threads. parts > 1: the rows
    cut into `parts` parts (cut_rows: equal row counts, or equal costs where every product is the panel product), each
    part's whole step on one thread, the parts side by side in one parallel region (no wait between the step's
-   operations; each product on one thread, whose rows stay in its core's cache); times then add each product's seconds
-   averaged over the threads. The caller asks for parts only where each product's parts give its product over all
+   operations; each product on one thread, whose rows stay in its core's cache); times then add each product's (and
+   the attention's) seconds averaged over the threads. The caller asks for parts only where each product's parts give its product over all
    rows bit for bit (dsh.llm.products.parts_agree; the panel product's rows depend on their own row alone), so both
    give the same results. */
 int64_t decode_step(const step_model *m, int64_t *restrict st, int64_t A, float inv_temp, int greedy,
@@ -717,7 +732,7 @@ int64_t decode_step(const step_model *m, int64_t *restrict st, int64_t A, float 
   if (parts <= 1)
     return step_rows(m, st, A, 0, A, inv_temp, greedy, out, out_logp, out_w, prompt, prompt_w, eos, n_eos, stop_tok,
                      stop_n, way, times);
-  const int64_t P = 4 * m->L + 1;
+  const int64_t P = 4 * m->L + 2; /* the products, then the attention */
   int64_t n_done = 0, cut[parts + 1];
   double took[parts];
   const int balanced = cut_rows(m, st, A, parts, way, cut);

@@ -44,7 +44,6 @@ from ..core import validate as v
 from . import kernels
 from .kernel_engine import KernelDecoder, attention_shape
 from .request import checked_request, checked_stop_after
-from .scale import ModelShape
 from .streams import counted_uniform
 
 SUPPORTED_MODEL_TYPES = ("llama", "qwen2", "mistral", "qwen3")
@@ -82,24 +81,6 @@ def kernels_unsuitable(model, attention: str = "auto") -> str | None:
     if hasattr(model.model.layers[0].self_attn, "q_norm"):
         return "per-head q/k norms (qwen3) are not in the kernels"
     return kernels.unavailable()
-
-
-def kv_bytes_per_token(model) -> int:
-    """Bytes of KV cache one token of context takes in ``model`` (all layers, keys and values, in the model's dtype):
-    :meth:`dsh.llm.scale.ModelShape.kv_bytes_per_token` of its config."""
-    return ModelShape.from_config(model.config, n_params=0).kv_bytes_per_token(next(model.parameters()).element_size())
-
-
-def fit_slots(model, wanted: int, max_len: int, memory_fraction: float = 0.5) -> int:
-    """``wanted`` rows, or fewer on a GPU so that a KV cache of ``max_len`` tokens per row takes at most
-    ``memory_fraction`` of the free GPU memory (the rest is for activations and, in GRPO, training)."""
-    wanted = v.positive_int("wanted", wanted)
-    v.positive_int("max_len", max_len)
-    p = next(model.parameters())
-    if p.device.type != "cuda":
-        return wanted
-    free, _ = torch.cuda.mem_get_info(p.device)
-    return max(1, min(wanted, int(free * memory_fraction // (max_len * kv_bytes_per_token(model)))))
 
 
 class _Progress:
@@ -412,12 +393,19 @@ class Engine:
             self.model.train(was_training)
         return results
 
-    def log_products(self, log: list | None) -> None:
-        """CPU path: every matrix product of the next :meth:`generate` calls appends ``(rows, flops, seconds)`` to
-        the list ``log`` (``dsh bench``: the products' rate inside the decoding step); None stops it."""
-        if self._cpu is None or not (log is None or isinstance(log, list)):
-            raise ValueError("log_products needs the CPU path (attention 'kernels') and a list or None as log")
-        self._cpu.product_log = log
+    def log_products(self, log: list | None, attention: list | None = None) -> None:
+        """CPU path (``dsh bench``): every matrix product of the next :meth:`generate` calls appends ``(rows, flops,
+        seconds)`` to the list ``log``, every step in C ``(rows, cache bytes, seconds)`` of its attention to the list
+        ``attention`` (every row's attended keys and values, all layers; in parts, the threads' mean); None: neither."""
+        if self._cpu is None or not all(x is None or isinstance(x, list) for x in (log, attention)):
+            raise ValueError("log_products needs the CPU path (attention 'kernels') and a list or None as log and attention")
+        self._cpu.product_log, self._cpu.attention_log = log, attention
+
+    def plan(self) -> None:
+        """CPU path: decide how the decoding step takes its products at every row count up to ``slots`` now (kept per
+        machine, :mod:`dsh.llm.decisions`), not as a :meth:`generate` first meets each (``dsh bench`` times those)."""
+        if self._cpu is not None:
+            self._cpu.plan()
 
     # -------------------------------------------------------------------------------------------
     # the public loop
@@ -480,8 +468,7 @@ class Engine:
                 done = self.done.tolist()
                 finished = [s for s in active if done[s]]
                 if finished:
-                    n_gen = self.n_gen.tolist()
-                    stopped, capped = self.stopped.tolist(), self.capped.tolist()
+                    n_gen, stopped, capped = self.n_gen.tolist(), self.stopped.tolist(), self.capped.tolist()
                     width = max(n_gen[s] for s in finished)          # up to the longest done row, not the limit
                     rows, logps = self.out[finished, :width].tolist(), self.out_logp[finished, :width].tolist()
                     for s, row, lp in zip(finished, rows, logps):

@@ -127,6 +127,7 @@ class KernelDecoder:
         self.fused = self.bufs = None
         self.stop_after = None
         self.product_log = None       # a list: every product of the next generate appends (rows, flops, seconds)
+        self.attention_log = None     # a list: every C step of the next generate appends (rows, cache bytes, seconds)
         self.c_step = True            # whole steps in C where :meth:`_in_c` holds (False: every step in Python)
         self.c_parts = True           # the C step's rows in parts, one a thread, where :meth:`_in_c` allows it (an int:
         #                               that many parts, however many threads; False: every C step over all rows)
@@ -182,7 +183,7 @@ class KernelDecoder:
                 for t in (ly[0][0], ly[1][0], ly[2][0], ly[3][0], ly[4][0], ly[5][0], self.k_cache[i], self.v_cache[i])]
         self._keep = (torch.tensor(addr, dtype=torch.int64),
                       torch.tensor([e for ly in layers for e in (ly[0][1], ly[3][1])], dtype=torch.float32),
-                      torch.empty(len(self.c_products), dtype=torch.float64), emb.weight.detach(),
+                      torch.empty(len(self.c_products) + 1, dtype=torch.float64), emb.weight.detach(),
                       torch.tensor([p.data_ptr() for p in self._packed] or [0] * len(self.c_products), dtype=torch.int64),
                       torch.tensor([p.data_ptr() for p in self._panels] or [0] * len(self.c_products), dtype=torch.int64))
         N, HD, F = self.model.config.hidden_size, self.H * self.D, layers[0][4][0].shape[0] // 2
@@ -222,20 +223,45 @@ class KernelDecoder:
             self._c_rows[A] = way
         return self._c_rows[A]
 
+    def plan(self) -> None:
+        """Decide now how the step takes its products at every row count ``1 .. slots``, in C (:meth:`_in_c`) or in
+        Python (:class:`dsh.llm.products.Products`), each decision kept on disk (:mod:`dsh.llm.decisions`), so that a
+        later generate finds them made instead of making each as its rows first come to that count (all of them: 0.7 s
+        at 256 slots for the laptop base, on a machine and kernels' build that had met none)."""
+        self.bufs = {}
+        self.fused = self._fuse()
+        weights = [(k, wb) for ly in self.fused for k, wb in zip(("linear", "addmm") * 2, (ly[1], ly[2], ly[4], ly[5]))]
+        ways = [(k, w) for k, (w, b) in weights + [("linear", self.head)] if b is None]   # with a bias: torch's product
+        try:
+            for A in range(1, self.slots + 1):
+                for k, w in ways:                # each product's way in the Python step (where C does not take A)
+                    self.products.in_c(k, w, A)
+                if self.c_model is not None:
+                    self._in_c(A)
+        finally:
+            self.fused = self.bufs = self.c_model = None
+            decisions.flush()
+
     def _step_in_c(self, s, inv_temp: float, greedy: bool, stop_tok: int, stop_n: int, parts: int, ways) -> int:
         """:meth:`_step` as one C call (``decode_step``) in ``parts`` parts of the rows, each product taken as ``ways``
-        says (:meth:`_in_c`), each product's seconds logged where :attr:`product_log` asks for them (in parts:
-        averaged over the threads, which take their parts at once)."""
+        says (:meth:`_in_c`), each product's seconds logged where :attr:`product_log` asks for them and the attention's
+        (its cache bytes read: every row's attended positions' keys and values in every layer) where
+        :attr:`attention_log` does (in parts: averaged over the threads, which take their parts at once)."""
         A, times = s.state.shape[1], self._keep[2]
-        if self.product_log is not None:
+        timed = self.product_log is not None or self.attention_log is not None
+        if timed:
             times.zero_()
+            positions = int(s.np[_ROW["lens"]].sum())        # attended by this step (the step moves them on)
         n_done = self.lib.decode_step(ctypes.byref(self.c_model), s.state.data_ptr(), A, inv_temp, int(greedy),
                                       self.out.data_ptr(), self.out_logp.data_ptr(), self.out.shape[1],
                                       self.prompt_buf.data_ptr(), self.prompt_buf.shape[1], self.eos.data_ptr(),
                                       self.eos.numel(), stop_tok, stop_n, ways.data_ptr(),
-                                      times.data_ptr() if self.product_log is not None else None, parts)
+                                      times.data_ptr() if timed else None, parts)
         if self.product_log is not None:
             self.product_log += [(A, 2 * A * w.numel(), t) for (_, w), t in zip(self.c_products, times.tolist())]
+        if self.attention_log is not None:
+            per_position = len(self.layers) * 2 * self.KV * self.D * self.k_cache.element_size()
+            self.attention_log.append((A, positions * per_position, float(times[-1])))
         return n_done
 
     def _residual(self, x, a, weights):

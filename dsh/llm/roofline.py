@@ -4,15 +4,13 @@ time and its KV-cache read time (``dsh bench --parts tiny`` reports each path's 
 
 from __future__ import annotations
 
-from .scale import ModelShape
+from .scale import ModelShape, kv_bytes_per_token
 
 
 def model_shape(model) -> dict:
     """What the roofline needs of a model: parameters in matrix products (linear layers and the LM head), layers,
     attention width (heads x head size) and KV bytes per token of context."""
     import torch
-
-    from .engine import kv_bytes_per_token
 
     shape = ModelShape.from_config(model.config, n_params=0)
     linear = sum(m.weight.numel() for m in model.modules() if isinstance(m, torch.nn.Linear))

@@ -163,3 +163,23 @@ def batch_for(cfg, budget: GpuBudget, shape: ModelShape = EMBEDDED_SHAPE) -> dic
     else:
         micro, accum = fit_batch(budget.sft_rows, cfg.max_length, gpu_gb=budget.gpu_gb, shape=shape)
     return dict(per_device_train_batch_size=micro, gradient_accumulation_steps=accum)
+
+
+def kv_bytes_per_token(model) -> int:
+    """Bytes of KV cache one token of context takes in ``model`` (all layers, keys and values, in the model's dtype):
+    :meth:`ModelShape.kv_bytes_per_token` of its config."""
+    return ModelShape.from_config(model.config, n_params=0).kv_bytes_per_token(next(model.parameters()).element_size())
+
+
+def fit_slots(model, wanted: int, max_len: int, memory_fraction: float = 0.5) -> int:
+    """``wanted`` rows, or fewer on a GPU so that a KV cache of ``max_len`` tokens per row takes at most
+    ``memory_fraction`` of the free GPU memory (the rest is for activations and, in GRPO, training)."""
+    wanted = v.positive_int("wanted", wanted)
+    v.positive_int("max_len", max_len)
+    import torch
+
+    p = next(model.parameters())
+    if p.device.type != "cuda":
+        return wanted
+    free, _ = torch.cuda.mem_get_info(p.device)
+    return max(1, min(wanted, int(free * memory_fraction // (max_len * kv_bytes_per_token(model)))))

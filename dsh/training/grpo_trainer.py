@@ -11,7 +11,8 @@ import torch
 import torch.nn.functional as F
 from trl import GRPOTrainer
 
-from ..llm.engine import Engine, fit_slots
+from ..llm.engine import Engine
+from ..llm.scale import fit_slots
 from .rollout import MULTIMODAL, engine_unsuitable, length_sorted_steps
 
 

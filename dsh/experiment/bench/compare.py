@@ -37,6 +37,7 @@ from ...core.provenance import provenance
 from ...llm.models import EMBEDDED, load, resolve_model, vllm_available
 from ...llm.peaks import matmul_peak, memory_bandwidth
 from ...llm.peaks import sync as _sync
+from ...llm.scale import kv_bytes_per_token
 from ...task.problems import TEST_LEVELS, test_problems
 from ...task.records import chat_prompt
 from ...training.train import train
@@ -116,7 +117,7 @@ def bench_generation(model, tok, size: BenchSize, device_info: dict, seed: int =
     """Rows of the generation comparison (module docstring); the first row is the library default."""
     import torch
 
-    from ...llm.engine import Engine, kv_bytes_per_token
+    from ...llm.engine import Engine
 
     dev = next(model.parameters()).device
     levels = [f"{m}x{n}" for m, n in TEST_LEVELS]
@@ -333,6 +334,31 @@ def table(result: dict) -> list[dict]:
     return rows
 
 
+def _product_rows(tiny: dict, by_path, med) -> list[dict]:
+    """The tiny table's rows of the step's products (:mod:`.step_products`): their rate inside full steps against the
+    best library alone; with the attention timed in the same steps, its cache bytes/s against the run's read bandwidth
+    and the seconds of the run that the products and the attention took."""
+    rows = []
+    for path, rs in by_path(tiny.get("products") or []).items():        # results of 2026-11-29 on
+        rows.append({"part": "tiny products", "path": path,
+                     "measure": f"GFLOP/s in full steps (median of {len(rs)}; share of best library alone)",
+                     "value": med([r["products_flops"] / 1e9 for r in rs]), "ratio to default": None,
+                     "share of ceiling": med([r["share_of_best_library"] for r in rs]),
+                     "loaded": sum(bool(r.get("loaded")) for r in rs)})
+        if rs[0].get("attention_bytes_per_s"):                       # results of 2026-12-07 12:00 on
+            bw = (tiny.get("device") or {}).get("read_bandwidth_bytes_per_s")
+            att = med([r["attention_bytes_per_s"] for r in rs])
+            rows.append({"part": "tiny products", "path": path.replace("products", "attention", 1),
+                         "measure": f"cache GB/s in full steps (median of {len(rs)}; share of read bw)", "value": att / 1e9,
+                         "ratio to default": None, "share of ceiling": att / bw if bw else None})
+            for what in ("products", "attention"):
+                rows.append({"part": "tiny products", "path": path.replace("products", what, 1),
+                             "measure": f"seconds of the run (median of {len(rs)}; share of it)",
+                             "value": med([r["run_s"] * r[f"{what}_share_of_run"] for r in rs]), "ratio to default": None,
+                             "share of ceiling": med([r[f"{what}_share_of_run"] for r in rs])})
+    return rows
+
+
 def tiny_table(tiny) -> list[dict]:
     """The tiny part's rows for :func:`table`: sampling and evaluation as the median over their interleaved repeats
     (tokens/s, x generate, share of the roofline; seconds, share of the time before; ``loaded``: how many repeats ran
@@ -340,7 +366,7 @@ def tiny_table(tiny) -> list[dict]:
     (rollouts/s, x before; the update's time; medians over a path's runs), training, the attribution routes
     (trajectories/s and the ratio to one trajectory at a time, medians over the repeats), the attention alone (GB/s
     of cache read, share of the read bandwidth), the products in the step (GFLOP/s, share of the best library rate
-    at the same shapes alone); where the run measured the reference commit
+    at the same shapes alone; :func:`_product_rows`); where the run measured the reference commit
     (:mod:`dsh.experiment.bench.reference`), each speed against it (``x reference``: the median of the repeats' rate
     ratios, or of the reference's time over the path's)."""
     import statistics
@@ -402,12 +428,7 @@ def tiny_table(tiny) -> list[dict]:
             if key in r:
                 rows.append({"part": "tiny attention", "path": path, "measure": f"cache bytes/s (share of {label})",
                              "value": r["bytes_per_s"] / 1e9, "ratio to default": 1.0, "share of ceiling": r[key]})
-    for path, rs in by_path(tiny.get("products") or []).items():        # results of 2026-11-29 on
-        rows.append({"part": "tiny products", "path": path,
-                     "measure": f"GFLOP/s in full steps (median of {len(rs)}; share of best library alone)",
-                     "value": med([r["products_flops"] / 1e9 for r in rs]), "ratio to default": None,
-                     "share of ceiling": med([r["share_of_best_library"] for r in rs]),
-                     "loaded": sum(bool(r.get("loaded")) for r in rs)})
+    rows += _product_rows(tiny, by_path, med)
     for r in tiny["training"]:
         rows.append({"part": "tiny training", "path": r["path"], "measure": "tokens/s (share of 6N at peak)",
                      "value": r["tokens_per_s"], "ratio to default": r["ratio_to_default"],

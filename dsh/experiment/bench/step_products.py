@@ -11,7 +11,11 @@ at ``rows`` rows, timed many times over by torch's product (MKL on x86), by oneD
 MKL with the weight packed ahead (the product the step in C takes where it gives torch's bits, :mod:`dsh.llm.blas`),
 the fastest per shape making the best library rate (:func:`library_rates`), and by the step's own panel product where
 it gives torch's bits (the fastest of all making the serial bound's rate). The share of the first in the best library
-rate is README "Performance"'s "products in the step" figure.
+rate is README "Performance"'s "products in the step" figure. The same run times the attention inside the step
+(:meth:`dsh.llm.engine.Engine.log_products`' ``attention``): its cache bytes/s in the full steps (:mod:`.compare` puts
+them against the run's read bandwidth; :mod:`.attention` times the attention alone), and the shares of the run's time
+that the steps' products and attention took; the rest is the step's other work (norms, SwiGLU, sampling), the threads'
+waits and the host's Python between the steps.
 """
 
 from __future__ import annotations
@@ -89,21 +93,29 @@ def library_rates(model, rows: int, repeats: int = 20, calls: int = 20) -> dict:
 
 def in_step_rate(model, tok, prompts, rows: int, max_new: int, seed: int, kv_cache: str) -> dict:
     """The products' FLOP/s inside the engine's CPU-path steps that ran all ``rows`` slots (module docstring), with
-    how many such steps there were and the run's tokens/s."""
+    how many such steps there were and the run's tokens/s; the attention's cache bytes/s in those steps (timed around
+    its calls in the step, as the products are); and the run's seconds with the shares of them that its steps'
+    products and attention took (all steps)."""
     from ...llm.engine import Engine
 
     eng = Engine(model, [tok.eos_token_id], slots=rows, max_len=max(map(len, prompts)) + max_new,
                  attention="kernels", kv_cache=kv_cache)
+    eng.plan()
     eng.generate(prompts[:rows], 8, seed=seed + 1)                 # warm-up (kernels compiled, products planned)
     log: list = []
-    eng.log_products(log)
+    attention: list = []
+    eng.log_products(log, attention)
     t = time.perf_counter()
     gens = eng.generate(prompts, max_new, temperature=1.0, seed=seed)
     secs = time.perf_counter() - t
     full = [(f, s) for r, f, s in log if r == rows]
+    full_att = [(b, s) for r, b, s in attention if r == rows]
     per_step = 1 + 4 * len(model.model.layers)                  # products a step: 4 a layer and the LM head
     return {"products_flops": sum(f for f, _ in full) / sum(s for _, s in full), "full_steps": len(full) // per_step,
-            "steps": len(log) // per_step, "tokens_per_s": sum(len(g.tokens) for g in gens) / secs}
+            "steps": len(log) // per_step, "tokens_per_s": sum(len(g.tokens) for g in gens) / secs,
+            "attention_bytes_per_s": sum(b for b, _ in full_att) / sum(s for _, s in full_att) if full_att else None,
+            "run_s": secs, "products_share_of_run": sum(s for _, _, s in log) / secs,
+            "attention_share_of_run": sum(s for _, _, s in attention) / secs}
 
 
 def product_rows(rows_list, prompts_per_row: int, max_new: int, prompts_of, seed: int = 0,

@@ -130,6 +130,7 @@ def _run_engine(model, tok, prompts, rows, max_new, seed, attention, kv_cache="f
 
     eng = Engine(model, [tok.eos_token_id], slots=rows, max_len=max(map(len, prompts)) + max_new, attention=attention,
                  kv_cache=kv_cache)
+    eng.plan()                              # the step's products decided at every row count, untimed
     eng.generate(prompts[:rows], 8, seed=seed + 1)                 # warm-up (compiles the kernels once)
     t = time.perf_counter()
     gens = eng.generate(prompts, max_new, temperature=1.0, seed=seed)
