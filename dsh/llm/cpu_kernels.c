@@ -722,9 +722,9 @@ static void rebalance(const step_model *m, const int64_t *restrict st, int64_t A
    cut into `parts` parts (cut_rows: equal row counts, or equal costs where every product is the panel product), each
    part's whole step on one thread, the parts side by side in one parallel region (no wait between the step's
    operations; each product on one thread, whose rows stay in its core's cache); times then add each product's (and
-   the attention's) seconds averaged over the threads. The caller asks for parts only where each product's parts give its product over all
-   rows bit for bit (dsh.llm.products.parts_agree; the panel product's rows depend on their own row alone), so both
-   give the same results. */
+   the attention's) seconds averaged over the threads. The caller asks for parts only where each product's parts give
+   its product over all rows bit for bit (dsh.llm.products.parts_agree; the panel product's rows depend on their own
+   row alone), so both give the same results. */
 int64_t decode_step(const step_model *m, int64_t *restrict st, int64_t A, float inv_temp, int greedy,
                     int64_t *restrict out, float *restrict out_logp, int64_t out_w, const int64_t *restrict prompt,
                     int64_t prompt_w, const int64_t *restrict eos, int64_t n_eos, int64_t stop_tok, int64_t stop_n,

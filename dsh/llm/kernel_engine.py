@@ -85,6 +85,14 @@ def _weights(linear) -> tuple:
     return linear.weight.detach(), None if linear.bias is None else linear.bias.detach()
 
 
+def _step_products(layers, head) -> list:
+    """The step's products in its order, each ``(kind, (weight, bias))``: per layer (:meth:`KernelDecoder._fuse`'s
+    tuples) the fused q/k/v (``linear``), the output projection into the residual (``addmm``), the fused gate/up
+    (``linear``) and the down projection into the residual (``addmm``); then the LM head (``linear``)."""
+    return [(k, wb) for ly in layers for k, wb in zip(("linear", "addmm") * 2, (ly[1], ly[2], ly[4], ly[5]))] + [
+        ("linear", head)]
+
+
 def _norm_of(norm) -> tuple:
     """An RMS norm's (weight, eps)."""
     return norm.weight.detach(), norm.variance_epsilon
@@ -171,9 +179,7 @@ class KernelDecoder:
             return None
         packed_fns = blas.packed_addresses()
         self.lib.set_sgemm(blas.address(), packed_fns[2] if packed_fns else None, blas.local_threads_address())
-        self.c_products = [(k, w) for ly in layers for k, (w, _) in zip(("linear", "addmm", "linear", "addmm"),
-                                                                     (ly[1], ly[2], ly[4], ly[5]))]
-        self.c_products.append(("linear", self.head[0]))
+        self.c_products = [(k, w) for k, (w, _) in _step_products(layers, self.head)]
         # each weight packed by MKL once a generate (its products at row counts where that gives torch's bits)
         self._packed = [blas.pack(w, self.slots) for _, w in self.c_products] if packed_fns else []
         # and in panels for the step's own product (at row counts where it gives torch's bits)
@@ -230,8 +236,7 @@ class KernelDecoder:
         at 256 slots for the laptop base, on a machine and kernels' build that had met none)."""
         self.bufs = {}
         self.fused = self._fuse()
-        weights = [(k, wb) for ly in self.fused for k, wb in zip(("linear", "addmm") * 2, (ly[1], ly[2], ly[4], ly[5]))]
-        ways = [(k, w) for k, (w, b) in weights + [("linear", self.head)] if b is None]   # with a bias: torch's product
+        ways = [(k, w) for k, (w, b) in _step_products(self.fused, self.head) if b is None]  # a bias: torch's product
         try:
             for A in range(1, self.slots + 1):
                 for k, w in ways:                # each product's way in the Python step (where C does not take A)

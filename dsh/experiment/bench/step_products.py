@@ -95,7 +95,7 @@ def in_step_rate(model, tok, prompts, rows: int, max_new: int, seed: int, kv_cac
     """The products' FLOP/s inside the engine's CPU-path steps that ran all ``rows`` slots (module docstring), with
     how many such steps there were and the run's tokens/s; the attention's cache bytes/s in those steps (timed around
     its calls in the step, as the products are); and the run's seconds with the shares of them that its steps'
-    products and attention took (all steps)."""
+    products took (every step's) and its attention took (the steps taken in C: the Python step logs none)."""
     from ...llm.engine import Engine
 
     eng = Engine(model, [tok.eos_token_id], slots=rows, max_len=max(map(len, prompts)) + max_new,
