@@ -88,13 +88,15 @@ def test_the_step_in_parts_on_the_shipped_base(two_threads, monkeypatch):
 
 
 @needs_c
-@pytest.mark.parametrize("start", [1.0, 65536.0])
+@pytest.mark.parametrize("start", [2.0, 32768.0])
 def test_parts_cut_to_equal_costs_give_the_same_completions(start, two_threads, monkeypatch):
     """Where every product of the step is the panel product (any cut of its rows gives its bits), the parts are cut to
     equal costs (a row's products, in attended positions, plus its positions), the cost learnt as the steps run: from
     a row cost far too low (the cuts by positions alone) or far too high (by rows alone), the completions equal those
-    of equal row counts, and the learnt cost has moved. Fails for a cut that drops or repeats a row, or for balanced
-    cuts that never run."""
+    of equal row counts, and the learnt cost has moved. The starts lie inside the bounds the cost is held to (1 ..
+    65536), so every balanced step moves it, whichever part the host's timing calls the slower (from a bound, a step
+    pushing it out leaves it there: under load, every step of a run can). Fails for a cut that drops or repeats a row,
+    or for balanced cuts that never run."""
     if not kernels.has_panels(kernels.load()):
         pytest.skip("no panel product on this CPU (the parts keep equal row counts)")
     m, tok = models.load(str(SHIPPED_BASE))
