@@ -80,13 +80,7 @@ static inline void rope(const float *restrict x, const float *restrict cos, cons
    at the sampling bench's 10-70) and start cold, and the rows' caches lie in slots far apart, so the memory is read
    ahead by hand: the next row's first PREFETCH_ROW bytes of each stream into L2, a few lines at a time as this row
    runs (fetch_ahead: a burst of them at the row's start stalls on the full miss queues), this row's next key tile and
-   its values PREFETCH_V positions ahead into L1, and further ahead into L2 (the L1's few miss buffers bound what a
-   core has in flight): its key tiles PREFETCH_TILES_L2 tiles ahead, a dimension's lines at a time as the scores run,
-   and its values PREFETCH_V_L2 positions ahead. That L2 stream, against its absence (the attention alone of the
-   bench, 256 rows of half floats, 2 threads, the 2-core AMD Zen 4, 6 interleaved rounds, medians): 42.5 against 37.2
-   GB/s at 200 positions (1.14x, every round 41.9-43.5 against 36.6-38.1) and 1.03x at 100; 2 tiles and 16
-   positions ahead 1.00-1.02x, 5 tiles and 48 positions 1.04x; the sampling bench's 256 rows end to end within its
-   noise (the same completions). The new key and value are rounded to T as vectors (NARROW) before
+   its values PREFETCH_V positions ahead into L1. The new key and value are rounded to T as vectors (NARROW) before
    they are stored. Against this row's prefetches alone (the 2-core AMD Zen 4, one process, the paths alternating, a
    fresh engine each repeat, 10 repeats): the sampling bench's 256 rows 1.17x on half floats (1.20x (1.05-1.37x) against
    1.03x for the numpy bookkeeping alone), the same completions; with each path's engine kept across repeats, 1.18x
@@ -150,8 +144,6 @@ static inline v16f load16_half(const _Float16 *src) {
 #endif
 #define VB 8 /* (head, 16 dimensions) value sums held in registers at once */
 #define PREFETCH_V 8 /* positions of values fetched ahead */
-#define PREFETCH_TILES_L2 3 /* key tiles fetched ahead into L2 */
-#define PREFETCH_V_L2 24 /* positions of values fetched ahead into L2 */
 #define PREFETCH_ROW 16384 /* bytes of each of the next row's two streams fetched ahead (into L2) */
 /* what is left to fetch of the next row's key tiles [k, k_end) and values [v, v_end); fetch_ahead fetches n more lines */
 typedef struct { const char *k, *k_end, *v, *v_end; } ahead_t;
@@ -255,13 +247,8 @@ _Pragma("omp parallel") \
         } \
         v16f sv[HB]; \
         for (int k = 0; k < HB; ++k) sv[k] = (v16f){0}; \
-        for (int64_t d = 0; d < D; ++d) { \
-          if (h0 == 0 && t + PREFETCH_TILES_L2 < tiles) { /* a dimension's lines of a tile further ahead, into L2 */ \
-            const char *f = (const char *)(tk + PREFETCH_TILES_L2 * KV * D * TILE) + d * (int64_t)(KV * TILE * sizeof(T)); \
-            for (int64_t i = 0; i < (int64_t)(KV * TILE * sizeof(T)); i += 64) __builtin_prefetch(f + i, 0, 2); \
-          } \
+        for (int64_t d = 0; d < D; ++d) \
           for (int k = 0; k < HB; ++k) sv[k] += qs[(h0 + k) * D + d] * LOAD16(tl[k] + d * TILE); \
-        } \
         for (int k = 0; k < HB; ++k) __builtin_memcpy(sc + (h0 + k) * stride + t * TILE, &sv[k], sizeof sv[k]); \
       } \
     } \
@@ -302,9 +289,6 @@ _Pragma("omp simd reduction(+ : sum)") \
           if (u0 == 0 && j + PREFETCH_V < n) /* the values PREFETCH_V positions ahead fetched ahead */ \
             for (int64_t i = 0; i < (int64_t)(KV * D * sizeof(T)); i += 64) \
               __builtin_prefetch((const char *)(vj + PREFETCH_V * KV * D) + i); \
-          if (u0 == 0 && j + PREFETCH_V_L2 < n) /* and PREFETCH_V_L2 positions ahead into L2 */ \
-            for (int64_t i = 0; i < (int64_t)(KV * D * sizeof(T)); i += 64) \
-              __builtin_prefetch((const char *)(vj + PREFETCH_V_L2 * KV * D) + i, 0, 2); \
           _Pragma("GCC unroll 8") \
           for (int k = 0; k < VB; ++k) a[k] += pr[k][j] * LOAD16(vj + off[k]); \
         } \
