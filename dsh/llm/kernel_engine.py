@@ -48,6 +48,7 @@ draw from softmax(logits / T); greedy is the argmax. A completion depends on its
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 
 import numpy as np
@@ -234,15 +235,24 @@ class KernelDecoder:
         Python (:class:`dsh.llm.products.Products`), each decision kept on disk (:mod:`dsh.llm.decisions`), so that a
         later generate finds them made instead of making each as its rows first come to that count (all of them: 0.7 s
         at 256 slots for the laptop base, on a machine and kernels' build that had met none)."""
-        self.bufs = {}
-        self.fused = self._fuse()
-        ways = [(k, w) for k, (w, b) in _step_products(self.fused, self.head) if b is None]  # a bias: torch's product
-        try:
+        with self._prepared():
+            # each product's way in the Python step (a product with a bias: torch's product, no way to decide)
+            ways = [(k, w) for k, (w, b) in _step_products(self.fused, self.head) if b is None]
             for A in range(1, self.slots + 1):
-                for k, w in ways:                # each product's way in the Python step (where C does not take A)
+                for k, w in ways:                # where C does not take A
                     self.products.in_c(k, w, A)
                 if self.c_model is not None:
                     self._in_c(A)
+
+    @contextlib.contextmanager
+    def _prepared(self):
+        """The model's weights fused for one call (:meth:`_fuse`: :attr:`fused`, :attr:`bufs` and, for the step in C,
+        :attr:`c_model`), dropped after it, and the products' new decisions written for later processes (a worker
+        exits unflushed)."""
+        self.bufs = {}
+        self.fused = self._fuse()
+        try:
+            yield
         finally:
             self.fused = self.bufs = self.c_model = None
             decisions.flush()
@@ -333,26 +343,25 @@ class KernelDecoder:
         self.stop_after = stop_after
         if not prompts:
             return
-        self.bufs = {}
-        self.fused = self._fuse()
-        self.out = torch.zeros(self.slots, max_new_tokens, dtype=torch.long)
-        self.out_logp = torch.zeros(self.slots, max_new_tokens)
-        self.prompt_buf = torch.zeros(self.slots, max(map(len, prompts)), dtype=torch.long)
-        self.out_np, self.out_logp_np, self.prompt_np = self.out.numpy(), self.out_logp.numpy(), self.prompt_buf.numpy()
-        inv_temp, greedy = (1.0 / temperature if temperature > 0 else 1.0), temperature == 0
-        # longest prompts first (popped from the end): in this task a longer question has a longer answer, so the
-        # last rows to finish are short ones and the batch drains quickly; a completion does not depend on when its
-        # row starts (its stream is its key's)
-        waiting = sorted(range(len(prompts)), key=lambda j: (len(prompts[j]), -j))
-        free = list(range(self.slots))[::-1]
-        width = self.prompt_buf.shape[1]
-        table = (np.array([p + [0] * (width - len(p)) for p in prompts], dtype=np.int64),
-                 np.array([len(p) for p in prompts], dtype=np.int64),
-                 np.array(keys, dtype=np.int64))              # every prompt padded, its length and stream key
-        s = _Rows.empty()
-        owner: list = []                                         # prompt index of each active row
-        started = finished_tokens = n_done = 0
-        try:
+        with self._prepared():
+            self.out = torch.zeros(self.slots, max_new_tokens, dtype=torch.long)
+            self.out_logp = torch.zeros(self.slots, max_new_tokens)
+            self.prompt_buf = torch.zeros(self.slots, max(map(len, prompts)), dtype=torch.long)
+            self.out_np, self.out_logp_np = self.out.numpy(), self.out_logp.numpy()
+            self.prompt_np = self.prompt_buf.numpy()
+            inv_temp, greedy = (1.0 / temperature if temperature > 0 else 1.0), temperature == 0
+            # longest prompts first (popped from the end): in this task a longer question has a longer answer, so the
+            # last rows to finish are short ones and the batch drains quickly; a completion does not depend on when its
+            # row starts (its stream is its key's)
+            waiting = sorted(range(len(prompts)), key=lambda j: (len(prompts[j]), -j))
+            free = list(range(self.slots))[::-1]
+            width = self.prompt_buf.shape[1]
+            table = (np.array([p + [0] * (width - len(p)) for p in prompts], dtype=np.int64),
+                     np.array([len(p) for p in prompts], dtype=np.int64),
+                     np.array(keys, dtype=np.int64))          # every prompt padded, its length and stream key
+            s = _Rows.empty()
+            owner: list = []                                     # prompt index of each active row
+            started = finished_tokens = n_done = 0
             while waiting or owner:
                 if n_done:
                     s, owner, freed, written = self._retire(s, owner, on_finish)
@@ -371,9 +380,6 @@ class KernelDecoder:
                     n_done = self._step(s, inv_temp, greedy)
                 if on_step is not None:
                     on_step(started, finished_tokens + int(s.np[_ROW["n_gen"]].sum()))
-        finally:
-            self.fused = self.bufs = self.c_model = None
-            decisions.flush()           # the products' new decisions, for later processes (a worker exits unflushed)
 
     def _retire(self, s, owner: list, on_finish):
         """Hand each done row of ``s`` to ``on_finish`` (its tokens and log-probabilities, all rows' read at once) and
