@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
+from killed_after_save import run_killed_after_save
 
 from dsh.core.files import read_json
 
@@ -43,14 +44,9 @@ def _checkpointed(run: Path) -> bool:
 @pytest.fixture(scope="module")
 def killed_and_resumed(tmp_path_factory):
     root = tmp_path_factory.mktemp("laptop_cli")
-    proc = subprocess.Popen(_cmd(root), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=_env(),
-                            start_new_session=True)
     target = root / "runs" / "dft-s0"
-    while proc.poll() is None and not _checkpointed(target):   # the third training stage has saved a checkpoint
-        time.sleep(0.2)
-    assert proc.poll() is None, "the run ended before dft-s0 saved a checkpoint:\n" + proc.stdout.read()[-3000:]
-    os.killpg(proc.pid, signal.SIGKILL)
-    first = proc.communicate()[0]
+    first = run_killed_after_save(_cmd(root), 1, _env(), "dft-s0")   # the third training stage, at its first checkpoint
+    assert _checkpointed(target)
     killed = {"summary": (root / "results" / "summary.json").exists(),
               "calibrated": sorted(p.stem for p in (root / "results" / "calibration").glob("*.json")),
               "dft_final": (target / "final").exists()}

@@ -2,13 +2,13 @@
 
 import json
 import os
-import signal
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import torch
+from killed_after_save import run_killed_after_save
 
 from dsh.core.paper import paper_results
 from dsh.experiment.report.paper_mapping import paper_mapping
@@ -20,34 +20,6 @@ from dsh.training import run_dir, train, train_config
 pytestmark = pytest.mark.slow   # loads or trains the embedded model (make check leaves it out)
 
 ROOT = Path(__file__).resolve().parent.parent
-
-
-# `python -m dsh ...` that kills itself (SIGKILL, as a crash or an out-of-memory kill would) right after it has saved
-# checkpoint-{step}: a callback appended to every trainer, so it runs after dsh's own on_save (its totals written)
-_KILL_AFTER_SAVE = """
-import os, runpy, signal, sys
-import transformers
-step = int(sys.argv.pop(1))
-class KillAfterSave(transformers.TrainerCallback):
-    def on_save(self, args, state, control, **kw):
-        if state.global_step == step:
-            os.kill(os.getpid(), signal.SIGKILL)
-init = transformers.Trainer.__init__
-def init_and_kill(self, *a, **k):
-    init(self, *a, **k)
-    self.add_callback(KillAfterSave())
-transformers.Trainer.__init__ = init_and_kill
-sys.argv[0] = "dsh"
-runpy.run_module("dsh", run_name="__main__", alter_sys=True)
-"""
-
-
-def _killed_after_checkpoint(cmd: list, step: int, env: dict) -> None:
-    """Run ``cmd`` (``[python, -m, dsh, ...]``) until it has saved ``checkpoint-{step}``, then kill it there: the kill
-    lands at that point whatever the host's speed (no polling race with the run's end)."""
-    assert cmd[1:3] == ["-m", "dsh"], cmd
-    r = subprocess.run([cmd[0], "-c", _KILL_AFTER_SAVE, str(step)] + cmd[3:], capture_output=True, text=True, env=env)
-    assert r.returncode == -signal.SIGKILL, f"not killed at checkpoint-{step} (exit {r.returncode}): {r.stderr[-2000:]}"
 
 
 def test_unknown_names_fail_before_loading():
@@ -188,7 +160,7 @@ def test_resume_after_kill_reaches_the_same_final_step(tmp_path):
     cmd = [sys.executable, "-m", "dsh", "train", "--method", "sft", "--preset", "ci", "--output-dir", str(run),
            "--set", "max_steps=6"]
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    _killed_after_checkpoint(cmd, 2, env)
+    run_killed_after_save(cmd, 2, env)
     assert (run / "checkpoint-2" / run_dir.TOTALS).is_file() and not (run / "final").exists()
     r = subprocess.run(cmd + ["--resume"], capture_output=True, text=True, env=env, timeout=900)
     assert r.returncode == 0, r.stderr[-2000:]
@@ -255,7 +227,7 @@ def test_a_resumed_run_has_the_summary_of_an_uninterrupted_one(tmp_path):
 
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     subprocess.run(cmd(tmp_path / "a"), check=True, capture_output=True, env=env)
-    _killed_after_checkpoint(cmd(tmp_path / "b"), 4, env)
+    run_killed_after_save(cmd(tmp_path / "b"), 4, env)
     assert not (tmp_path / "b" / "final").exists()
     subprocess.run(cmd(tmp_path / "b") + ["--resume"], check=True, capture_output=True, env=env)
     a, b = (json.loads((tmp_path / x / "summary.json").read_text()) for x in "ab")
