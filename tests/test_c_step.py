@@ -43,8 +43,8 @@ def _run(eng, prompts, c_step: bool, temperature: float, monkeypatch):
 
     monkeypatch.setattr(kernel_engine.KernelDecoder, "_step_in_c", spy_c)
     monkeypatch.setattr(kernel_engine.KernelDecoder, "_logits", spy_py)
-    eng._cpu.c_step = c_step
-    out = eng.generate(prompts, 40, temperature=temperature, seed=7)
+    eng._cpu.c_step, eng._cpu.c_loop = c_step, False      # a return to Python every step (the loop in C:
+    out = eng.generate(prompts, 40, temperature=temperature, seed=7)  # tests/test_step_loop.py)
     if c_step:        # per row count met, whether the C step may take every product there (Products.in_c)
         counts["in_c"] = {n: all(eng._cpu.products.in_c(k, w, n) for k, w in eng._cpu.c_products)
                           for n in counts["c_rows"] | counts["python_rows"]}

@@ -221,11 +221,13 @@ def test_several_samples_a_question_keep_the_first_and_resume_and_calibrate_by_q
     assert not (tmp_path / "x.jsonl").exists()
 
 
-@pytest.mark.parametrize("attention", ["kernels", "torch"])
-def test_progress_reports_rows_started_and_tokens_before_rows_finish(tiny, attention, monkeypatch):
+@pytest.mark.parametrize("attention,sync_every", [("kernels", 2), ("kernels", 1), ("torch", 2)])
+def test_progress_reports_rows_started_and_tokens_before_rows_finish(tiny, attention, sync_every, monkeypatch):
     """evaluate's bar counted finished rows only (0/1 for 90 s): the bar's postfix now shows the rows started and
-    the tokens written, block by block; the tokens reach what the rows wrote (the torch path counts at most)."""
+    the tokens written, block by block (the loop in Python every sync_every steps; the loop in C at each return, here
+    after every step); the tokens reach what the rows wrote (the torch path counts at most)."""
     from dsh.llm import engine as engine_module
+    from dsh.llm import step_loop
 
     seen = []
 
@@ -243,10 +245,11 @@ def test_progress_reports_rows_started_and_tokens_before_rows_finish(tiny, atten
             pass
 
     monkeypatch.setattr(engine_module, "_Progress", Recorder)
-    eng = Engine(tiny, [11], slots=4, max_len=40, bucket=8, sync_every=2, attention=attention)
+    monkeypatch.setattr(step_loop, "SECONDS", 0.0)
+    eng = Engine(tiny, [11], slots=4, max_len=40, bucket=8, sync_every=sync_every, attention=attention)
     prompts = [[1, 2, 3], [1, 4], [1, 5, 6, 7], [1, 8], [1, 9, 10], [1, 2]]
     out = eng.generate(prompts, 20, temperature=1.0, seed=0, progress=True)
-    assert seen and seen[0][2] == 0 and seen[0][0] > 0 and seen[0][1] > 0      # movement before any row ends
+    assert seen and seen[0][0] > 0 and any(t > 0 and d == 0 for _, t, d in seen)      # movement before any row ends
     assert [s for s, _, _ in seen] == sorted(s for s, _, _ in seen) and seen[-1][0] == len(prompts)
     assert [t for _, t, _ in seen] == sorted(t for _, t, _ in seen)
     written = sum(len(g.tokens) for g in out)

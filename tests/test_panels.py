@@ -110,6 +110,7 @@ def test_the_engine_with_the_panel_product_gives_the_same_completions(kv_cache, 
     model = gqa_llama_own_norms()
     prompts = [[1 + i % 9, 2 + i % 7, 3 + i % 5][: 1 + i % 3] for i in range(120)]
     eng = Engine(model, [11], slots=32, max_len=48, attention="kernels", kv_cache=kv_cache)
+    eng._cpu.c_loop = False           # a return to Python every step, so that each is seen
     ways = []
     step_in_c = kernel_engine.KernelDecoder._step_in_c
 

@@ -50,6 +50,7 @@ def _run(eng, prompts, monkeypatch, c_step=True, c_parts=True, temperature=1.0, 
     monkeypatch.setattr(kernel_engine.KernelDecoder, "_step_in_c", spy)
     monkeypatch.setattr(kernel_engine.KernelDecoder, "_step", count)
     eng._cpu.c_step, eng._cpu.c_parts, eng._cpu.c_panels = c_step, c_parts, c_panels
+    eng._cpu.c_loop = False           # a return to Python every step, so that each is counted
     out = eng.generate(prompts, max_new, temperature=temperature, seed=7)
     return [(g.tokens, g.logprobs, g.stopped) for g in out] + [("steps", steps[0])], parts
 
@@ -122,13 +123,13 @@ def test_a_row_count_whose_parts_are_not_the_products_bits_steps_over_all_rows(g
     in_parts = Products.in_parts
     monkeypatch.setattr(Products, "in_parts", lambda self, kind, w, n, *a: n % 2 == 0 and in_parts(self, kind, w, n, *a))
     rows = []
-    spy = kernel_engine.KernelDecoder._in_c
+    spy = kernel_engine.KernelDecoder.way_in_c
 
     def in_c(self, A):
         rows.append((A, spy(self, A)))
         return rows[-1][1]
 
-    monkeypatch.setattr(kernel_engine.KernelDecoder, "_in_c", in_c)
+    monkeypatch.setattr(kernel_engine.KernelDecoder, "way_in_c", in_c)
     got, parts = _run(eng, prompts, monkeypatch, c_panels=False)
     assert got == want and 1 in parts and 2 in parts
     assert all(way[0] == 1 for A, way in rows if way is not None and A % 2)

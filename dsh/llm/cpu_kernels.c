@@ -762,6 +762,88 @@ int64_t decode_step(const step_model *m, int64_t *restrict st, int64_t A, float 
   return n_done;
 }
 
+/* decode_run's rows, queue and results (dsh.llm.step_loop.RunState mirrors it, field for field): the rows in flight
+   st [ROW_FIELDS, A] (advance_rows()'s layout, room for `slots` rows) with the prompt each holds in owner [slots]; the
+   prompts still to start, order[waiting - 1] first, each padded to `width` tokens in padded [n, width] with its
+   length plen [n] and stream key keys [n]; the free cache slots, free_slots[n_free - 1] taken first; the decoding
+   step's token and log-probability rows out / out_logp [slots, out_w] and prompt rows prompt [slots, width]; each
+   finished prompt's tokens and log-probabilities res_tok / res_logp [n, out_w] and (tokens, stopped, capped) in
+   res_meta [n, 3], its index appended to finished; per row count A, ways [A (1 + P) ..]: the step's parts (-1:
+   not decided yet, 0: not in C) and its P products' ways (decode_step's). */
+typedef struct {
+  int64_t slots, A, n_done, waiting, n_free, width, limit, out_w, n_finished, started, greedy, stop_tok, stop_n, n_eos;
+  float inv_temp;
+  double seconds; /* decode_run returns at the first step's end after this long */
+  int64_t *st, *owner, *free_slots, *out, *prompt, *res_tok, *res_meta, *finished, *scratch;
+  float *out_logp, *res_logp;
+  const int64_t *order, *padded, *plen, *keys, *ways, *eos;
+} run_state;
+
+#define ROW_FIELDS (R_LENS + 1)
+/* The done rows handed on (their tokens, log-probabilities and ends copied to the results, their slots freed, in row
+   order) and dropped, then the waiting prompts started in the free slots (appended as rows at position 0 of their
+   prompt, attending one position); the rows kept in their order (dsh.llm.kernel_engine.KernelDecoder's _retire and
+   _admit, the same rows in the same order). */
+static void retire_admit(run_state *r) {
+  const int64_t A = r->A, W = r->out_w;
+  int64_t *st = r->st, *nx = r->scratch, kept = 0;
+  int64_t keep[A > 0 ? A : 1];
+  for (int64_t i = 0; i < A; ++i) {
+    if (!r->n_done || !st[R_DONE * A + i]) {
+      keep[kept++] = i;
+      continue;
+    }
+    const int64_t j = r->owner[i], s = st[R_SLOT * A + i], n = st[R_NGEN * A + i];
+    __builtin_memcpy(r->res_tok + j * W, r->out + s * W, n * sizeof(int64_t));
+    __builtin_memcpy(r->res_logp + j * W, r->out_logp + s * W, n * sizeof(float));
+    r->res_meta[3 * j] = n;
+    r->res_meta[3 * j + 1] = st[R_STOPPED * A + i];
+    r->res_meta[3 * j + 2] = st[R_CAPPED * A + i];
+    r->finished[r->n_finished++] = j;
+    r->free_slots[r->n_free++] = s;
+  }
+  const int64_t take = r->waiting < r->n_free ? r->waiting : r->n_free, B = kept + take;
+  for (int64_t k = 0; k < kept; ++k) {
+    for (int64_t f = 0; f < ROW_FIELDS; ++f) nx[f * B + k] = st[f * A + keep[k]];
+    r->owner[k] = r->owner[keep[k]];
+  }
+  for (int64_t k = kept; k < B; ++k) {
+    const int64_t j = r->order[--r->waiting], s = r->free_slots[--r->n_free];
+    __builtin_memcpy(r->prompt + s * r->width, r->padded + j * r->width, r->width * sizeof(int64_t));
+    for (int64_t f = 0; f < ROW_FIELDS; ++f) nx[f * B + k] = 0;
+    nx[R_SLOT * B + k] = s;
+    nx[R_TOK * B + k] = r->padded[j * r->width];
+    nx[R_PLEN * B + k] = r->plen[j];
+    nx[R_LIMIT * B + k] = r->limit;
+    nx[R_KEY * B + k] = r->keys[j];
+    nx[R_LENS * B + k] = 1;
+    r->owner[k] = j;
+  }
+  __builtin_memcpy(st, nx, ROW_FIELDS * B * sizeof(int64_t));
+  r->A = B;
+  r->started += take;
+  r->n_done = 0;
+}
+
+/* KernelDecoder.generate's loop in C: retire the done rows and start waiting prompts (retire_admit), then a decoding
+   step of the A rows (decode_step(), as ways[A] says), until every prompt is done (returns 0); or, at a step's end,
+   once r->seconds have passed (1: the host hands on the finished rows, then calls again); or where the next step's
+   row count is not decided or not in C (2: the host decides it, or takes that step itself and sets n_done, then calls
+   again). The same steps on the same rows in the same order as the host's loop. */
+int64_t decode_run(const step_model *m, run_state *r) {
+  const int64_t P = 4 * m->L + 1;
+  const double t0 = omp_get_wtime();
+  for (int64_t steps = 0;; ++steps) {
+    if (r->n_done || (r->waiting && r->n_free)) retire_admit(r);
+    if (r->A == 0) return 0;
+    if (steps > 0 && omp_get_wtime() - t0 >= r->seconds) return 1;
+    const int64_t *way = r->ways + r->A * (1 + P);
+    if (way[0] <= 0) return 2;
+    r->n_done = decode_step(m, r->st, r->A, r->inv_temp, (int)r->greedy, r->out, r->out_logp, r->out_w, r->prompt,
+                            r->width, r->eos, r->n_eos, r->stop_tok, r->stop_n, way + 1, 0, way[0]);
+  }
+}
+
 /* The FMA issue rate: FLOP/s of n rounds of 10 independent multiply-add chains of 16 floats on every thread (the
    compiler vectorises each chain to one register where it can); the hardware's fp32 peak that no library exceeds. */
 double fma_rate(int64_t n) {

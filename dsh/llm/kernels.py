@@ -78,7 +78,8 @@ def _build(cc: str, cflags: list, ldflags: list, out: Path) -> str | None:
 
 def load():
     """The compiled kernels (a ctypes library: ``attend``, ``rms_norm``, ``silu_mul``, ``sample_tokens``,
-    ``advance_rows``, ``decode_step`` (the whole step; its products through ``set_sgemm``'s function),
+    ``advance_rows``, ``decode_step`` (the whole step; its products through ``set_sgemm``'s function), ``decode_run``
+    (steps, retirements and admissions: :mod:`dsh.llm.step_loop`),
     ``varlen_attention`` and its backward, ``fma_rate``), or None when no
     compiler could build them (reason in :data:`why_not`). ``DSH_KERNELS=0`` turns them off."""
     global _lib, why_not
@@ -185,6 +186,8 @@ def _declare(lib):
     lib.panel_product.argtypes = [P, P, P, N, N, N, F, N]
     lib.decode_step.restype = N
     lib.decode_step.argtypes = [P, P, N, F, ctypes.c_int, P, P, N, P, N, P, N, N, N, P, P, N]
+    lib.decode_run.restype = N
+    lib.decode_run.argtypes = [P, P]
 
 
 def half_cache(lib) -> bool:
