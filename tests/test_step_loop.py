@@ -93,6 +93,19 @@ def test_handing_on_after_every_step_gives_the_same(gqa, monkeypatch):
     assert few["runs"] - few["python"] < 10 and many["runs"] - many["python"] > 40
 
 
+def test_results_held_in_as_many_rows_as_slots_give_the_same(gqa, monkeypatch):
+    """The finished rows held for the host in one slot's worth of result rows (written round, the loop returning
+    whenever a step's done rows might overwrite rows not yet taken), however long between returns: the same
+    completions and order as the loop in Python. Fails for a result row overwritten before the host took it."""
+    eng = Engine(gqa, [11], slots=8, max_len=48, attention="kernels")
+    eng.plan()
+    want, want_order, _ = _run(eng, PROMPTS, False, monkeypatch, temperature=1.0)
+    monkeypatch.setattr(step_loop, "SECONDS", 1e9)
+    monkeypatch.setattr(step_loop, "RESULT_ROWS", 1)
+    got, order, counts = _run(eng, PROMPTS, True, monkeypatch, temperature=1.0)
+    assert got == want and order == want_order and counts["runs"] - counts["python"] > len(PROMPTS) // 8
+
+
 def test_row_counts_not_in_c_are_stepped_by_the_host_inside_the_loop(gqa, monkeypatch):
     """Where a row count's products are not all one sgemm_ call (here: odd row counts), the loop in C returns and the
     host takes that step in Python on the rows as C holds them; the completions stay those of the loop in Python."""

@@ -766,12 +766,14 @@ int64_t decode_step(const step_model *m, int64_t *restrict st, int64_t A, float 
    st [ROW_FIELDS, A] (advance_rows()'s layout, room for `slots` rows) with the prompt each holds in owner [slots]; the
    prompts still to start, order[waiting - 1] first, each padded to `width` tokens in padded [n, width] with its
    length plen [n] and stream key keys [n]; the free cache slots, free_slots[n_free - 1] taken first; the decoding
-   step's token and log-probability rows out / out_logp [slots, out_w] and prompt rows prompt [slots, width]; each
-   finished prompt's tokens and log-probabilities res_tok / res_logp [n, out_w] and (tokens, stopped, capped) in
-   res_meta [n, 3], its index appended to finished; per row count A, ways [A (1 + P) ..]: the step's parts (-1:
-   not decided yet, 0: not in C) and its P products' ways (decode_step's). */
+   step's token and log-probability rows out / out_logp [slots, out_w] and prompt rows prompt [slots, width]; the
+   k-th prompt to finish (k = 0, 1, ..., counted by n_finished) at result row q = k % res_rows (res_rows >= slots: the
+   host takes every finished row at each return): its index finished[q], its tokens and log-probabilities res_tok /
+   res_logp [res_rows, out_w] and (tokens, stopped, capped) res_meta [res_rows, 3]; per row count A, ways [A (1 + P)
+   ..]: the step's parts (-1: not decided yet, 0: not in C) and its P products' ways (decode_step's). */
 typedef struct {
-  int64_t slots, A, n_done, waiting, n_free, width, limit, out_w, n_finished, started, greedy, stop_tok, stop_n, n_eos;
+  int64_t slots, A, n_done, waiting, n_free, width, limit, out_w, n_finished, started, greedy, stop_tok, stop_n, n_eos,
+      res_rows;
   float inv_temp;
   double seconds; /* decode_run returns at the first step's end after this long */
   int64_t *st, *owner, *free_slots, *out, *prompt, *res_tok, *res_meta, *finished, *scratch;
@@ -793,13 +795,13 @@ static void retire_admit(run_state *r) {
       keep[kept++] = i;
       continue;
     }
-    const int64_t j = r->owner[i], s = st[R_SLOT * A + i], n = st[R_NGEN * A + i];
-    __builtin_memcpy(r->res_tok + j * W, r->out + s * W, n * sizeof(int64_t));
-    __builtin_memcpy(r->res_logp + j * W, r->out_logp + s * W, n * sizeof(float));
-    r->res_meta[3 * j] = n;
-    r->res_meta[3 * j + 1] = st[R_STOPPED * A + i];
-    r->res_meta[3 * j + 2] = st[R_CAPPED * A + i];
-    r->finished[r->n_finished++] = j;
+    const int64_t q = r->n_finished++ % r->res_rows, s = st[R_SLOT * A + i], n = st[R_NGEN * A + i];
+    __builtin_memcpy(r->res_tok + q * W, r->out + s * W, n * sizeof(int64_t));
+    __builtin_memcpy(r->res_logp + q * W, r->out_logp + s * W, n * sizeof(float));
+    r->res_meta[3 * q] = n;
+    r->res_meta[3 * q + 1] = st[R_STOPPED * A + i];
+    r->res_meta[3 * q + 2] = st[R_CAPPED * A + i];
+    r->finished[q] = r->owner[i];
     r->free_slots[r->n_free++] = s;
   }
   const int64_t take = r->waiting < r->n_free ? r->waiting : r->n_free, B = kept + take;
@@ -827,16 +829,18 @@ static void retire_admit(run_state *r) {
 
 /* KernelDecoder.generate's loop in C: retire the done rows and start waiting prompts (retire_admit), then a decoding
    step of the A rows (decode_step(), as ways[A] says), until every prompt is done (returns 0); or, at a step's end,
-   once r->seconds have passed (1: the host hands on the finished rows, then calls again); or where the next step's
+   once r->seconds have passed or when the next step's done rows might not fit the result rows the host has not taken
+   (1: the host hands on the finished rows, then calls again); or where the next step's
    row count is not decided or not in C (2: the host decides it, or takes that step itself and sets n_done, then calls
    again). The same steps on the same rows in the same order as the host's loop. */
 int64_t decode_run(const step_model *m, run_state *r) {
   const int64_t P = 4 * m->L + 1;
   const double t0 = omp_get_wtime();
+  const int64_t taken = r->n_finished; /* the host took every row finished before this call */
   for (int64_t steps = 0;; ++steps) {
     if (r->n_done || (r->waiting && r->n_free)) retire_admit(r);
     if (r->A == 0) return 0;
-    if (steps > 0 && omp_get_wtime() - t0 >= r->seconds) return 1;
+    if (steps > 0 && (omp_get_wtime() - t0 >= r->seconds || r->n_finished - taken + r->A > r->res_rows)) return 1;
     const int64_t *way = r->ways + r->A * (1 + P);
     if (way[0] <= 0) return 2;
     r->n_done = decode_step(m, r->st, r->A, r->inv_temp, (int)r->greedy, r->out, r->out_logp, r->out_w, r->prompt,

@@ -441,7 +441,6 @@ class KernelDecoder:
         return _Rows.of(np.concatenate([s.np, new], axis=1))
 
 
-
 class _Rows:
     """The active rows' state: ``state [len(ROW_FIELDS), A]`` (int64, contiguous; ``np``: the same memory as a numpy
     array), one row of :data:`ROW_FIELDS` each (``done``, ``stopped``, ``capped``: 0 or 1; ``lens``: the positions a
