@@ -222,6 +222,19 @@ def test_a_baseline_that_fails_is_left_out_and_the_sampling_part_goes_on(monkeyp
     assert f"dsh bench: {baselines.CT2_PATH} left out: a bench baseline's process failed" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("before,after", [(100e9, 200e9), (200e9, 100e9)])
+def test_the_step_shapes_rate_is_the_faster_of_two_measurements(before, after, monkeypatch):
+    """The rate of the step's shapes alone, which sets the serial bound at those shapes, is measured before a row
+    count's repeats and after them, and every row of that count carries the faster: a host slow through one
+    measurement (one run measured half the rate of the day's others) does not raise the bound."""
+    measured = iter([before, after])
+    monkeypatch.setattr(bench_tiny, "library_rates", lambda model, rows: {"best_flops": next(measured)})
+    monkeypatch.setattr(bench_tiny, "ctranslate2_available", lambda: False)
+    size = bench_tiny.dataclasses.replace(bench_tiny.TINY_SIZES["cpu"], rows=(8,), repeats=1, max_new=8)
+    rows = bench_tiny.sampling_rows(size)
+    assert rows and all(r["step_matmul_flops"] == 200e9 for r in rows)
+
+
 @pytest.mark.slow
 def test_the_reference_commit_runs_its_own_paths_from_a_worktree(tmp_path):
     """dsh at the reference commit, from a worktree that is gone afterwards, in processes that import its own
