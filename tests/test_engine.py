@@ -249,7 +249,11 @@ def test_progress_reports_rows_started_and_tokens_before_rows_finish(tiny, atten
     eng = Engine(tiny, [11], slots=4, max_len=40, bucket=8, sync_every=sync_every, attention=attention)
     prompts = [[1, 2, 3], [1, 4], [1, 5, 6, 7], [1, 8], [1, 9, 10], [1, 2]]
     out = eng.generate(prompts, 20, temperature=1.0, seed=0, progress=True)
-    assert seen and seen[0][0] > 0 and any(t > 0 and d == 0 for _, t, d in seen)      # movement before any row ends
+    # movement before any row ends: the loop in Python looks after its first steps, before it hands a row on; the
+    # loop in C hands on the rows done at a step before it returns, so some return comes before any row has ended
+    if sync_every > 1:
+        assert seen and seen[0][2] == 0 and seen[0][0] > 0 and seen[0][1] > 0
+    assert seen and seen[0][0] > 0 and any(t > 0 and d == 0 for _, t, d in seen)
     assert [s for s, _, _ in seen] == sorted(s for s, _, _ in seen) and seen[-1][0] == len(prompts)
     assert [t for _, t, _ in seen] == sorted(t for _, t, _ in seen)
     written = sum(len(g.tokens) for g in out)

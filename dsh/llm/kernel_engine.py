@@ -159,7 +159,8 @@ class KernelDecoder:
         self.c_loop = True            # the generate loop in C where every step may be (dsh.llm.step_loop; False: in
         #                               Python, a return from C every step)
         self.c_model = None
-        self._c_rows, self._c_key = {}, None   # way_in_c's decisions, kept while what they depend on stays the same
+        self.ways, self._c_key = None, None   # way_in_c's decisions (step_loop.ways_table), kept while what they
+        #                                       depend on (_c_key) stays the same
 
     def _fuse(self) -> list:
         """Per layer, from the live weights: its input norm's (weight, eps), the fused q/k/v (weight, bias), the
@@ -185,8 +186,7 @@ class KernelDecoder:
             key = (tuple((k, tuple(w.shape)) for k, w in self.c_products), torch.get_num_threads(), self.c_parts,
                    self.c_panels, bool(self._packed), bool(self._panels), self.lib.build)
             if key != self._c_key:   # what way_in_c's decisions depend on (every check is per shape and row count)
-                self._c_rows, self._c_key = {}, key
-                self.ways = step_loop.ways_table(self.slots, len(self.c_products))
+                self.ways, self._c_key = step_loop.ways_table(self.slots, len(self.c_products)), key
         return layers
 
     def _c_model(self, layers):
@@ -237,9 +237,11 @@ class KernelDecoder:
         :meth:`dsh.llm.products.Products.panels`, preferred where it gives torch's bits) and in how many parts of the
         rows, one a thread (torch's thread count where every product's parts give its bits,
         :meth:`dsh.llm.products.Products.in_parts` (the panel product's rows depend on their own row alone), else 1:
-        the products' threads over all rows); else None. Decided once per row count, and kept while the products' shapes,
-        the threads and the settings they depend on stay the same."""
-        if A not in self._c_rows:
+        the products' threads over all rows); else None. Decided once per row count, and kept (in :attr:`ways`, the
+        table the loop in C reads) while the products' shapes, the threads and the settings they depend on stay the
+        same."""
+        t = self.ways
+        if t[A, 0] < 0:
             way = None
             if all(self.products.in_c(k, w, A) for k, w in self.c_products):
                 packed = [bool(self._packed) and self.products.packed(k, w, A) for k, w in self.c_products]
@@ -248,10 +250,9 @@ class KernelDecoder:
                 if parts > 1 and not (A >= parts and all(c or self.products.in_parts(k, w, A, parts, p)
                                                          for (k, w), p, c in zip(self.c_products, packed, chunks))):
                     parts = 1
-                way = (parts, torch.tensor([c or int(p) for p, c in zip(packed, chunks)], dtype=torch.long))
-            self._c_rows[A] = way
-            step_loop.set_way(self.ways, A, way)
-        return self._c_rows[A]
+                way = (parts, [c or int(p) for p, c in zip(packed, chunks)])
+            step_loop.set_way(t, A, way)
+        return (int(t[A, 0]), torch.from_numpy(t[A, 1:])) if t[A, 0] > 0 else None
 
     def plan(self) -> None:
         """Decide now how the step takes its products at every row count ``1 .. slots``, in C (:meth:`way_in_c`) or in

@@ -37,20 +37,21 @@ class RunState(ctypes.Structure):
 
 
 def ways_table(slots: int, products: int) -> np.ndarray:
-    """Per row count ``0 .. slots``: the C step's parts (-1: not decided yet) and each product's way."""
+    """Per row count ``0 .. slots``: the C step's parts (-1: not decided yet; 0: the step in Python) and each product's
+    way."""
     t = np.zeros((slots + 1, 1 + products), dtype=np.int64)
     t[:, 0] = -1
     return t
 
 
 def set_way(table: np.ndarray, A: int, way) -> None:
-    """Enter row count ``A``'s decision from :meth:`dsh.llm.kernel_engine.KernelDecoder.way_in_c` (``(parts, ways)``;
-    None: the step in Python) in ``table``."""
+    """Enter row count ``A``'s decision (``(parts, ways)``, the step's parts and each product's way; None: the step in
+    Python) in ``table``, as :meth:`dsh.llm.kernel_engine.KernelDecoder.way_in_c` makes it."""
     if way is None:
         table[A, 0] = 0
     else:
         table[A, 0] = way[0]
-        table[A, 1:] = way[1].numpy()
+        table[A, 1:] = way[1]
 
 
 def generate_in_c(dec, table: tuple, waiting: list, max_new_tokens: int, inv_temp: float, greedy: bool, on_finish,

@@ -168,8 +168,7 @@ def sampling_rows(size: TinySize, seed: int = 0, ref: Reference | None = None) -
     try:
         for rows in size.rows:
             ps = prompts[:rows * size.prompts_per_row]
-            rates = library_rates(model, rows)
-            rate = rates.get("fastest_flops", rates["best_flops"])      # the step's own product where it is faster
+            before = library_rates(model, rows)   # the step's shapes alone, measured again after the repeats
             for rep in range(size.repeats):
                 fp32 = None
                 for path in sampling_paths(ref is not None):
@@ -204,14 +203,14 @@ def sampling_rows(size: TinySize, seed: int = 0, ref: Reference | None = None) -
                            "loaded": loaded(load_1min),
                            "minor_page_faults": minor_faults() - faults if child_faults is None else child_faults,
                            "work": sampling_work(half if path == HALF_PATH else shape, [len(p) for p in ps], gen),
-                           "step_matmul_flops": rate, **extra}
+                           **extra}
                     if path == SAMPLING_PATHS[2]:
                         fp32 = toks
                     elif path == HALF_PATH:         # the same streams: a completion differs only where rounding moved it
                         row["identical_to_float32_cache"] = sum(a == b for a, b in zip(toks, fp32)) / len(toks)
                     out.append(row)
-            again = library_rates(model, rows)   # a peak: the faster of the measurements before and after the repeats
-            rate = max(rate, again.get("fastest_flops", again["best_flops"]))
+            # a peak: the faster of the two measurements (the step's own product where it is faster than the libraries)
+            rate = max(r.get("fastest_flops", r["best_flops"]) for r in (before, library_rates(model, rows)))
             for r in out:
                 if r["rows"] == rows:
                     r["step_matmul_flops"] = rate
