@@ -1,10 +1,11 @@
 """Tables, figures and verdicts on the paper's claims, from a results folder of any preset
 (:func:`dsh.experiment.run.pipeline.load_results`), by what they report: the long table (:mod:`.frame`), the trained
 stages (:mod:`.stages`), the training runs (:mod:`.training`), the claims' verdicts (:mod:`.claims`), the graded
-experiment's design points (:mod:`.regime`), the pipeline's time with the measured levers (:mod:`.levers`) and
-gradient attribution (:mod:`.attribution`); every public name of those modules is here, so
-``report.table1(results)`` reads as one module. The first page's table is :mod:`.findings`, a results folder from
-known truth :mod:`.simulated`, the paper's hyperparameters beside TRL's :mod:`.paper_mapping`."""
+experiment's design points (:mod:`.regime`), the pipeline's time with the measured levers (:mod:`.levers`),
+gradient attribution (:mod:`.attribution`) and a committed stage trained again (:mod:`.retraining`); every public
+name of those modules is here, so ``report.table1(results)`` reads as one module. The first page's table is
+:mod:`.findings`, a results folder from known truth :mod:`.simulated`, the paper's hyperparameters beside TRL's
+:mod:`.paper_mapping`."""
 
 from .attribution import (  # noqa: F401
     DYNAMICS_TERMS,
@@ -68,6 +69,7 @@ from .regime import (  # noqa: F401
     workers_projection,
     workers_table,
 )
+from .retraining import commit_checks, mean_abs_difference, retrained_table  # noqa: F401
 from .stages import (  # noqa: F401
     calibration_frame,
     config_table,
