@@ -71,6 +71,7 @@ def commit_checks(record: dict, training: dict) -> pd.DataFrame:
                              f"its digests")
         rows.append({"commit": r["commit"][:7], "commit date": r["commit_date"],
                      "commits after 3fb2018": r["commits_after_3fb2018"], "stage": r["stage"],
-                     "final weights": r["weights"][:19] + "...", "the committed weights": r["identical"],
-                     "subject": r["subject"][:70]})
+                     "final weights (sha256, first 12)": r["weights"].removeprefix("sha256:")[:12],
+                     "the committed weights": r["identical"],
+                     "subject": r["subject"][:48]})   # pandas cuts a cell over 50 characters
     return pd.DataFrame(rows).sort_values(["commits after 3fb2018", "stage"], kind="stable").reset_index(drop=True)
