@@ -13,6 +13,9 @@ from dsh.experiment.run.evaluate import evaluate
 from dsh.experiment.run.presets import PRESETS
 from dsh.measure.stage import calibrate_stage
 from dsh.task.records import by_question
+if len(sys.argv) < 5 or sys.argv[1] not in PRESETS or any(a.count("=") != 2 for a in sys.argv[4:]):
+    raise SystemExit(f"usage: evaluate_retrained.py <preset: {', '.join(PRESETS)}> <results folder> <out> "
+                     "<label>=<committed stage>=<model folder> ...")
 p = PRESETS[sys.argv[1]]; S = p.evaluation
 G = Path(sys.argv[2])
 out = Path(sys.argv[3]); out.mkdir(parents=True, exist_ok=True)
