@@ -165,18 +165,52 @@ def _untimed(text: str) -> str:
     return _TIME.sub("<time>", "\n".join(lines))
 
 
+def _texts(cell) -> list[str]:
+    """A cell's outputs as texts, consecutive outputs of one stream joined: a kernel under load sends a line in
+    pieces, its end in the next output (a printed list on a line of its own on one run, not on the other)."""
+    texts, last = [], None
+    for o in cell.get("outputs", []):
+        text = o.get("text") or (o.get("data") or {}).get("text/plain") or ""
+        text = "".join(text) if isinstance(text, list) else text
+        stream = o.get("name") if o.get("output_type") == "stream" else None
+        if stream is not None and stream == last:
+            texts[-1] += text
+        else:
+            texts.append(text)
+        last = stream
+    return texts
+
+
 def _printed(nb: pathlib.Path, *folders) -> list[str]:
     """What a run of a chapter printed (streams and plain-text results), line by line (a stream may come in one
     output or several), wall times and ``folders`` (a run's own output folders) taken out."""
     out = []
     for cell in nbformat.read(nb, as_version=4).cells:
-        for o in cell.get("outputs", []):
-            text = o.get("text") or (o.get("data") or {}).get("text/plain") or ""
-            text = _untimed("".join(text) if isinstance(text, list) else text)
+        for text in _texts(cell):
+            text = _untimed(text)
             for f in folders:
                 text = text.replace(str(f), "<out>")
-            out += [x.rstrip() for x in text.splitlines() if x.strip()]   # a chunk may end before its newline
+            out += [x.rstrip() for x in text.splitlines() if x.strip()]
     return out
+
+
+def test_printed_joins_a_line_a_stream_sent_in_pieces(tmp_path):
+    """The same prints, one run's line sent in two stream outputs: the same page."""
+    def nb(outputs):
+        book = nbformat.v4.new_notebook()
+        book.cells = [nbformat.v4.new_code_cell("x", outputs=outputs)]
+        path = tmp_path / f"{len(outputs)}.ipynb"
+        nbformat.write(book, path)
+        return path
+
+    def out(text, name="stdout"):
+        return nbformat.v4.new_output("stream", name=name, text=text)
+
+    whole = nb([out("free symbols: ['a', 'b']\nnext\n")])
+    pieces = nb([out("free symbols:"), out(" ['a', 'b']\nnext\n")])
+    assert _printed(whole) == _printed(pieces) == ["free symbols: ['a', 'b']", "next"]
+    other = nb([out("free symbols:"), out(" ['a', 'b']\n", name="stderr"), out("next\n")])
+    assert _printed(other) != _printed(whole)          # another stream between them is not the same line
 
 
 @pytest.mark.parametrize("chapter", [pytest.param(c, marks=pytest.mark.slow if c == "00_findings" else pytest.mark.full)
