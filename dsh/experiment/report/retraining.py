@@ -6,21 +6,21 @@ from __future__ import annotations
 
 import pandas as pd
 
-# the table's name for each quantity: (the calibration's key, the key of its 95 % interval, or of its two ends)
-QUANTITIES = {"accuracy": ("observed_accuracy", ("ci_low", "ci_high")), "p_s": ("p_s", "p_s_ci"),
-              "p_dC": ("p_d_given_correct", "p_d_given_correct_ci"), "p_dW": ("p_d_given_wrong", "p_d_given_wrong_ci")}
+from ...measure.claims import block
+from .regime import READ_AGAIN  # the four rates: the tables' names -> the calibration's keys
 
 
 def _levels(cal: dict, name: str) -> dict:
     try:
-        return cal["all"]["by_level"]
+        return block(cal)["by_level"]
     except (KeyError, TypeError):
         raise ValueError(f"{name} must be a calibration record (its 'all' holding 'by_level'); got keys "
                          f"{sorted(cal) if isinstance(cal, dict) else type(cal).__name__}") from None
 
 
-def _interval(row: dict, key) -> tuple[float, float]:
-    return (row[key[0]], row[key[1]]) if isinstance(key, tuple) else tuple(row[key])
+def _interval(row: dict, key: str) -> tuple[float, float]:
+    """The 95 % interval of the rate ``key`` in a level's estimates: accuracy's two ends, the others' pair."""
+    return (row["ci_low"], row["ci_high"]) if key == "observed_accuracy" else tuple(row[f"{key}_ci"])
 
 
 def retrained_table(committed: dict, retrained: dict, others: dict | None = None) -> pd.DataFrame:
@@ -35,9 +35,9 @@ def retrained_table(committed: dict, retrained: dict, others: dict | None = None
         raise ValueError(f"every calibration must hold the committed levels {list(com)}; missing {missing}")
     rows = []
     for lv in com:
-        for q, (key, ci) in QUANTITIES.items():
-            lo, hi = _interval(com[lv], ci)
-            rlo, rhi = _interval(ret[lv], ci)
+        for q, key in READ_AGAIN.items():
+            lo, hi = _interval(com[lv], key)
+            rlo, rhi = _interval(ret[lv], key)
             value = ret[lv][key]
             rows.append({"level": lv, "quantity": q, "committed": com[lv][key], "committed low": lo,
                          "committed high": hi, "retrained": value, "retrained low": rlo, "retrained high": rhi,
@@ -48,11 +48,11 @@ def retrained_table(committed: dict, retrained: dict, others: dict | None = None
 
 def mean_abs_difference(a: dict, b: dict) -> float:
     """Mean of |a - b| over the levels of ``a`` (which ``b`` must hold) and the four quantities of
-    :data:`QUANTITIES`: how far two calibrations lie apart, one number."""
+    :data:`dsh.experiment.report.regime.READ_AGAIN`: how far two calibrations lie apart, one number."""
     la, lb = _levels(a, "a"), _levels(b, "b")
     if any(lv not in lb for lv in la):
         raise ValueError(f"b must hold a's levels {list(la)}; it holds {list(lb)}")
-    d = [abs(la[lv][key] - lb[lv][key]) for lv in la for key, _ in QUANTITIES.values()]
+    d = [abs(la[lv][key] - lb[lv][key]) for lv in la for key in READ_AGAIN.values()]
     return sum(d) / len(d)
 
 
