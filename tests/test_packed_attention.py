@@ -6,7 +6,7 @@ import torch
 import torch.nn.functional as F
 
 from dsh.llm import kernels, packing
-from dsh.llm.packed_attention import packed_causal_attention
+from dsh.llm.packed_attention import bfloat16_products, packed_causal_attention
 
 pytestmark = pytest.mark.skipif(kernels.load() is None, reason="no C compiler for dsh's kernels")
 
@@ -63,12 +63,65 @@ def test_same_bits_with_one_thread_or_two():
     assert all(torch.equal(a, b) for a, b in zip(*outs))
 
 
+def _gradients(q, k, v, w, cu, scale, products="float32"):
+    out = packed_causal_attention(q, k, v, cu, scale, products)
+    return out, torch.autograd.grad((out * w).sum(), (q, k, v))
+
+
+def _exact(q, k, v, w, lens, scale, dtype=torch.float64):
+    """The per-sequence torch call's output and gradients with q, k, v and the loss's weights in ``dtype`` (float64:
+    the exact reference; bfloat16: torch's own bfloat16 attention, forward and backward)."""
+    q, k, v = (x.detach().to(dtype).requires_grad_() for x in (q, k, v))
+    out = _reference(q, k, v, lens, scale)
+    return (out.detach(), *torch.autograd.grad((out * w.to(dtype)).sum(), (q, k, v)))
+
+
+@pytest.mark.parametrize("lens", [[1, 7, 16, 17, 40, 130, 3, 64, 9], [306, 306], [33, 250, 5]])
+def test_bfloat16_products_are_as_close_as_torchs_bfloat16_attention(lens):
+    """products="bfloat16" (head size 32, where the CPU has bfloat16 dot products): the output and gradients off
+    float64's by about what rounding the inputs to bfloat16 costs (1.1-1.3x of it here) and by about torch's own
+    bfloat16 attention's error (0.9-1.15x); elsewhere the float32 passes' bits."""
+    q, k, v, w, cu = _inputs(lens, 3, 32, seed=len(lens))
+    scale = 32 ** -0.5
+    out32, g32 = _gradients(q, k, v, w, cu, scale)
+    out16, g16 = _gradients(q, k, v, w, cu, scale, "bfloat16")
+    if not bfloat16_products(32):
+        assert all(torch.equal(a, b) for a, b in zip((out16, *g16), (out32, *g32)))
+        return
+    exact = _exact(q, k, v, w, lens, scale)
+    rounded = [x.bfloat16().double() for x in (q, k, v, w)]
+    floor = _exact(*rounded[:3], rounded[3], lens, scale)  # the inputs' rounding alone
+    torch16 = _exact(q, k, v, w, lens, scale, torch.bfloat16)
+    for got, want, lo, theirs, f32 in zip((out16, *g16), exact, floor, torch16, (out32, *g32)):
+        e = [float((x.detach().double() - want).norm() / want.norm()) for x in (got, lo, theirs, f32)]
+        assert 1e-3 < e[0] < 1.5 * e[1] and e[0] < 1.5 * e[2] and e[3] < 1e-6, e
+
+
+def test_bfloat16_products_same_bits_with_one_thread_or_two_and_float32_at_other_head_sizes():
+    q, k, v, w, cu = _inputs([50, 33, 70, 5], 4, 32, seed=4)
+    before, got = torch.get_num_threads(), []
+    try:
+        for n in (1, 2):
+            torch.set_num_threads(n)
+            out, grads = _gradients(q, k, v, w, cu, 0.17, "bfloat16")
+            got.append((out, *grads))
+    finally:
+        torch.set_num_threads(before)
+    assert all(torch.equal(a, b) for a, b in zip(*got))
+    q, k, v, w, cu = _inputs([50, 33], 2, 64, seed=5)       # head size 64: the float32 passes
+    out16, g16 = _gradients(q, k, v, w, cu, 0.125, "bfloat16")
+    out32, g32 = _gradients(q, k, v, w, cu, 0.125)
+    assert all(torch.equal(a, b) for a, b in zip((out16, *g16), (out32, *g32)))
+
+
 def test_bad_input_is_one_line():
     q = torch.randn(2, 10, 32)
     with pytest.raises(ValueError, match=r"^cu must rise from 0 to T=10"):
         packed_causal_attention(q, q, q, torch.tensor([0, 4, 9]), 1.0)
     with pytest.raises(ValueError, match=r"^q, k, v must be float32 CPU tensors of one shape"):
         packed_causal_attention(q.double(), q, q, torch.tensor([0, 10]), 1.0)
+    with pytest.raises(ValueError, match=r"^products must be one of float32, bfloat16; got 'float16'"):
+        packed_causal_attention(q, q, q, torch.tensor([0, 10]), 1.0, "float16")
     with pytest.raises(ValueError, match=r"^packed_attention must be one of torch, kernels, fused; got 'fast'"):
         packing.register("fast")
 

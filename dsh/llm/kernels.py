@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import functools
 import hashlib
 import os
 import platform
@@ -164,6 +165,11 @@ def _declare(lib):
     lib.varlen_attention.argtypes = [P, P, P, P, N, N, N, N, F, P, P]
     lib.varlen_attention_backward.restype = None
     lib.varlen_attention_backward.argtypes = [P, P, P, P, N, N, N, N, F, P, P, P, P, P, P]
+    lib.has_attention_bf16.restype = ctypes.c_int
+    lib.has_attention_bf16.argtypes = []
+    lib.varlen_attention_bf16.restype = lib.varlen_attention_backward_bf16.restype = None
+    lib.varlen_attention_bf16.argtypes = lib.varlen_attention.argtypes
+    lib.varlen_attention_backward_bf16.argtypes = lib.varlen_attention_backward.argtypes
     lib.rms_norm_rstd.restype = lib.rms_norm_backward.restype = None
     lib.rms_norm_rstd.argtypes = [P, P, F, P, P, N, N]
     lib.rms_norm_backward.argtypes = [P, P, P, P, P, P, N, N, N]
@@ -188,6 +194,12 @@ def _declare(lib):
     lib.decode_step.argtypes = [P, P, N, F, ctypes.c_int, P, P, N, P, N, P, N, N, N, P, P, N]
     lib.decode_run.restype = N
     lib.decode_run.argtypes = [P, P]
+
+
+@functools.cache
+def bf16_dot_products() -> bool:
+    """Whether the CPU multiplies bfloat16 pairs in hardware (AVX512_BF16's vdpbf16ps; read once a process)."""
+    return "avx512_bf16" in cpu_flags()
 
 
 def half_cache(lib) -> bool:

@@ -15,21 +15,33 @@ from __future__ import annotations
 
 import torch
 
+from ..core import validate
 from . import kernels
+
+PRODUCTS = ("float32", "bfloat16")   # the attention's products (packed_causal_attention)
+
+
+def bfloat16_products(head_dim: int) -> bool:
+    """Whether the attention takes bfloat16 products at this head size: the kernels were built with
+    AVX512_BF16 (``has_attention_bf16``), the CPU has it, and the head size is 32 (the tiny model's)."""
+    lib = kernels.load()
+    return bool(lib is not None and head_dim == 32 and lib.has_attention_bf16() and kernels.bf16_dot_products())
 
 
 class _PackedCausal(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, q, k, v, cu, scale: float):
+    def forward(ctx, q, k, v, cu, scale: float, products: str):
         lib = kernels.load()
         H, T, D = q.shape
         q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
         out = torch.empty(T, H, D, dtype=torch.float32)
         lse = torch.empty(H, T, dtype=torch.float32)
-        lib.varlen_attention(q.data_ptr(), k.data_ptr(), v.data_ptr(), cu.data_ptr(), cu.numel() - 1, H, T, D,
-                             float(scale), out.data_ptr(), lse.data_ptr())
+        products = "bfloat16" if products == "bfloat16" and bfloat16_products(D) else "float32"
+        forward = lib.varlen_attention_bf16 if products == "bfloat16" else lib.varlen_attention
+        forward(q.data_ptr(), k.data_ptr(), v.data_ptr(), cu.data_ptr(), cu.numel() - 1, H, T, D, float(scale),
+                out.data_ptr(), lse.data_ptr())
         ctx.save_for_backward(q, k, v, cu, out, lse)
-        ctx.scale = scale
+        ctx.scale, ctx.products = scale, products
         return out
 
     @staticmethod
@@ -40,17 +52,24 @@ class _PackedCausal(torch.autograd.Function):
         dout = dout.contiguous()
         delta = (dout * out).sum(-1).T.contiguous()          # [H, T]: dout_i . out_i
         dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
-        lib.varlen_attention_backward(q.data_ptr(), k.data_ptr(), v.data_ptr(), cu.data_ptr(), cu.numel() - 1, H, T,
-                                      D, float(ctx.scale), dout.data_ptr(), lse.data_ptr(), delta.data_ptr(),
-                                      dq.data_ptr(), dk.data_ptr(), dv.data_ptr())
-        return dq, dk, dv, None, None
+        bf16 = ctx.products == "bfloat16"           # as the forward ran
+        backward = lib.varlen_attention_backward_bf16 if bf16 else lib.varlen_attention_backward
+        backward(q.data_ptr(), k.data_ptr(), v.data_ptr(), cu.data_ptr(), cu.numel() - 1, H, T, D, float(ctx.scale),
+                 dout.data_ptr(), lse.data_ptr(), delta.data_ptr(), dq.data_ptr(), dk.data_ptr(), dv.data_ptr())
+        return dq, dk, dv, None, None, None
 
 
-def packed_causal_attention(q, k, v, cu, scale: float):
+def packed_causal_attention(q, k, v, cu, scale: float, products: str = "float32"):
     """``q, k, v [H, T, D]`` (float32, CPU; as many key/value heads as query heads) of sequences packed one after
     another, sequence ``s`` at rows ``cu[s] .. cu[s + 1] - 1`` (``cu`` int64, from 0 to ``T``) -> ``[T, H, D]``:
     softmax(scale * q . k) . v over the keys of the query's own sequence up to its position. Differentiable in
-    ``q``, ``k`` and ``v``."""
+    ``q``, ``k`` and ``v``. ``products``: the attention's products in float32, or in bfloat16 where
+    :func:`bfloat16_products` holds (float32 elsewhere): both passes read q, k, v, dout, the probabilities and the
+    score gradients rounded to bfloat16, multiply them in pairs and sum in float32, the backward pass recomputing the
+    forward's scores bit for bit; the softmax in float32. Output and gradients are then off float64's by about what
+    rounding the inputs to bfloat16 costs, as torch's bfloat16 attention is (a test compares the three); GRPO's update
+    under bfloat16 autocast (:mod:`dsh.llm.fused_layers`) takes them."""
+    validate.choice("products", products, PRODUCTS)
     why = kernels.unavailable()
     if why:
         raise RuntimeError(f"packed_causal_attention needs the C kernels: {why}")
@@ -61,4 +80,4 @@ def packed_causal_attention(q, k, v, cu, scale: float):
     cu = cu.to(dtype=torch.int64, device="cpu").contiguous()
     if cu.numel() < 2 or int(cu[0]) != 0 or int(cu[-1]) != q.shape[1] or bool((cu.diff() < 0).any()):
         raise ValueError(f"cu must rise from 0 to T={q.shape[1]}; got {cu.tolist()[:8]}...")
-    return _PackedCausal.apply(q, k, v, cu, float(scale))
+    return _PackedCausal.apply(q, k, v, cu, float(scale), products)

@@ -90,8 +90,9 @@ class TrainConfig:
                                    "policy and the reference; equal up to float rounding; dsh.llm.fused_layers)")
     update_precision: str = _field("float32", "GRPO on the CPU: the matrix products of the decoder layers in the "
                                    "update's pass (the policy's log-probabilities with gradients) in float32, or in "
-                                   "bfloat16 under CPU autocast (~3x float32's products where the CPU has AVX512_BF16); "
-                                   "weights, optimizer state, norms, attention, the LM head and every pass without "
+                                   "bfloat16 under CPU autocast (~3x float32's products where the CPU has AVX512_BF16), with "
+                                   "packed_attention fused the attention's products too (dsh.llm.packed_attention); "
+                                   "weights, optimizer state, norms, softmax, the LM head and every pass without "
                                    "gradients (reference, old policy, validation, rollouts) stay float32 unless "
                                    "scoring_precision says otherwise")
     scoring_precision: str = _field("float32", "GRPO on the CPU: the reference model's log-probabilities (the KL "

@@ -249,14 +249,13 @@ GRPO_PATHS = ("the baseline: a round of 32 per step, engine's torch path, padded
               "the preset with the fast paths: packed attention in C, float16 KV cache",
               "the fast paths with the layers' element-wise work in C too (packed_attention fused)",
               "the fused layers and the update's products in bfloat16")
-BF16_FLAG = "avx512_bf16"   # the bfloat16 update path runs where the CPU has bfloat16 dot products
 
 
 def grpo_paths() -> tuple:
     """The GRPO paths measured on this machine: :data:`GRPO_PATHS`, the last (the update's products in bfloat16,
-    ``TrainConfig.update_precision``) only where the CPU has :data:`BF16_FLAG` (elsewhere bfloat16 products are
-    emulated, slower than float32's)."""
-    return GRPO_PATHS if BF16_FLAG in cpu_flags() else GRPO_PATHS[:-1]
+    ``TrainConfig.update_precision``) only where the CPU has bfloat16 dot products
+    (:func:`dsh.llm.kernels.bf16_dot_products`; elsewhere bfloat16 products are emulated, slower than float32's)."""
+    return GRPO_PATHS if kernels.bf16_dot_products() else GRPO_PATHS[:-1]
 
 
 def _grpo_row(label: str, s: dict, run_dir: Path, **extra) -> dict:
