@@ -81,8 +81,8 @@ def load():
     """The compiled kernels (a ctypes library: ``attend``, ``rms_norm``, ``silu_mul``, ``sample_tokens``,
     ``advance_rows``, ``decode_step`` (the whole step; its products through ``set_sgemm``'s function), ``decode_run``
     (steps, retirements and admissions: :mod:`dsh.llm.step_loop`),
-    ``varlen_attention`` and its backward, ``fma_rate``), or None when no
-    compiler could build them (reason in :data:`why_not`). ``DSH_KERNELS=0`` turns them off."""
+    ``varlen_attention`` and its backward (``_bf16``: bfloat16 products where ``has_attention_bf16``), ``fma_rate``),
+    or None when no compiler could build them (reason in :data:`why_not`). ``DSH_KERNELS=0`` turns them off."""
     global _lib, why_not
     if os.environ.get("DSH_KERNELS", "1") == "0":
         return None
