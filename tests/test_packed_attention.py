@@ -49,23 +49,24 @@ def test_attention_stays_inside_each_sequence():
     assert (got[20:] - crossing[20:]).abs().max() > 1e-2
 
 
-def test_same_bits_with_one_thread_or_two():
+def _gradients(q, k, v, w, cu, scale, products="float32"):
+    out = packed_causal_attention(q, k, v, cu, scale, products)
+    return out, torch.autograd.grad((out * w).sum(), (q, k, v))
+
+
+@pytest.mark.parametrize("products", ["float32", "bfloat16"])
+def test_same_bits_with_one_thread_or_two(products):
     q, k, v, w, cu = _inputs([50, 33, 70, 5], 4, 32, seed=3)
     outs = []
     before = torch.get_num_threads()
     try:
         for n in (1, 2):
             torch.set_num_threads(n)
-            out = packed_causal_attention(q, k, v, cu, 0.17)
-            outs.append((out, *torch.autograd.grad((out * w).sum(), (q, k, v))))
+            out, grads = _gradients(q, k, v, w, cu, 0.17, products)
+            outs.append((out, *grads))
     finally:
         torch.set_num_threads(before)
     assert all(torch.equal(a, b) for a, b in zip(*outs))
-
-
-def _gradients(q, k, v, w, cu, scale, products="float32"):
-    out = packed_causal_attention(q, k, v, cu, scale, products)
-    return out, torch.autograd.grad((out * w).sum(), (q, k, v))
 
 
 def _exact(q, k, v, w, lens, scale, dtype=torch.float64):
@@ -97,17 +98,7 @@ def test_bfloat16_products_are_as_close_as_torchs_bfloat16_attention(lens):
         assert 1e-3 < e[0] < 1.5 * e[1] and e[0] < 1.5 * e[2] and e[3] < 1e-6, e
 
 
-def test_bfloat16_products_same_bits_with_one_thread_or_two_and_float32_at_other_head_sizes():
-    q, k, v, w, cu = _inputs([50, 33, 70, 5], 4, 32, seed=4)
-    before, got = torch.get_num_threads(), []
-    try:
-        for n in (1, 2):
-            torch.set_num_threads(n)
-            out, grads = _gradients(q, k, v, w, cu, 0.17, "bfloat16")
-            got.append((out, *grads))
-    finally:
-        torch.set_num_threads(before)
-    assert all(torch.equal(a, b) for a, b in zip(*got))
+def test_bfloat16_products_are_the_float32_passes_at_other_head_sizes():
     q, k, v, w, cu = _inputs([50, 33], 2, 64, seed=5)       # head size 64: the float32 passes
     out16, g16 = _gradients(q, k, v, w, cu, 0.125, "bfloat16")
     out32, g32 = _gradients(q, k, v, w, cu, 0.125)

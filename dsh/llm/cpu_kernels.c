@@ -1208,6 +1208,8 @@ static inline __m512 exp_nonpositive(__m512 x) {
   return _mm512_scalef_ps(y, n);
 }
 static inline uint32_t bf16_pair(float x, float y) { return (uint32_t)float_bf16(x) | (uint32_t)float_bf16(y) << 16; }
+/* the first k lanes of a tile's vector (k clamped to 0 .. TILE): the keys a row sees there */
+static inline __mmask16 first_lanes(int64_t k) { return k <= 0 ? 0 : k >= TILE ? 0xFFFF : (__mmask16)((1u << k) - 1u); }
 
 /* x's n rows [n][32] in bfloat16 pairs for vdpbf16ps, rows from n on 0, whole tiles of TILE rows:
    over the head's dimensions, dims[b][e][j] = (x_j[2e], x_j[2e + 1]) (j in tile b: sums over d, lanes over rows);
@@ -1284,13 +1286,11 @@ static void forward_task_bf16(const float *restrict Q, const float *restrict K, 
       const float *row = sc + r * stride;
       const int64_t seen = r < nq ? i0 + r + 1 : 0;
       __m512 mx = _mm512_set1_ps(-FLT_MAX), sum = _mm512_setzero_ps();
-      for (int64_t j = 0; j < stride; j += TILE) {
-        const __mmask16 on = seen - j >= TILE ? 0xFFFF : seen > j ? (__mmask16)((1u << (seen - j)) - 1u) : 0;
-        mx = _mm512_mask_max_ps(mx, on, mx, _mm512_loadu_ps(row + j));
-      }
+      for (int64_t j = 0; j < stride; j += TILE)
+        mx = _mm512_mask_max_ps(mx, first_lanes(seen - j), mx, _mm512_loadu_ps(row + j));
       const float mr = _mm512_reduce_max_ps(mx);
       for (int64_t j = 0; j < stride; j += TILE) {
-        const __mmask16 on = seen - j >= TILE ? 0xFFFF : seen > j ? (__mmask16)((1u << (seen - j)) - 1u) : 0;
+        const __mmask16 on = first_lanes(seen - j);
         const __m512 e = _mm512_maskz_mov_ps(on, exp_nonpositive(_mm512_maskz_sub_ps(on, _mm512_loadu_ps(row + j),
                                                                                         _mm512_set1_ps(mr))));
         sum = _mm512_add_ps(sum, e);
@@ -1398,9 +1398,8 @@ static void backward_task_bf16(const float *restrict Q, const float *restrict K,
         for (int64_t r = 0; r < RB; ++r) _mm512_storeu_ps(dp[r], a[r]);
       }
       for (int64_t r = 0; r < RB; ++r) { /* p = exp(score - lse) on a row's visible keys, 0 beyond; ds */
-        const int64_t c = i0 + r - b * TILE + 1, seen = r < nq ? (c < 0 ? 0 : (c > TILE ? TILE : c)) : 0;
         const float L = r < nq ? lse[i0 + r] : 0.f, dl = r < nq ? delta[i0 + r] : 0.f;
-        const __mmask16 on = (__mmask16)((1u << seen) - 1u);
+        const __mmask16 on = r < nq ? first_lanes(i0 + r - b * TILE + 1) : 0;
         const __m512 pr = _mm512_maskz_mov_ps(on, exp_nonpositive(_mm512_maskz_sub_ps(on, sc[r], _mm512_set1_ps(L))));
         const __m512 dr = _mm512_mul_ps(_mm512_mul_ps(pr, _mm512_sub_ps(_mm512_loadu_ps(dp[r]), _mm512_set1_ps(dl))),
                                         _mm512_set1_ps(scale));

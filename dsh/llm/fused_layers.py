@@ -181,7 +181,7 @@ def _attention_forward(mod, own, heads: int, kv_heads: int, head_dim: int):
         q, k, v = rope_split(qkv, cos, sin, heads, kv_heads)
         if past_key_values is not None:                 # stored as transformers stores them: [1, KV, T, D]
             past_key_values.update(k[None], v[None], mod.layer_idx)
-        # under bfloat16 autocast the attention's backward takes bfloat16 products too (where the CPU has them)
+        # under bfloat16 autocast the attention takes bfloat16 products too, both passes (where the CPU has them)
         o = packed_causal_attention(q, k, v, cu, mod.scaling, "bfloat16" if qkv.dtype == torch.bfloat16 else "float32")
         return mod.o_proj(o.reshape(1, T, heads * head_dim)), None
     return forward
