@@ -189,7 +189,7 @@ def test_there_are_at_least_40_cases():
 def test_the_real_cli_prints_one_line_and_no_traceback(tmp_path):
     (tmp_path / "x.jsonl").write_bytes(bytes(range(256)))
     for argv in (["calibrate", str(tmp_path / "x.jsonl")], ["accuracy", "--p-s", "nan", "--p-dc", "1", "--p-dw", "0"]):
-        r = subprocess.run([sys.executable, "-m", "dsh", *argv], capture_output=True, text=True, timeout=300,
+        r = subprocess.run([sys.executable, "-m", "dsh", *argv], capture_output=True, text=True,
                            env=dict(os.environ, PYTHONPATH=str(ROOT)))
         assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr
 
@@ -282,8 +282,8 @@ def test_a_second_evaluate_on_the_same_out_is_refused(tmp_path):
     """While one dsh evaluate holds an output file, another one with the same --out exits 2 and writes nothing."""
     out = tmp_path / "g.jsonl"
     holder = subprocess.Popen([sys.executable, "-c", (
-        "import fcntl, sys, time; f = open(sys.argv[1], 'a'); fcntl.flock(f, fcntl.LOCK_EX); "
-        "print('locked', flush=True); time.sleep(60)"), str(tmp_path / ".g.jsonl.lock")], stdout=subprocess.PIPE,
+        "import fcntl, signal, sys; f = open(sys.argv[1], 'a'); fcntl.flock(f, fcntl.LOCK_EX); "
+        "print('locked', flush=True); signal.pause()"), str(tmp_path / ".g.jsonl.lock")], stdout=subprocess.PIPE,
         text=True)
     try:
         assert holder.stdout.readline().strip() == "locked"
@@ -501,8 +501,8 @@ def test_a_second_training_in_the_same_run_folder_is_refused(tmp_path):
     is refused in one line before it loads anything, and leaves nothing behind."""
     run = tmp_path / "runs" / "sft"
     holder = subprocess.Popen([sys.executable, "-c", (
-        "import fcntl, os, sys, time; os.makedirs(os.path.dirname(sys.argv[1]), exist_ok=True); "
-        "f = open(sys.argv[1], 'a'); fcntl.flock(f, fcntl.LOCK_EX); print('locked', flush=True); time.sleep(60)"),
+        "import fcntl, os, signal, sys; os.makedirs(os.path.dirname(sys.argv[1]), exist_ok=True); "
+        "f = open(sys.argv[1], 'a'); fcntl.flock(f, fcntl.LOCK_EX); print('locked', flush=True); signal.pause()"),
         str(tmp_path / "runs" / ".sft.lock")], stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout.readline().strip() == "locked"

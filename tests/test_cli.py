@@ -10,7 +10,7 @@ from dsh.core.paper import paper_results
 
 
 def run(*args):
-    return subprocess.run([sys.executable, "-m", "dsh", *args], capture_output=True, text=True, timeout=300)
+    return subprocess.run([sys.executable, "-m", "dsh", *args], capture_output=True, text=True)
 
 
 def test_help_lists_commands():

@@ -38,7 +38,7 @@ def _run(*args, env=None):
     env = {**os.environ, "DSH_CACHE": str(models.cache_dir()), **(env or {})}   # the converted model, reused
     env["PATH"] = str(Path(sys.executable).parent) + os.pathsep + env.get("PATH", "")
     return subprocess.run([sys.executable, "-m", "dsh.experiment.run.gpu_small", *args], capture_output=True, text=True,
-                          env=env, timeout=1200)
+                          env=env)
 
 
 @pytest.fixture(scope="module")

@@ -92,7 +92,7 @@ def _copy(dest: Path) -> Path:
 def _pytest(where: Path, nodes) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
     return subprocess.run([sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", "--no-header",
-                           "-o", "addopts=", *nodes], cwd=where, env=env, capture_output=True, text=True, timeout=600)
+                           "-o", "addopts=", *nodes], cwd=where, env=env, capture_output=True, text=True)
 
 
 def test_unmutated_copy_passes(tmp_path):

@@ -183,7 +183,7 @@ def test_a_kill_during_the_write_of_a_results_file_leaves_the_old_file_and_a_tem
     folders.claim({"results_dir": res}, ident)
     (res / "summary.json").write_text('{"old": true}')
     code = (f"from dsh.core.files import atomic_write\n"
-            f"def w(tmp):\n    f = open(tmp, 'w')\n    f.write('x' * 1000)\n    f.flush()\n    import time; time.sleep(60)\n"
+            f"def w(tmp):\n    f = open(tmp, 'w')\n    f.write('x' * 1000)\n    f.flush()\n    import signal; signal.pause()\n"
             f"atomic_write({str(res / 'summary.json')!r}, w)\n")
     proc = subprocess.Popen([sys.executable, "-c", code], start_new_session=True)
     while proc.poll() is None and not [p for p in res.glob(".summary.json.*.tmp") if p.stat().st_size]:

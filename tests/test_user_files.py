@@ -344,8 +344,8 @@ def test_a_second_pipeline_on_a_runs_folder_in_use_is_refused(tmp_path, capsys):
     runs.mkdir()
     (runs / "keep.txt").write_text("x")       # would be refused by the claim check too; the lock comes first
     holder = subprocess.Popen([sys.executable, "-c", (
-        "import fcntl, sys, time; f = open(sys.argv[1], 'a'); fcntl.flock(f, fcntl.LOCK_EX); "
-        "print('locked', flush=True); time.sleep(60)"), str(tmp_path / ".w.lock")], stdout=subprocess.PIPE, text=True)
+        "import fcntl, signal, sys; f = open(sys.argv[1], 'a'); fcntl.flock(f, fcntl.LOCK_EX); "
+        "print('locked', flush=True); signal.pause()"), str(tmp_path / ".w.lock")], stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout.readline().strip() == "locked"
         refused(capsys, [*PIPELINE, "--fresh", "--results-dir", tmp_path / "r", "--runs-dir", runs],

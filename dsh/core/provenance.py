@@ -6,6 +6,7 @@ from __future__ import annotations
 import functools
 import os
 import platform
+import re
 import subprocess
 import time
 from pathlib import Path
@@ -33,6 +34,32 @@ def cpu_model() -> str | None:
     except OSError:  # pragma: no cover - not Linux
         pass
     return platform.processor() or None
+
+
+CPU_ID_FIELDS = {"vendor_id": "vendor", "cpu family": "family", "model": "model", "stepping": "stepping",
+                 "CPU implementer": "implementer", "CPU architecture": "architecture", "CPU variant": "variant",
+                 "CPU part": "part", "CPU revision": "revision"}
+
+
+def cpu_id() -> dict:
+    """The first CPU's identity from /proc/cpuinfo (x86: vendor, family, model, stepping; ARM: implementer,
+    architecture, variant, part, revision), numbers as ints: what tells two CPUs apart where a virtual machine's model
+    name does not ("AMD EPYC" is an AMD Zen 4 at family 25, model 17, a Zen 5 at family 26); {} where there is none."""
+    out: dict = {}
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if not line.strip():
+                if out:
+                    break                         # the first processor's block only
+                continue
+            key, _, value = (part.strip() for part in line.partition(":"))
+            if key in CPU_ID_FIELDS:
+                value = value.strip()
+                out[CPU_ID_FIELDS[key]] = (int(value, 16) if re.fullmatch(r"0x[0-9a-fA-F]+", value)
+                                           else int(value) if value.isdigit() else value)
+    except OSError:  # pragma: no cover - not Linux
+        pass
+    return out
 
 
 # the vector-instruction flags that decide which code paths MKL, oneDNN and the C kernels take (and so the float
@@ -103,19 +130,20 @@ def openblas_cores() -> dict | None:
 
 
 def hardware() -> dict:
-    """Platform, Python, torch, the CPU's model, vector flags (:func:`cpu_flags`), the vector instructions torch's own
-    kernels run (``torch_cpu_capability``: AVX512, AVX2 ...), NumPy's (``numpy_simd``: :func:`numpy_simd`) and
-    OpenBLAS's (``openblas``: :func:`openblas_cores`), the architecture dsh's C kernels are built for
-    (``kernels_march``: ``$DSH_KERNELS_MARCH``, :mod:`dsh.llm.kernels`), CPU count and torch's threads, the GPU's
-    name (when there is one) and the versions of transformers and TRL (when installed). The four decide a CPU run's
-    rounding: ``ATEN_CPU_CAPABILITY=avx2``, ``NPY_DISABLE_CPU_FEATURES="X86_V4 AVX512_ICL"``,
+    """Platform, Python, torch, the CPU's model name and identity (:func:`cpu_id`), vector flags (:func:`cpu_flags`),
+    the vector instructions torch's own kernels run (``torch_cpu_capability``: AVX512, AVX2 ...), NumPy's
+    (``numpy_simd``: :func:`numpy_simd`) and OpenBLAS's (``openblas``: :func:`openblas_cores`), the architecture dsh's C
+    kernels are built for (``kernels_march``: ``$DSH_KERNELS_MARCH``, :mod:`dsh.llm.kernels`), CPU count and torch's
+    threads, the GPU's name (when there is one) and the versions of transformers and TRL (when installed). The four
+    decide a CPU run's rounding: ``ATEN_CPU_CAPABILITY=avx2``, ``NPY_DISABLE_CPU_FEATURES="X86_V4 AVX512_ICL"``,
     ``OPENBLAS_CORETYPE=Haswell`` and ``DSH_KERNELS_MARCH=znver3`` make an AVX-512 CPU compute as the AMD Zen 3 (AVX2)
     host of the committed laptop runs, and the same code and seed then give the same weights and numbers on both
     (README, "Reproducing a result on another CPU")."""
     import torch
 
     hw = {"platform": platform.platform(), "python": platform.python_version(), "torch": torch.__version__,
-          "cpu": cpu_model(), "cpu_flags": cpu_flags(), "torch_cpu_capability": torch.backends.cpu.get_cpu_capability(),
+          "cpu": cpu_model(), "cpu_id": cpu_id(), "cpu_flags": cpu_flags(),
+          "torch_cpu_capability": torch.backends.cpu.get_cpu_capability(),
           "numpy_simd": numpy_simd(), "openblas": openblas_cores(),
           "kernels_march": os.environ.get("DSH_KERNELS_MARCH") or "native", "cpus": os.cpu_count(),
           "torch_threads": torch.get_num_threads()}
