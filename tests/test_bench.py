@@ -126,6 +126,22 @@ def test_bench_cli_on_cpu(tmp_path):
         assert x["path"][:69] in table
 
 
+@pytest.mark.parametrize("hw, want", [
+    ({"cpu": "AMD EPYC", "cpu_id": {"vendor": "AuthenticAMD", "family": 25, "model": 17, "stepping": 1}, "cpus": 2,
+      "cpu_flags": ["avx2", "fma", "avx512f"]}, "AMD EPYC, family 25 model 17, 2 CPUs, avx2 fma avx512f"),
+    ({"cpu": None, "cpu_id": {"implementer": 0x41, "part": 0xD0C}, "cpus": 4, "cpu_flags": ["asimd"]},
+     "cpu, part 0xd0c, 4 CPUs, asimd"),
+    ({"cpu": "Intel Xeon", "cpus": 2, "cpu_flags": []}, "Intel Xeon, 2 CPUs"),      # a record made before cpu_id
+    ({"cpu": "AMD EPYC", "gpu": "NVIDIA H100 80GB HBM3", "cpu_id": {"family": 25}}, "NVIDIA H100 80GB HBM3"),
+])
+def test_the_printed_table_names_the_machine(hw, want):
+    """The first line of ``dsh bench``'s table says which machine measured it: its GPU, else its CPU as the result's
+    hardware record has it (committed results from before the CPU's family and model were recorded included)."""
+    assert bench.machine(hw) == want
+    result = {"size": "cpu", "hardware": hw, "wall_s": 1.0, "parts": []}
+    assert bench.format_table(result).splitlines()[0] == f"dsh bench (cpu, {want}, 1.0 s)"
+
+
 def test_kv_ceiling_arithmetic():
     # 512 rows at 1000 tokens of context, 23,040 bytes a token, 0.27 GB of weights, 3 TB/s
     c = bench.kv_ceiling({"bandwidth": 3e12, "weight_bytes": 0.27e9, "batch": 512, "context": 1000,

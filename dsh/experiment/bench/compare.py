@@ -436,10 +436,28 @@ def tiny_table(tiny) -> list[dict]:
     return rows
 
 
+def machine(hw: dict) -> str:
+    """The machine of a result's ``hardware`` record in a few words: its GPU; else its CPU's model name, identity
+    (family and model, or part), CPU count and vector flags, as far as the record has them."""
+    if hw.get("gpu"):
+        return hw["gpu"]
+    ident = hw.get("cpu_id") or {}
+    words = [hw.get("cpu") or "cpu"]
+    if "family" in ident:
+        words.append(f"family {ident['family']} model {ident.get('model', '?')}")
+    elif "part" in ident:
+        words.append(f"part {ident['part']:#x}" if isinstance(ident["part"], int) else f"part {ident['part']}")
+    if hw.get("cpus"):
+        words.append(f"{hw['cpus']} CPUs")
+    if hw.get("cpu_flags"):
+        words.append(" ".join(hw["cpu_flags"]))
+    return ", ".join(words)
+
+
 def format_table(result: dict) -> str:
     rows = table(result)
     head = f"{'part':<15}{'path':<70}{'measure':<34}{'value':>11}{'x default':>10}{'ceiling':>9}{'x ref':>8}"
-    lines = [f"dsh bench ({result['size']}, {result['hardware'].get('gpu', 'cpu')}, {result['wall_s']} s)", head]
+    lines = [f"dsh bench ({result['size']}, {machine(result['hardware'])}, {result['wall_s']} s)", head]
     for r in rows:
         share = "" if r["share of ceiling"] is None else f"{100 * r['share of ceiling']:.1f}%"
         ref = "" if r.get("x reference") is None else f"{r['x reference']:.2f}x"
