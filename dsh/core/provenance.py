@@ -25,14 +25,19 @@ def git_commit() -> str | None:
     return out or os.environ.get("DSH_COMMIT") or None
 
 
+def cpuinfo_lines() -> list:
+    """The lines of /proc/cpuinfo, read again at each call; [] where there is none (not Linux)."""
+    try:
+        return Path("/proc/cpuinfo").read_text().splitlines()
+    except OSError:  # pragma: no cover - not Linux
+        return []
+
+
 def cpu_model() -> str | None:
     """The CPU's model name (from /proc/cpuinfo on Linux, else the platform's word for it)."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:  # pragma: no cover - not Linux
-        pass
+    for line in cpuinfo_lines():
+        if line.startswith("model name"):
+            return line.split(":", 1)[1].strip()
     return platform.processor() or None
 
 
@@ -46,19 +51,15 @@ def cpu_id() -> dict:
     architecture, variant, part, revision), numbers as ints: what tells two CPUs apart where a virtual machine's model
     name does not ("AMD EPYC" is an AMD Zen 4 at family 25, model 17, a Zen 5 at family 26); {} where there is none."""
     out: dict = {}
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if not line.strip():
-                if out:
-                    break                         # the first processor's block only
-                continue
-            key, _, value = (part.strip() for part in line.partition(":"))
-            if key in CPU_ID_FIELDS:
-                value = value.strip()
-                out[CPU_ID_FIELDS[key]] = (int(value, 16) if re.fullmatch(r"0x[0-9a-fA-F]+", value)
-                                           else int(value) if value.isdigit() else value)
-    except OSError:  # pragma: no cover - not Linux
-        pass
+    for line in cpuinfo_lines():
+        if not line.strip():
+            if out:
+                break                             # the first processor's block only
+            continue
+        key, _, value = (part.strip() for part in line.partition(":"))
+        if key in CPU_ID_FIELDS:
+            out[CPU_ID_FIELDS[key]] = (int(value, 16) if re.fullmatch(r"0x[0-9a-fA-F]+", value)
+                                       else int(value) if value.isdigit() else value)
     return out
 
 
@@ -70,25 +71,19 @@ VECTOR_FLAGS = ("avx", "avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl",
 
 def cpu_flags() -> list:
     """The CPU's :data:`VECTOR_FLAGS` (from /proc/cpuinfo's flags or Features line; [] where there is none)."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith(("flags", "Features")):
-                have = set(line.split(":", 1)[1].split())
-                return [f for f in VECTOR_FLAGS if f in have]
-    except OSError:  # pragma: no cover - not Linux
-        pass
+    for line in cpuinfo_lines():
+        if line.startswith(("flags", "Features")):
+            have = set(line.split(":", 1)[1].split())
+            return [f for f in VECTOR_FLAGS if f in have]
     return []
 
 
 def cpu_feature_line() -> str:
     """The CPU's whole flags (or Features) line of /proc/cpuinfo, as it is; the platform's word for the processor where
     there is none. A key for what is built or measured for this CPU (:mod:`dsh.llm.kernels`, :mod:`dsh.llm.decisions`)."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith(("flags", "Features")):
-                return line
-    except OSError:  # pragma: no cover - not Linux
-        pass
+    for line in cpuinfo_lines():
+        if line.startswith(("flags", "Features")):
+            return line
     return platform.processor() or platform.machine()
 
 
